@@ -1,0 +1,35 @@
+# hostcron — see README.md. `make dev` runs the platform, `make test` the tests.
+SHELL    := /bin/bash
+GO       ?= go
+BIN      := bin
+CACHE    ?= $(CURDIR)/.cache
+export CACHE
+
+# Static binaries: they run inside the test nodes and on web nodes.
+STATIC   := CGO_ENABLED=0
+CMDS     := core-api node-agent cron-outcome cron-run
+
+.PHONY: all build test test-unit fuzz vet clean
+
+all: build
+
+build:
+	@mkdir -p $(BIN)
+	$(STATIC) $(GO) build -trimpath -o $(BIN)/ $(addprefix ./,$(wildcard $(CMDS:%=cmd/%)))
+
+vet:
+	$(GO) vet ./...
+
+# Unit tier: pure Go plus systemd-analyze (differential and verify tests).
+test-unit: vet
+	$(GO) test -count=1 ./...
+
+# Short fuzzing of the cron parser; `make fuzz FUZZTIME=5m` for longer.
+FUZZTIME ?= 15s
+fuzz:
+	$(GO) test ./internal/schedule -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME)
+
+test: test-unit fuzz
+
+clean:
+	rm -rf $(BIN)

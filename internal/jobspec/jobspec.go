@@ -1,0 +1,103 @@
+// Package jobspec is the per-job file the node agent writes and the runner
+// reads: everything a run needs that a tenant controls. Keeping the
+// command here, not in the unit, means no tenant text is ever parsed by
+// systemd.
+package jobspec
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"unicode"
+)
+
+// Spec describes one cron job for the runner.
+type Spec struct {
+	Tenant           string `json:"tenant"`
+	ID               string `json:"id"`
+	Version          int64  `json:"version"`
+	Schedule         string `json:"schedule"`
+	Timezone         string `json:"timezone"`
+	Command          string `json:"command"`
+	WorkingDirectory string `json:"working_directory"` // relative to Webroot; "" = Webroot
+	Webroot          string `json:"webroot"`
+	LockDir          string `json:"lock_dir"`
+}
+
+// MaxCommandLen bounds a command like a crontab line.
+const MaxCommandLen = 4096
+
+// ValidateCommand accepts what fits on one crontab line: no control
+// characters (so no newline or NUL). It is run by /bin/sh -c as given;
+// unlike crontab, '%' has no special meaning.
+func ValidateCommand(cmd string) error {
+	switch {
+	case strings.TrimSpace(cmd) == "":
+		return fmt.Errorf("must not be empty")
+	case len(cmd) > MaxCommandLen:
+		return fmt.Errorf("is %d bytes, at most %d allowed", len(cmd), MaxCommandLen)
+	}
+	for _, r := range cmd {
+		if r == unicode.ReplacementChar || (unicode.IsControl(r) && r != '\t') {
+			return fmt.Errorf("contains a control character or invalid UTF-8 (%U)", r)
+		}
+	}
+	return nil
+}
+
+var workdirRE = regexp.MustCompile(`^[A-Za-z0-9_@+-][A-Za-z0-9._@+-]*(/[A-Za-z0-9_@+-][A-Za-z0-9._@+-]*)*$`)
+
+// ValidateWorkingDirectory accepts "" (the webroot) or a clean relative path
+// inside the webroot.
+func ValidateWorkingDirectory(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	if len(dir) > 512 || !workdirRE.MatchString(dir) {
+		return fmt.Errorf("must be a relative path inside the webroot of letters, digits and ._@+- (no leading '/', no '..')")
+	}
+	for _, el := range strings.Split(dir, "/") {
+		if el == "." || el == ".." {
+			return fmt.Errorf("must not contain '.' or '..' elements")
+		}
+	}
+	return nil
+}
+
+// Marshal encodes the spec.
+func (s Spec) Marshal() ([]byte, error) {
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encode job spec %s: %w", s.ID, err)
+	}
+	return append(b, '\n'), nil
+}
+
+// Read loads and checks a spec file.
+func Read(path string) (Spec, error) {
+	var s Spec
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return s, fmt.Errorf("read job spec: %w", err)
+	}
+	if err := json.Unmarshal(b, &s); err != nil {
+		return s, fmt.Errorf("decode job spec %s: %w", path, err)
+	}
+	if err := ValidateCommand(s.Command); err != nil {
+		return s, fmt.Errorf("job spec %s: command %w", path, err)
+	}
+	if err := ValidateWorkingDirectory(s.WorkingDirectory); err != nil {
+		return s, fmt.Errorf("job spec %s: working directory %w", path, err)
+	}
+	return s, nil
+}
+
+// Dir is the working directory of a run: the webroot or a directory in it.
+func (s Spec) Dir() string {
+	if s.WorkingDirectory == "" {
+		return s.Webroot
+	}
+	return s.Webroot + "/" + s.WorkingDirectory
+}

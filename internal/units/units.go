@@ -1,0 +1,156 @@
+// Package units renders the systemd timer and service units of a cron job.
+//
+// Nothing a tenant types reaches a unit file: the command and working
+// directory travel in the job spec (see package jobspec), which systemd hands
+// to the runner as a credential. What the unit does carry, names, paths and
+// calendar values, is checked here against strict patterns first, so no
+// value can add a directive, expand a specifier or split into two words.
+package units
+
+import (
+	"bytes"
+	"fmt"
+	"regexp"
+	"strings"
+	"text/template"
+
+	unittemplates "github.com/hostcron/hostcron/templates/units"
+)
+
+// Paths are where the node keeps hostcron's programs and job specs.
+type Paths struct {
+	RunnerPath  string // ExecStart: the runner that takes the lock and runs the command
+	OutcomePath string // ExecStopPost=+: reports the outcome
+	SpecDir     string // one <unit>.json per job, root-only
+}
+
+// DefaultPaths are the paths the Debian package installs to.
+var DefaultPaths = Paths{
+	RunnerPath:  "/usr/local/bin/cron-run",
+	OutcomePath: "/usr/local/bin/cron-outcome",
+	SpecDir:     "/var/lib/hostcron/jobs",
+}
+
+// Job is what a unit pair needs to know about one cron job.
+type Job struct {
+	Tenant      string   // tenant name, part of the unit name
+	ID          string   // cron job id (UUID), part of the unit name
+	Version     int64    // bumped by the core API on every change
+	User, Group string   // the tenant's Linux user and group
+	Webroot     string   // absolute path; WorkingDirectory and writable
+	LockDir     string   // {webStorageDir}/{tenant}/.locks; writable
+	OnCalendar  []string // from schedule.Schedule.OnCalendar
+	TimeoutSec  int      // kill the run after this long
+	MemoryMaxMB int      // MemoryMax=
+}
+
+// RandomizedDelaySec spreads the timers of one slot over the nodes.
+const RandomizedDelaySec = 15
+
+var (
+	tenantRE   = regexp.MustCompile(`^[a-z][a-z0-9]*(-[a-z0-9]+)*$`)
+	idRE       = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+	userRE     = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
+	pathRE     = regexp.MustCompile(`^(/[A-Za-z0-9._-]+)+$`)
+	calendarRE = regexp.MustCompile(`^(?:[A-Z][a-z]{2}(?:\.\.[A-Z][a-z]{2})?(?:,[A-Z][a-z]{2}(?:\.\.[A-Z][a-z]{2})?)* )?\*-[0-9*,.]+-[0-9*,.]+ [0-9*,.]+:[0-9*,.]+:00 [A-Za-z][A-Za-z0-9_+/-]*$`)
+)
+
+// MaxTenantLen keeps unit names far below systemd's 255-byte limit.
+const MaxTenantLen = 32
+
+// ValidTenant reports whether name can be part of a unit name.
+func ValidTenant(name string) bool {
+	return len(name) <= MaxTenantLen && tenantRE.MatchString(name)
+}
+
+// ValidID reports whether id is a canonical lower-case UUID.
+func ValidID(id string) bool { return idRE.MatchString(id) }
+
+// ValidUser reports whether name is a safe Linux user or group name.
+func ValidUser(name string) bool { return userRE.MatchString(name) }
+
+// ValidPath reports whether p is an absolute, clean path of plain
+// characters: no spaces, quotes, '%', '$', '\\', '.' or '..' elements.
+func ValidPath(p string) bool {
+	if len(p) > 1024 || !pathRE.MatchString(p) {
+		return false
+	}
+	for _, el := range strings.Split(p[1:], "/") {
+		if el == "." || el == ".." {
+			return false
+		}
+	}
+	return true
+}
+
+// Name is the unit name without suffix: cron-{tenant}-{id}.
+func Name(tenant, id string) string { return "cron-" + tenant + "-" + id }
+
+// Validate checks every field that ends up in a unit file.
+func (j *Job) Validate() error {
+	switch {
+	case !ValidTenant(j.Tenant):
+		return fmt.Errorf("tenant name %q: want lower-case letters, digits and inner dashes, at most %d", j.Tenant, MaxTenantLen)
+	case !ValidID(j.ID):
+		return fmt.Errorf("cron job id %q: want a lower-case UUID", j.ID)
+	case !ValidUser(j.User):
+		return fmt.Errorf("user %q: not a valid Linux user name", j.User)
+	case !ValidUser(j.Group):
+		return fmt.Errorf("group %q: not a valid Linux group name", j.Group)
+	case !ValidPath(j.Webroot):
+		return fmt.Errorf("webroot %q: want an absolute clean path of plain characters", j.Webroot)
+	case !ValidPath(j.LockDir):
+		return fmt.Errorf("lock directory %q: want an absolute clean path of plain characters", j.LockDir)
+	case len(j.OnCalendar) == 0:
+		return fmt.Errorf("no OnCalendar value")
+	case j.TimeoutSec < 1 || j.TimeoutSec > 86400:
+		return fmt.Errorf("timeout %ds: want 1 to 86400", j.TimeoutSec)
+	case j.MemoryMaxMB < 16 || j.MemoryMaxMB > 65536:
+		return fmt.Errorf("memory limit %d MB: want 16 to 65536", j.MemoryMaxMB)
+	case j.Version < 0:
+		return fmt.Errorf("version %d: must not be negative", j.Version)
+	}
+	for _, v := range j.OnCalendar {
+		if !calendarRE.MatchString(v) {
+			return fmt.Errorf("OnCalendar value %q: not of the form hostcron renders", v)
+		}
+	}
+	return nil
+}
+
+var templates = template.Must(template.New("units").Option("missingkey=error").ParseFS(unittemplates.FS, "*.tmpl"))
+
+// Rendered is the content of one job's unit pair.
+type Rendered struct {
+	Name    string // cron-{tenant}-{id}
+	Timer   []byte
+	Service []byte
+}
+
+// Render validates the job and renders its timer and service.
+func Render(j Job, p Paths) (Rendered, error) {
+	if err := j.Validate(); err != nil {
+		return Rendered{}, fmt.Errorf("render units: %w", err)
+	}
+	for _, path := range []string{p.RunnerPath, p.OutcomePath, p.SpecDir} {
+		if !ValidPath(path) {
+			return Rendered{}, fmt.Errorf("render units: configured path %q is not a plain absolute path", path)
+		}
+	}
+	name := Name(j.Tenant, j.ID)
+	data := struct {
+		Job
+		Paths
+		Name               string
+		SpecPath           string
+		RandomizedDelaySec int
+	}{j, p, name, p.SpecDir + "/" + name + ".json", RandomizedDelaySec}
+	var timer, service bytes.Buffer
+	if err := templates.ExecuteTemplate(&timer, "cron.timer.tmpl", data); err != nil {
+		return Rendered{}, fmt.Errorf("render %s.timer: %w", name, err)
+	}
+	if err := templates.ExecuteTemplate(&service, "cron.service.tmpl", data); err != nil {
+		return Rendered{}, fmt.Errorf("render %s.service: %w", name, err)
+	}
+	return Rendered{Name: name, Timer: timer.Bytes(), Service: service.Bytes()}, nil
+}
