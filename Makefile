@@ -20,9 +20,10 @@ build:
 vet:
 	$(GO) vet ./...
 
-# Unit tier: pure Go plus systemd-analyze (differential and verify tests).
+# Unit and store tier: pure Go, systemd-analyze (differential and verify
+# tests) and a throwaway PostgreSQL cluster for the store and API tests.
 test-unit: vet
-	$(GO) test -count=1 ./...
+	scripts/with-pg.sh $(GO) test -count=1 ./...
 
 # Short fuzzing of the cron parser; `make fuzz FUZZTIME=5m` for longer.
 FUZZTIME ?= 15s

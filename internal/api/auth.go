@@ -1,0 +1,82 @@
+package api
+
+import (
+	"crypto/subtle"
+	"errors"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/hostcron/hostcron/internal/store"
+)
+
+// principal is who a request speaks for.
+type principal struct {
+	admin    bool
+	tenantID string // set for tenant-scoped keys
+}
+
+// canSee reports whether the principal may see a tenant's resources.
+func (p principal) canSee(tenantID string) bool { return p.admin || p.tenantID == tenantID }
+
+const (
+	ctxPrincipal = "hostcron.principal"
+	ctxNode      = "hostcron.node"
+)
+
+// requireKey authenticates X-API-Key: the configured bootstrap admin key,
+// or a key stored in the database.
+func (s *Server) requireKey(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		key := c.Request().Header.Get("X-API-Key")
+		if key == "" {
+			return errUnauthorized
+		}
+		if s.cfg.AdminKey != "" && subtle.ConstantTimeCompare([]byte(key), []byte(s.cfg.AdminKey)) == 1 {
+			c.Set(ctxPrincipal, principal{admin: true})
+			return next(c)
+		}
+		k, err := s.store.APIKeyByToken(c.Request().Context(), key)
+		if errors.Is(err, store.ErrNotFound) {
+			return errUnauthorized
+		}
+		if err != nil {
+			return err
+		}
+		c.Set(ctxPrincipal, principal{admin: k.Scope == "admin", tenantID: k.TenantID})
+		return next(c)
+	}
+}
+
+func who(c echo.Context) principal { return c.Get(ctxPrincipal).(principal) }
+
+// requireAdmin lets only admin keys through.
+func requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if !who(c).admin {
+			return errForbidden
+		}
+		return next(c)
+	}
+}
+
+// requireNode authenticates a node by its bearer token.
+func (s *Server) requireNode(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		token, ok := strings.CutPrefix(c.Request().Header.Get("Authorization"), "Bearer ")
+		if !ok || token == "" {
+			return errUnauthorized
+		}
+		n, err := s.store.NodeByToken(c.Request().Context(), token)
+		if errors.Is(err, store.ErrNotFound) {
+			return errUnauthorized
+		}
+		if err != nil {
+			return err
+		}
+		c.Set(ctxNode, n)
+		return next(c)
+	}
+}
+
+func nodeOf(c echo.Context) store.Node { return c.Get(ctxNode).(store.Node) }

@@ -1,0 +1,109 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/hostcron/hostcron/internal/schedule"
+	"github.com/hostcron/hostcron/internal/store"
+)
+
+// Problem is the error body of every failed request.
+type Problem struct {
+	Error ProblemDetail `json:"error"`
+}
+
+// ProblemDetail names what went wrong; Field is set for validation errors.
+type ProblemDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+}
+
+// apiError is an error with its HTTP status.
+type apiError struct {
+	status int
+	detail ProblemDetail
+}
+
+func (e *apiError) Error() string { return e.detail.Message }
+
+func invalid(field, format string, args ...any) error {
+	return &apiError{http.StatusBadRequest, ProblemDetail{Code: "invalid", Field: field, Message: field + ": " + fmt.Sprintf(format, args...)}}
+}
+
+var (
+	errNotFound     = &apiError{http.StatusNotFound, ProblemDetail{Code: "not_found", Message: "not found"}}
+	errUnauthorized = &apiError{http.StatusUnauthorized, ProblemDetail{Code: "unauthorized", Message: "missing or unknown credential"}}
+	errForbidden    = &apiError{http.StatusForbidden, ProblemDetail{Code: "forbidden", Message: "this key's scope does not allow this"}}
+)
+
+// scheduleError turns a parser error into a 400 naming the request field.
+func scheduleError(err error) error {
+	var se *schedule.Error
+	if errors.As(err, &se) {
+		if se.Field == "timezone" {
+			return invalid("timezone", "%s", se.Error())
+		}
+		return invalid("schedule", "%s", se.Error())
+	}
+	return err
+}
+
+// errorHandler renders every error as a Problem; store errors map to 404
+// and 409, anything unknown to 500 (logged, not shown).
+func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
+	return func(err error, c echo.Context) {
+		if c.Response().Committed {
+			return
+		}
+		var ae *apiError
+		var he *echo.HTTPError
+		var ce *store.ConflictError
+		switch {
+		case errors.As(err, &ae):
+		case errors.Is(err, store.ErrNotFound):
+			ae = errNotFound
+		case errors.As(err, &ce):
+			ae = &apiError{http.StatusConflict, ProblemDetail{Code: "conflict", Message: ce.Reason}}
+		case errors.As(err, &he):
+			ae = &apiError{he.Code, ProblemDetail{Code: strings.ReplaceAll(strings.ToLower(http.StatusText(he.Code)), " ", "_"), Message: fmt.Sprint(he.Message)}}
+		default:
+			log.Error("request failed", "method", c.Request().Method, "path", c.Path(), "err", err)
+			ae = &apiError{http.StatusInternalServerError, ProblemDetail{Code: "internal", Message: "internal error"}}
+		}
+		if err := c.JSON(ae.status, Problem{Error: ae.detail}); err != nil {
+			log.Warn("write error response", "err", err)
+		}
+	}
+}
+
+// decodeStrict decodes a JSON body, rejecting unknown fields, trailing data
+// and bodies over 64 KiB.
+func decodeStrict(c echo.Context, v any) error {
+	dec := json.NewDecoder(io.LimitReader(c.Request().Body, 64<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &te):
+			return invalid(te.Field, "must be a %s", te.Type.String())
+		case strings.HasPrefix(err.Error(), "json: unknown field "):
+			name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+			return invalid(name, "unknown field")
+		default:
+			return invalid("body", "not valid JSON: %v", err)
+		}
+	}
+	if dec.More() {
+		return invalid("body", "has data after the JSON object")
+	}
+	return nil
+}

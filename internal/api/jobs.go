@@ -1,0 +1,299 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/hostcron/hostcron/internal/jobspec"
+	"github.com/hostcron/hostcron/internal/schedule"
+	"github.com/hostcron/hostcron/internal/store"
+)
+
+// jobRequest is the body of create and update. Pointers tell "absent"
+// from "zero": on update, absent fields keep their value.
+type jobRequest struct {
+	WebrootID        *string `json:"webroot_id"`
+	Schedule         *string `json:"schedule"`
+	Timezone         *string `json:"timezone"`
+	Command          *string `json:"command"`
+	WorkingDirectory *string `json:"working_directory"`
+	Enabled          *bool   `json:"enabled"`
+	TimeoutSeconds   *int    `json:"timeout_seconds"`
+	MaxMemoryMB      *int    `json:"max_memory_mb"`
+	MaxFailures      *int    `json:"max_failures"`
+}
+
+// jobResponse is a cron job with its next fire time.
+type jobResponse struct {
+	store.CronJob
+	NextRunAt *time.Time `json:"next_run_at"`
+}
+
+// defaults of a new job.
+var newJobDefaults = store.JobSpec{Timezone: "UTC", Enabled: true, TimeoutSeconds: 300, MaxMemoryMB: 256, MaxFailures: 5}
+
+// apply overlays the request on base and validates the result.
+func (r jobRequest) apply(base store.JobSpec) (store.JobSpec, error) {
+	set := func(dst *string, src *string) {
+		if src != nil {
+			*dst = *src
+		}
+	}
+	setInt := func(dst *int, src *int) {
+		if src != nil {
+			*dst = *src
+		}
+	}
+	spec := base
+	set(&spec.WebrootID, r.WebrootID)
+	set(&spec.Schedule, r.Schedule)
+	set(&spec.Timezone, r.Timezone)
+	set(&spec.Command, r.Command)
+	set(&spec.WorkingDirectory, r.WorkingDirectory)
+	setInt(&spec.TimeoutSeconds, r.TimeoutSeconds)
+	setInt(&spec.MaxMemoryMB, r.MaxMemoryMB)
+	setInt(&spec.MaxFailures, r.MaxFailures)
+	if r.Enabled != nil {
+		spec.Enabled = *r.Enabled
+	}
+	return spec, validateSpec(spec)
+}
+
+func validateSpec(spec store.JobSpec) error {
+	if !uuidRE.MatchString(spec.WebrootID) {
+		return invalid("webroot_id", "must be the UUID of one of the tenant's webroots")
+	}
+	if spec.Timezone == "" {
+		return invalid("timezone", "must not be empty (omit it for UTC)")
+	}
+	if _, err := schedule.Parse(spec.Schedule, spec.Timezone); err != nil {
+		return scheduleError(err)
+	}
+	if err := jobspec.ValidateCommand(spec.Command); err != nil {
+		return invalid("command", "%v", err)
+	}
+	if err := jobspec.ValidateWorkingDirectory(spec.WorkingDirectory); err != nil {
+		return invalid("working_directory", "%v", err)
+	}
+	switch {
+	case spec.TimeoutSeconds < 1 || spec.TimeoutSeconds > 86400:
+		return invalid("timeout_seconds", "must be between 1 and 86400")
+	case spec.MaxMemoryMB < 16 || spec.MaxMemoryMB > 65536:
+		return invalid("max_memory_mb", "must be between 16 and 65536")
+	case spec.MaxFailures < 0 || spec.MaxFailures > 1000:
+		return invalid("max_failures", "must be between 0 (never auto-disable) and 1000")
+	}
+	return nil
+}
+
+func (s *Server) respondJob(c echo.Context, status int, j store.CronJob) error {
+	return c.JSON(status, s.withNext(j))
+}
+
+// withNext adds next_run_at: null unless the job is enabled and not being
+// deleted.
+func (s *Server) withNext(j store.CronJob) jobResponse {
+	resp := jobResponse{CronJob: j}
+	if !j.Enabled || j.Status == store.StatusDeleting {
+		return resp
+	}
+	if sched, err := schedule.Parse(j.Schedule, j.Timezone); err == nil {
+		if next := sched.Next(s.now()); !next.IsZero() {
+			resp.NextRunAt = &next
+		}
+	}
+	return resp
+}
+
+// tenantInScope returns the tenant path id if the caller may see it.
+func tenantInScope(c echo.Context) (string, error) {
+	id, err := pathID(c, "tenant")
+	if err != nil {
+		return "", err
+	}
+	if !who(c).canSee(id) {
+		return "", errNotFound
+	}
+	return id, nil
+}
+
+// jobInScope loads the job of the path if the caller may see it.
+func (s *Server) jobInScope(c echo.Context) (store.CronJob, error) {
+	id, err := pathID(c, "id")
+	if err != nil {
+		return store.CronJob{}, err
+	}
+	j, err := s.store.GetJob(c.Request().Context(), id)
+	if err != nil {
+		return j, err
+	}
+	if !who(c).canSee(j.TenantID) {
+		return j, errNotFound
+	}
+	return j, nil
+}
+
+func (s *Server) createJob(c echo.Context) error {
+	tenantID, err := tenantInScope(c)
+	if err != nil {
+		return err
+	}
+	if _, err := s.store.GetTenant(c.Request().Context(), tenantID); err != nil {
+		return err
+	}
+	var req jobRequest
+	if err := decodeStrict(c, &req); err != nil {
+		return err
+	}
+	switch {
+	case req.WebrootID == nil:
+		return invalid("webroot_id", "is required")
+	case req.Schedule == nil:
+		return invalid("schedule", "is required")
+	case req.Command == nil:
+		return invalid("command", "is required")
+	}
+	spec, err := req.apply(newJobDefaults)
+	if err != nil {
+		return err
+	}
+	j, err := s.store.CreateJob(c.Request().Context(), tenantID, spec)
+	if errors.Is(err, store.ErrNotFound) {
+		return invalid("webroot_id", "no such webroot for this tenant")
+	}
+	if err != nil {
+		return err
+	}
+	return s.respondJob(c, http.StatusCreated, j)
+}
+
+func (s *Server) listJobs(c echo.Context) error {
+	tenantID, err := tenantInScope(c)
+	if err != nil {
+		return err
+	}
+	if _, err := s.store.GetTenant(c.Request().Context(), tenantID); err != nil {
+		return err
+	}
+	jobs, err := s.store.ListJobs(c.Request().Context(), tenantID)
+	if err != nil {
+		return err
+	}
+	out := make([]jobResponse, len(jobs))
+	for i, j := range jobs {
+		out[i] = s.withNext(j)
+	}
+	return c.JSON(http.StatusOK, map[string]any{"cron_jobs": out})
+}
+
+func (s *Server) getJob(c echo.Context) error {
+	j, err := s.jobInScope(c)
+	if err != nil {
+		return err
+	}
+	return s.respondJob(c, http.StatusOK, j)
+}
+
+func (s *Server) updateJob(c echo.Context) error {
+	j, err := s.jobInScope(c)
+	if err != nil {
+		return err
+	}
+	var req jobRequest
+	if err := decodeStrict(c, &req); err != nil {
+		return err
+	}
+	spec, err := req.apply(store.JobSpec{
+		WebrootID: j.WebrootID, Schedule: j.Schedule, Timezone: j.Timezone, Command: j.Command,
+		WorkingDirectory: j.WorkingDirectory, Enabled: j.Enabled, TimeoutSeconds: j.TimeoutSeconds,
+		MaxMemoryMB: j.MaxMemoryMB, MaxFailures: j.MaxFailures,
+	})
+	if err != nil {
+		return err
+	}
+	updated, err := s.store.UpdateJob(c.Request().Context(), j.ID, spec)
+	if errors.Is(err, store.ErrNotFound) {
+		return invalid("webroot_id", "no such webroot for this tenant")
+	}
+	if err != nil {
+		return err
+	}
+	return s.respondJob(c, http.StatusOK, updated)
+}
+
+func (s *Server) deleteJob(c echo.Context) error {
+	j, err := s.jobInScope(c)
+	if err != nil {
+		return err
+	}
+	deleted, err := s.store.DeleteJob(c.Request().Context(), j.ID)
+	if err != nil {
+		return err
+	}
+	return s.respondJob(c, http.StatusAccepted, deleted)
+}
+
+// jobAction wraps enable, disable, retry and run-now: scope check, then the
+// store's state transition (409 when the state does not allow it).
+func (s *Server) jobAction(act func(context.Context, string) (store.CronJob, error)) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		j, err := s.jobInScope(c)
+		if err != nil {
+			return err
+		}
+		changed, err := act(c.Request().Context(), j.ID)
+		if err != nil {
+			return err
+		}
+		return s.respondJob(c, http.StatusAccepted, changed)
+	}
+}
+
+func (s *Server) listRuns(c echo.Context) error {
+	j, err := s.jobInScope(c)
+	if err != nil {
+		return err
+	}
+	limit := 100
+	if v := c.QueryParam("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			return invalid("limit", "must be a number from 1 to 1000")
+		}
+		limit = n
+	}
+	runs, err := s.store.ListRuns(c.Request().Context(), j.ID, limit)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"runs": runs})
+}
+
+// preview shows the OnCalendar values and next fire times of an expression.
+func (s *Server) preview(c echo.Context) error {
+	tz := c.QueryParam("timezone")
+	if tz == "" {
+		tz = "UTC"
+	}
+	count := 5
+	if v := c.QueryParam("count"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 100 {
+			return invalid("count", "must be a number from 1 to 100")
+		}
+		count = n
+	}
+	sched, err := schedule.Parse(c.QueryParam("schedule"), tz)
+	if err != nil {
+		return scheduleError(err)
+	}
+	return c.JSON(http.StatusOK, map[string]any{
+		"schedule": sched.Expr(), "timezone": tz,
+		"on_calendar": sched.OnCalendar(), "next_runs": sched.NextN(s.now(), count),
+	})
+}

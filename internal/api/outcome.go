@@ -1,0 +1,67 @@
+package api
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/hostcron/hostcron/internal/runkey"
+	"github.com/hostcron/hostcron/internal/store"
+)
+
+// outcomeRequest is what cron-outcome posts after a run.
+type outcomeRequest struct {
+	RunKey        string     `json:"run_key"`
+	ScheduledAt   time.Time  `json:"scheduled_at"`
+	StartedAt     *time.Time `json:"started_at"`
+	FinishedAt    *time.Time `json:"finished_at"`
+	Result        string     `json:"result"`
+	ExitCode      *int       `json:"exit_code"`
+	Signal        *string    `json:"signal"`
+	FailureReason string     `json:"failure_reason"`
+}
+
+func (s *Server) outcome(c echo.Context) error {
+	jobID, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	var req outcomeRequest
+	if err := decodeStrict(c, &req); err != nil {
+		return err
+	}
+	keyJob, slot, version, err := runkey.Parse(req.RunKey)
+	switch {
+	case err != nil:
+		return invalid("run_key", "%v", err)
+	case keyJob != jobID:
+		return invalid("run_key", "names job %s, not %s", keyJob, jobID)
+	case !slot.Equal(req.ScheduledAt):
+		return invalid("scheduled_at", "does not match the run key's slot %s", slot.Format(time.RFC3339))
+	case !store.ValidResult(req.Result):
+		return invalid("result", "unknown result %q", req.Result)
+	case len(req.FailureReason) > 2048:
+		return invalid("failure_reason", "at most 2048 bytes")
+	case req.StartedAt != nil && req.FinishedAt != nil && req.FinishedAt.Before(*req.StartedAt):
+		return invalid("finished_at", "is before started_at")
+	}
+	res, err := s.store.RecordOutcome(c.Request().Context(), nodeOf(c), jobID, store.Outcome{
+		RunKey: req.RunKey, Version: version, ScheduledAt: slot, StartedAt: req.StartedAt, FinishedAt: req.FinishedAt,
+		Result: req.Result, ExitCode: req.ExitCode, Signal: req.Signal, FailureReason: req.FailureReason,
+	})
+	if err != nil {
+		return err
+	}
+	if !res.Duplicate {
+		s.metrics.observeOutcome(req.Result, req.FinishedAt, s.now())
+		if res.AutoDisabled {
+			s.metrics.autoDisables.Inc()
+			s.log.Info("cron job auto-disabled", "cron_job_id", jobID, "consecutive_failures", res.Job.ConsecutiveFailures)
+		}
+	}
+	return c.JSON(http.StatusOK, map[string]any{
+		"duplicate": res.Duplicate, "auto_disabled": res.AutoDisabled,
+		"consecutive_failures": res.Job.ConsecutiveFailures, "status": res.Job.Status,
+	})
+}

@@ -1,0 +1,90 @@
+// Package api is the core API's HTTP interface: tenants' cron jobs, admin
+// registration, and the internal endpoint nodes report outcomes to.
+package api
+
+import (
+	"log/slog"
+	"net/http"
+	"regexp"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/hostcron/hostcron/internal/store"
+)
+
+// Config configures the server.
+type Config struct {
+	AdminKey string // bootstrap admin X-API-Key; empty disables it
+	Logger   *slog.Logger
+	Registry *prometheus.Registry // nil: a new one
+	Now      func() time.Time     // nil: time.Now
+}
+
+// Server holds the handlers' dependencies.
+type Server struct {
+	cfg     Config
+	store   *store.Store
+	log     *slog.Logger
+	metrics *metrics
+	now     func() time.Time
+}
+
+// New builds the HTTP handler.
+func New(st *store.Store, cfg Config) (*echo.Echo, *Server) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	s := &Server{cfg: cfg, store: st, log: cfg.Logger, metrics: newMetrics(cfg.Registry), now: cfg.Now}
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = errorHandler(s.log)
+	e.Use(s.metrics.middleware)
+	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{})))
+	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
+	e.GET("/api/v1/openapi.yaml", func(c echo.Context) error { return c.Blob(http.StatusOK, "application/yaml", OpenAPI) })
+
+	v1 := e.Group("/api/v1", s.requireKey)
+	v1.GET("/cron-preview", s.preview)
+	v1.POST("/tenants/:tenant/cron-jobs", s.createJob)
+	v1.GET("/tenants/:tenant/cron-jobs", s.listJobs)
+	v1.GET("/cron-jobs/:id", s.getJob)
+	v1.PUT("/cron-jobs/:id", s.updateJob)
+	v1.DELETE("/cron-jobs/:id", s.deleteJob)
+	v1.POST("/cron-jobs/:id/enable", s.jobAction(st.EnableJob))
+	v1.POST("/cron-jobs/:id/disable", s.jobAction(st.DisableJob))
+	v1.POST("/cron-jobs/:id/retry", s.jobAction(st.RetryJob))
+	v1.POST("/cron-jobs/:id/run-now", s.jobAction(st.RunNow))
+	v1.GET("/cron-jobs/:id/runs", s.listRuns)
+
+	admin := v1.Group("/admin", requireAdmin)
+	admin.POST("/shards", s.createShard)
+	admin.POST("/shards/:shard/nodes", s.createNode)
+	admin.GET("/shards/:shard/nodes", s.listNodes)
+	admin.POST("/tenants", s.createTenant)
+	admin.POST("/tenants/:tenant/webroots", s.createWebroot)
+	admin.POST("/api-keys", s.createAPIKey)
+
+	internal := e.Group("/internal/v1", s.requireNode)
+	internal.POST("/cron-jobs/:id/outcome", s.outcome)
+	return e, s
+}
+
+var uuidRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+// pathID returns a UUID path parameter; anything else cannot exist: 404.
+func pathID(c echo.Context, name string) (string, error) {
+	id := c.Param(name)
+	if !uuidRE.MatchString(id) {
+		return "", errNotFound
+	}
+	return id, nil
+}

@@ -1,0 +1,58 @@
+// Package housekeeping runs the core API's periodic chores: recording lost
+// runs and deleting old run history.
+package housekeeping
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/hostcron/hostcron/internal/store"
+)
+
+// Config sets the chores' timing.
+type Config struct {
+	Interval  time.Duration // how often to sweep (default 30s)
+	Grace     time.Duration // how long after timeout an outcome may still arrive (default 2m)
+	Retention time.Duration // how long runs are kept (default 180 days)
+}
+
+func (c *Config) defaults() {
+	if c.Interval <= 0 {
+		c.Interval = 30 * time.Second
+	}
+	if c.Grace <= 0 {
+		c.Grace = 2 * time.Minute
+	}
+	if c.Retention <= 0 {
+		c.Retention = 180 * 24 * time.Hour
+	}
+}
+
+// Run sweeps until ctx ends. It waits one grace period before the first
+// sweep, so that outcomes nodes spooled while the API was down arrive
+// before their slots could be taken for lost.
+func Run(ctx context.Context, st *store.Store, cfg Config, log *slog.Logger) {
+	cfg.defaults()
+	wait := cfg.Grace
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = cfg.Interval
+		lost, disabled, err := st.SweepLostRuns(ctx, time.Now(), cfg.Grace)
+		if err != nil && ctx.Err() == nil {
+			log.Error("sweep lost runs", "err", err)
+		} else if lost > 0 {
+			log.Warn("recorded lost runs", "runs", lost, "auto_disabled", disabled)
+		}
+		n, err := st.DeleteRunsBefore(ctx, time.Now().Add(-cfg.Retention))
+		if err != nil && ctx.Err() == nil {
+			log.Error("delete old runs", "err", err)
+		} else if n > 0 {
+			log.Info("deleted old runs", "runs", n)
+		}
+	}
+}

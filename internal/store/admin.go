@@ -1,0 +1,214 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Shard is a group of web nodes on one shared storage.
+type Shard struct {
+	ID            string    `json:"id"`
+	Name          string    `json:"name"`
+	WebStorageDir string    `json:"web_storage_dir"`
+	CreatedAt     time.Time `json:"created_at"`
+}
+
+// Node is one web node; it authenticates with a token whose hash is stored.
+type Node struct {
+	ID         string     `json:"id"`
+	ShardID    string     `json:"shard_id"`
+	Name       string     `json:"name"`
+	LastSeenAt *time.Time `json:"last_seen_at"`
+	CreatedAt  time.Time  `json:"created_at"`
+}
+
+// Tenant is a hosting customer with a Linux user on its shard's nodes.
+type Tenant struct {
+	ID         string    `json:"id"`
+	Name       string    `json:"name"`
+	ShardID    string    `json:"shard_id"`
+	LinuxUser  string    `json:"linux_user"`
+	LinuxGroup string    `json:"linux_group"`
+	CreatedAt  time.Time `json:"created_at"`
+}
+
+// Webroot is a directory of a tenant on shared storage.
+type Webroot struct {
+	ID        string    `json:"id"`
+	TenantID  string    `json:"tenant_id"`
+	Path      string    `json:"path"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// NewToken returns a random secret and the hash stored for it.
+func NewToken() (token string, hash []byte) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		panic(fmt.Sprintf("crypto/rand: %v", err)) // never fails on Linux
+	}
+	token = hex.EncodeToString(b)
+	return token, HashToken(token)
+}
+
+// HashToken is how tokens are stored; they are 256-bit random, so a plain
+// SHA-256 suffices (no password stretching needed).
+func HashToken(token string) []byte {
+	h := sha256.Sum256([]byte(token))
+	return h[:]
+}
+
+// CreateShard registers a shard.
+func (s *Store) CreateShard(ctx context.Context, name, webStorageDir string) (Shard, error) {
+	var sh Shard
+	err := s.pool.QueryRow(ctx,
+		`INSERT INTO shards (name, web_storage_dir) VALUES ($1, $2) RETURNING id, name, web_storage_dir, created_at`,
+		name, webStorageDir).Scan(&sh.ID, &sh.Name, &sh.WebStorageDir, &sh.CreatedAt)
+	if uniqueViolation(err) {
+		return sh, conflict("a shard named %q exists", name)
+	}
+	if err != nil {
+		return sh, fmt.Errorf("create shard: %w", err)
+	}
+	return sh, nil
+}
+
+// GetShard returns one shard.
+func (s *Store) GetShard(ctx context.Context, id string) (Shard, error) {
+	var sh Shard
+	err := s.pool.QueryRow(ctx, `SELECT id, name, web_storage_dir, created_at FROM shards WHERE id = $1`, id).
+		Scan(&sh.ID, &sh.Name, &sh.WebStorageDir, &sh.CreatedAt)
+	return sh, notFound(err, "get shard")
+}
+
+// CreateNode registers a node in a shard and returns its one-time token.
+func (s *Store) CreateNode(ctx context.Context, shardID, name string) (Node, string, error) {
+	token, hash := NewToken()
+	var n Node
+	err := s.pool.QueryRow(ctx,
+		`INSERT INTO nodes (shard_id, name, credential_hash) SELECT id, $2, $3 FROM shards WHERE id = $1
+		 RETURNING id, shard_id, name, last_seen_at, created_at`,
+		shardID, name, hash).Scan(&n.ID, &n.ShardID, &n.Name, &n.LastSeenAt, &n.CreatedAt)
+	switch {
+	case uniqueViolation(err):
+		return n, "", conflict("a node named %q exists", name)
+	case err != nil:
+		return n, "", notFound(err, "create node: shard")
+	}
+	return n, token, nil
+}
+
+// NodeByToken authenticates a node.
+func (s *Store) NodeByToken(ctx context.Context, token string) (Node, error) {
+	var n Node
+	err := s.pool.QueryRow(ctx,
+		`SELECT id, shard_id, name, last_seen_at, created_at FROM nodes WHERE credential_hash = $1`,
+		HashToken(token)).Scan(&n.ID, &n.ShardID, &n.Name, &n.LastSeenAt, &n.CreatedAt)
+	return n, notFound(err, "node by token")
+}
+
+// ListNodes lists the nodes of a shard.
+func (s *Store) ListNodes(ctx context.Context, shardID string) ([]Node, error) {
+	rows, err := s.pool.Query(ctx,
+		`SELECT id, shard_id, name, last_seen_at, created_at FROM nodes WHERE shard_id = $1 ORDER BY name`, shardID)
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Node, error) {
+		var n Node
+		err := r.Scan(&n.ID, &n.ShardID, &n.Name, &n.LastSeenAt, &n.CreatedAt)
+		return n, err
+	})
+}
+
+// CreateTenant registers a tenant on a shard.
+func (s *Store) CreateTenant(ctx context.Context, t Tenant) (Tenant, error) {
+	err := s.pool.QueryRow(ctx,
+		`INSERT INTO tenants (name, shard_id, linux_user, linux_group) SELECT $1, id, $3, $4 FROM shards WHERE id = $2
+		 RETURNING id, name, shard_id, linux_user, linux_group, created_at`,
+		t.Name, t.ShardID, t.LinuxUser, t.LinuxGroup).
+		Scan(&t.ID, &t.Name, &t.ShardID, &t.LinuxUser, &t.LinuxGroup, &t.CreatedAt)
+	switch {
+	case uniqueViolation(err):
+		return t, conflict("a tenant named %q exists", t.Name)
+	case err != nil:
+		return t, notFound(err, "create tenant: shard")
+	}
+	return t, nil
+}
+
+// GetTenant returns one tenant.
+func (s *Store) GetTenant(ctx context.Context, id string) (Tenant, error) {
+	var t Tenant
+	err := s.pool.QueryRow(ctx,
+		`SELECT id, name, shard_id, linux_user, linux_group, created_at FROM tenants WHERE id = $1`, id).
+		Scan(&t.ID, &t.Name, &t.ShardID, &t.LinuxUser, &t.LinuxGroup, &t.CreatedAt)
+	return t, notFound(err, "get tenant")
+}
+
+// CreateWebroot registers a webroot of a tenant.
+func (s *Store) CreateWebroot(ctx context.Context, tenantID, path string) (Webroot, error) {
+	var w Webroot
+	err := s.pool.QueryRow(ctx,
+		`INSERT INTO webroots (tenant_id, path) SELECT id, $2 FROM tenants WHERE id = $1
+		 RETURNING id, tenant_id, path, created_at`, tenantID, path).
+		Scan(&w.ID, &w.TenantID, &w.Path, &w.CreatedAt)
+	switch {
+	case uniqueViolation(err):
+		return w, conflict("the tenant has a webroot at %q", path)
+	case err != nil:
+		return w, notFound(err, "create webroot: tenant")
+	}
+	return w, nil
+}
+
+// GetWebroot returns one webroot.
+func (s *Store) GetWebroot(ctx context.Context, id string) (Webroot, error) {
+	var w Webroot
+	err := s.pool.QueryRow(ctx, `SELECT id, tenant_id, path, created_at FROM webroots WHERE id = $1`, id).
+		Scan(&w.ID, &w.TenantID, &w.Path, &w.CreatedAt)
+	return w, notFound(err, "get webroot")
+}
+
+// APIKey is who a key speaks for: an admin, or one tenant.
+type APIKey struct {
+	ID       string `json:"id"`
+	Scope    string `json:"scope"` // "admin" or "tenant"
+	TenantID string `json:"tenant_id,omitempty"`
+}
+
+// CreateAPIKey makes a key; tenantID "" makes an admin key.
+func (s *Store) CreateAPIKey(ctx context.Context, tenantID string) (APIKey, string, error) {
+	token, hash := NewToken()
+	k := APIKey{Scope: "admin", TenantID: tenantID}
+	var tid *string
+	if tenantID != "" {
+		k.Scope, tid = "tenant", &tenantID
+	}
+	err := s.pool.QueryRow(ctx,
+		`INSERT INTO api_keys (key_hash, scope, tenant_id) VALUES ($1, $2, $3) RETURNING id`, hash, k.Scope, tid).Scan(&k.ID)
+	switch {
+	case foreignKeyViolation(err):
+		return k, "", fmt.Errorf("create API key: tenant: %w", ErrNotFound)
+	case err != nil:
+		return k, "", fmt.Errorf("create API key: %w", err)
+	}
+	return k, token, nil
+}
+
+// APIKeyByToken authenticates an API key.
+func (s *Store) APIKeyByToken(ctx context.Context, token string) (APIKey, error) {
+	var k APIKey
+	var tid *string
+	err := s.pool.QueryRow(ctx, `SELECT id, scope, tenant_id FROM api_keys WHERE key_hash = $1`, HashToken(token)).
+		Scan(&k.ID, &k.Scope, &tid)
+	if tid != nil {
+		k.TenantID = *tid
+	}
+	return k, notFound(err, "API key")
+}
