@@ -116,7 +116,7 @@ func (v *env) checkSpec(req *http.Request, body string, resp *http.Response, out
 		Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc, ExcludeRequestBody: true}}
 	err = openapi3filter.ValidateResponse(context.Background(), &openapi3filter.ResponseValidationInput{
 		RequestValidationInput: in, Status: resp.StatusCode, Header: resp.Header,
-		Body: io.NopCloser(bytes.NewReader(out)),
+		Body:    io.NopCloser(bytes.NewReader(out)),
 		Options: &openapi3filter.Options{IncludeResponseStatus: true},
 	})
 	if err != nil {

@@ -6,28 +6,17 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/hostcron/hostcron/internal/outcome"
 	"github.com/hostcron/hostcron/internal/runkey"
 	"github.com/hostcron/hostcron/internal/store"
 )
-
-// outcomeRequest is what cron-outcome posts after a run.
-type outcomeRequest struct {
-	RunKey        string     `json:"run_key"`
-	ScheduledAt   time.Time  `json:"scheduled_at"`
-	StartedAt     *time.Time `json:"started_at"`
-	FinishedAt    *time.Time `json:"finished_at"`
-	Result        string     `json:"result"`
-	ExitCode      *int       `json:"exit_code"`
-	Signal        *string    `json:"signal"`
-	FailureReason string     `json:"failure_reason"`
-}
 
 func (s *Server) outcome(c echo.Context) error {
 	jobID, err := pathID(c, "id")
 	if err != nil {
 		return err
 	}
-	var req outcomeRequest
+	var req outcome.Report // what cron-outcome posts
 	if err := decodeStrict(c, &req); err != nil {
 		return err
 	}

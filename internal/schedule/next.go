@@ -49,7 +49,7 @@ func (s *Schedule) NextN(t time.Time, n int) []time.Time {
 // Prev returns the latest fire time at or before t (zero if none within the
 // search horizon). A runner uses it to name the occurrence a timer fired for.
 func (s *Schedule) Prev(t time.Time) time.Time {
-	for lookback := 2 * time.Minute; lookback < searchYears*366*24*time.Hour; lookback *= 4 {
+	for lookback := 2 * time.Second; lookback < searchYears*366*24*time.Hour; lookback *= 4 {
 		at := s.Next(t.Add(-lookback))
 		if at.IsZero() || at.After(t) {
 			continue
@@ -62,47 +62,54 @@ func (s *Schedule) Prev(t time.Time) time.Time {
 	return time.Time{}
 }
 
-// wallTime is a civil date and time to the minute, as the cron fields see it.
+// wallTime is a civil date and time to the second, as the cron fields see it.
 type wallTime struct {
 	date time.Time // midnight UTC of the civil day; UTC keeps day arithmetic free of DST
 	hour int
 	min  int
+	sec  int
 }
 
 func civil(t time.Time) wallTime {
 	y, m, d := t.Date()
-	return wallTime{date: time.Date(y, m, d, 0, 0, 0, 0, time.UTC), hour: t.Hour(), min: t.Minute()}
+	return wallTime{date: time.Date(y, m, d, 0, 0, 0, 0, time.UTC), hour: t.Hour(), min: t.Minute(), sec: t.Second()}
 }
 
 // nextWall returns the first matching wall time strictly after w.
 func (s *Schedule) nextWall(w wallTime) (wallTime, bool) {
-	if h, m, ok := s.nextClock(w.hour, w.min+1); ok && s.dayMatches(w.date) {
-		return wallTime{date: w.date, hour: h, min: m}, true
+	if h, m, sec, ok := s.nextClock(w.hour, w.min, w.sec+1); ok && s.dayMatches(w.date) {
+		return wallTime{date: w.date, hour: h, min: m, sec: sec}, true
 	}
 	limit := w.date.AddDate(searchYears, 0, 0)
 	for d := w.date.AddDate(0, 0, 1); d.Before(limit); d = d.AddDate(0, 0, 1) {
 		if !s.dayMatches(d) {
 			continue
 		}
-		h, m, _ := s.nextClock(0, 0)
-		return wallTime{date: d, hour: h, min: m}, true
+		h, m, sec, _ := s.nextClock(0, 0, 0)
+		return wallTime{date: d, hour: h, min: m, sec: sec}, true
 	}
 	return wallTime{}, false
 }
 
-// nextClock returns the first hour:minute at or after h:m on one day.
-func (s *Schedule) nextClock(h, m int) (int, int, bool) {
-	for ; h < 24; h, m = h+1, 0 {
+// nextClock returns the first hour:minute:second at or after h:m:sec on one
+// day (sec may be 60, meaning the next minute).
+func (s *Schedule) nextClock(h, m, sec int) (int, int, int, bool) {
+	for ; h < 24; h, m, sec = h+1, 0, 0 {
 		if s.hour&(1<<uint(h)) == 0 {
 			continue
 		}
-		for ; m < 60; m++ {
-			if s.minute&(1<<uint(m)) != 0 {
-				return h, m, true
+		for ; m < 60; m, sec = m+1, 0 {
+			if s.minute&(1<<uint(m)) == 0 {
+				continue
+			}
+			for ; sec < 60; sec++ {
+				if s.second&(1<<uint(sec)) != 0 {
+					return h, m, sec, true
+				}
 			}
 		}
 	}
-	return 0, 0, false
+	return 0, 0, 0, false
 }
 
 // dayMatches applies cronie's day rule: if either day field starts with '*'
@@ -119,18 +126,19 @@ func (s *Schedule) dayMatches(d time.Time) bool {
 	return domOK || dowOK
 }
 
-// Matches reports whether the wall-clock minute of t (in the schedule's zone)
+// Matches reports whether the wall-clock second of t (in the schedule's zone)
 // is a cron time. It is the plain definition, used to check Next.
 func (s *Schedule) Matches(t time.Time) bool {
 	w := civil(t.In(s.loc))
-	return s.dayMatches(w.date) && s.hour&(1<<uint(w.hour)) != 0 && s.minute&(1<<uint(w.min)) != 0
+	return s.dayMatches(w.date) && s.hour&(1<<uint(w.hour)) != 0 && s.minute&(1<<uint(w.min)) != 0 &&
+		s.second&(1<<uint(w.sec)) != 0
 }
 
 // resolve maps a wall time to the earliest instant after base that shows
 // that wall time in loc; ok is false when there is none (a DST gap, or all
 // its instants are not after base).
 func resolve(w wallTime, loc *time.Location, base time.Time) (time.Time, bool) {
-	naive := w.date.Add(time.Duration(w.hour)*time.Hour + time.Duration(w.min)*time.Minute)
+	naive := w.date.Add(time.Duration(w.hour)*time.Hour + time.Duration(w.min)*time.Minute + time.Duration(w.sec)*time.Second)
 	var found []time.Time
 	for _, probe := range []time.Duration{-26 * time.Hour, 0, 26 * time.Hour} {
 		_, off := naive.Add(probe).In(loc).Zone()
@@ -144,4 +152,39 @@ func resolve(w wallTime, loc *time.Location, base time.Time) (time.Time, bool) {
 	}
 	sort.Slice(found, func(i, j int) bool { return found[i].Before(found[j]) })
 	return found[0].In(loc), true
+}
+
+// MinInterval is a lower bound of the time between two fire times: the
+// smallest gap within the finest restricted field. A timer's random delay
+// must stay below it, or a run could not tell which slot it fired for.
+func (s *Schedule) MinInterval() time.Duration {
+	if gap := minGap(s.second, 60); gap > 0 {
+		return time.Duration(gap) * time.Second
+	}
+	if gap := minGap(s.minute, 60); gap > 0 {
+		return time.Duration(gap) * time.Minute
+	}
+	return time.Hour
+}
+
+// minGap is the smallest cyclic distance between set bits in [0,n), or 0
+// when fewer than two bits are set.
+func minGap(set uint64, n int) int {
+	first, prev, best := -1, -1, 0
+	for v := 0; v < n; v++ {
+		if set&(1<<uint(v)) == 0 {
+			continue
+		}
+		if prev >= 0 && (best == 0 || v-prev < best) {
+			best = v - prev
+		}
+		if first < 0 {
+			first = v
+		}
+		prev = v
+	}
+	if first >= 0 && prev != first && (n-prev+first) < best {
+		best = n - prev + first
+	}
+	return best
 }

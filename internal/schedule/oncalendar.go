@@ -12,7 +12,8 @@ var weekdayNames = [7]string{"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"}
 // value, so cron's "day-of-month OR day-of-week" needs two values.
 func (s *Schedule) OnCalendar() []string {
 	zone := ZoneName(s.loc)
-	clock := fmt.Sprintf("%s:%s:00", component(s.hour, hourField, 2), component(s.minute, minuteField, 2))
+	clock := fmt.Sprintf("%s:%s:%s", component(s.hour, hourField, 2), component(s.minute, minuteField, 2),
+		component(s.second, secondField, 2))
 	month := component(s.month, monthField, 2)
 	value := func(weekdays, dom string) string {
 		v := fmt.Sprintf("*-%s-%s %s %s", month, dom, clock, zone)

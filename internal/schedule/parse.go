@@ -18,6 +18,7 @@ type field struct {
 }
 
 var (
+	secondField = field{name: "second", min: 0, max: 59}
 	minuteField = field{name: "minute", min: 0, max: 59}
 	hourField   = field{name: "hour", min: 0, max: 23}
 	domField    = field{name: "day-of-month", min: 1, max: 31}
@@ -62,7 +63,8 @@ func (e *Error) Error() string {
 // Schedule is a parsed cron expression bound to a time zone.
 type Schedule struct {
 	expr   string
-	minute uint64 // bit i set = value i matches
+	second uint64 // bit i set = value i matches; only bit 0 for 5-field cron
+	minute uint64
 	hour   uint64
 	dom    uint64
 	month  uint64
@@ -79,13 +81,25 @@ func (s *Schedule) Expr() string { return s.expr }
 // Location returns the schedule's time zone.
 func (s *Schedule) Location() *time.Location { return s.loc }
 
-// Parse parses a cron expression in the named IANA time zone ("" = UTC).
+// Parse parses a 5-field cron expression in the named IANA time zone
+// ("" = UTC). This is what tenants may write.
 func Parse(expr, tz string) (*Schedule, error) {
+	return parse(expr, tz, false)
+}
+
+// ParseWithSeconds also accepts a leading seconds field (6 fields, as in
+// the OJS extended format). The API never accepts it; the node side does,
+// so that tests and operators can run sub-minute schedules.
+func ParseWithSeconds(expr, tz string) (*Schedule, error) {
+	return parse(expr, tz, true)
+}
+
+func parse(expr, tz string, seconds bool) (*Schedule, error) {
 	loc, err := LoadZone(tz)
 	if err != nil {
 		return nil, err
 	}
-	s, err := parseExpr(expr)
+	s, err := parseExpr(expr, seconds)
 	if err != nil {
 		return nil, err
 	}
@@ -93,7 +107,7 @@ func Parse(expr, tz string) (*Schedule, error) {
 	return s, nil
 }
 
-func parseExpr(expr string) (*Schedule, error) {
+func parseExpr(expr string, seconds bool) (*Schedule, error) {
 	text := strings.TrimSpace(expr)
 	if text == "" {
 		return nil, &Error{Field: "expression", Reason: "is empty"}
@@ -118,6 +132,14 @@ func parseExpr(expr string) (*Schedule, error) {
 		}
 	}
 	parts := strings.Fields(text)
+	secondSet := uint64(1)
+	if seconds && len(parts) == 6 {
+		set, err := parseField(parts[0], secondField)
+		if err != nil {
+			return nil, err
+		}
+		secondSet, parts = set, parts[1:]
+	}
 	if len(parts) != 5 {
 		return nil, &Error{Field: "expression", Value: expr,
 			Reason: fmt.Sprintf("has %d fields, want 5 (minute hour day-of-month month day-of-week)", len(parts))}
@@ -136,6 +158,7 @@ func parseExpr(expr string) (*Schedule, error) {
 	}
 	s := &Schedule{
 		expr:   strings.TrimSpace(expr),
+		second: secondSet,
 		minute: sets[0], hour: sets[1], dom: sets[2], month: sets[3], dow: sets[4],
 		domStar: strings.HasPrefix(parts[2], "*"),
 		dowStar: strings.HasPrefix(parts[4], "*"),

@@ -208,3 +208,47 @@ func TestPrev(t *testing.T) {
 		t.Errorf("Prev yearly = %v", got)
 	}
 }
+
+func TestSecondsField(t *testing.T) {
+	if _, err := Parse("*/10 * * * * *", ""); err == nil {
+		t.Error("Parse accepted 6 fields; only ParseWithSeconds may")
+	}
+	s, err := ParseWithSeconds("*/10 * * * * *", "Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.OnCalendar(); !reflect.DeepEqual(got, []string{"*-*-* *:*:00,10,20,30,40,50 Europe/Berlin"}) {
+		t.Errorf("OnCalendar = %q", got)
+	}
+	base := utc("2026-11-21 10:00").Add(25 * time.Second)
+	if got := s.NextN(base, 2); !got[0].Equal(base.Add(5*time.Second)) || !got[1].Equal(base.Add(15*time.Second)) {
+		t.Errorf("NextN = %v", got)
+	}
+	if got := s.Prev(base); !got.Equal(base.Add(-5 * time.Second)) {
+		t.Errorf("Prev = %v", got)
+	}
+	if s.MinInterval() != 10*time.Second {
+		t.Errorf("MinInterval = %v", s.MinInterval())
+	}
+	// Five fields still parse the same way.
+	if f, _ := ParseWithSeconds("*/5 * * * *", ""); f.MinInterval() != 5*time.Minute || f.OnCalendar()[0] != "*-*-* *:00,05,10,15,20,25,30,35,40,45,50,55:00 UTC" {
+		t.Errorf("5-field through ParseWithSeconds: %v %v", f.MinInterval(), f.OnCalendar())
+	}
+	for expr, want := range map[string]time.Duration{"0 3 * * *": time.Hour, "0,50 * * * *": 10 * time.Minute, "5,55 * * * * *": 10 * time.Second} {
+		if got := mustParseSec(t, expr).MinInterval(); got != want {
+			t.Errorf("MinInterval(%q) = %v, want %v", expr, got, want)
+		}
+	}
+	if _, err := ParseWithSeconds("60 * * * * *", ""); err == nil || !strings.Contains(err.Error(), "second") {
+		t.Errorf("second 60: %v", err)
+	}
+}
+
+func mustParseSec(t *testing.T, expr string) *Schedule {
+	t.Helper()
+	s, err := ParseWithSeconds(expr, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}

@@ -70,8 +70,8 @@ type Outcome struct {
 
 // OutcomeResult tells what recording an outcome did.
 type OutcomeResult struct {
-	Duplicate    bool   // the run key was known: nothing changed
-	AutoDisabled bool   // this outcome crossed the threshold
+	Duplicate    bool // the run key was known: nothing changed
+	AutoDisabled bool // this outcome crossed the threshold
 	Job          CronJob
 }
 

@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strings"
 	"text/template"
+	"time"
 
 	unittemplates "github.com/hostcron/hostcron/templates/units"
 )
@@ -42,17 +43,31 @@ type Job struct {
 	OnCalendar  []string // from schedule.Schedule.OnCalendar
 	TimeoutSec  int      // kill the run after this long
 	MemoryMaxMB int      // MemoryMax=
+	// RandomizedDelaySec spreads one slot's timers over the nodes; see
+	// DelayFor.
+	RandomizedDelaySec int
 }
 
-// RandomizedDelaySec spreads the timers of one slot over the nodes.
-const RandomizedDelaySec = 15
+// MaxRandomizedDelaySec is the delay of every schedule of a minute or more.
+const MaxRandomizedDelaySec = 15
+
+// DelayFor returns the random delay for a schedule whose fire times are at
+// least minInterval apart: 15 s, but under half the interval, so a run can
+// always tell which slot its timer fired for.
+func DelayFor(minInterval time.Duration) int {
+	d := int(minInterval / time.Second / 2)
+	if d > MaxRandomizedDelaySec {
+		return MaxRandomizedDelaySec
+	}
+	return max(d-1, 0)
+}
 
 var (
 	tenantRE   = regexp.MustCompile(`^[a-z][a-z0-9]*(-[a-z0-9]+)*$`)
 	idRE       = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 	userRE     = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
 	pathRE     = regexp.MustCompile(`^(/[A-Za-z0-9._-]+)+$`)
-	calendarRE = regexp.MustCompile(`^(?:[A-Z][a-z]{2}(?:\.\.[A-Z][a-z]{2})?(?:,[A-Z][a-z]{2}(?:\.\.[A-Z][a-z]{2})?)* )?\*-[0-9*,.]+-[0-9*,.]+ [0-9*,.]+:[0-9*,.]+:00 [A-Za-z][A-Za-z0-9_+/-]*$`)
+	calendarRE = regexp.MustCompile(`^(?:[A-Z][a-z]{2}(?:\.\.[A-Z][a-z]{2})?(?:,[A-Z][a-z]{2}(?:\.\.[A-Z][a-z]{2})?)* )?\*-[0-9*,.]+-[0-9*,.]+ [0-9*,.]+:[0-9*,.]+:[0-9*,.]+ [A-Za-z][A-Za-z0-9_+/-]*$`)
 )
 
 // MaxTenantLen keeps unit names far below systemd's 255-byte limit.
@@ -107,6 +122,8 @@ func (j *Job) Validate() error {
 		return fmt.Errorf("timeout %ds: want 1 to 86400", j.TimeoutSec)
 	case j.MemoryMaxMB < 16 || j.MemoryMaxMB > 65536:
 		return fmt.Errorf("memory limit %d MB: want 16 to 65536", j.MemoryMaxMB)
+	case j.RandomizedDelaySec < 0 || j.RandomizedDelaySec > MaxRandomizedDelaySec:
+		return fmt.Errorf("randomized delay %ds: want 0 to %d", j.RandomizedDelaySec, MaxRandomizedDelaySec)
 	case j.Version < 0:
 		return fmt.Errorf("version %d: must not be negative", j.Version)
 	}
@@ -141,10 +158,9 @@ func Render(j Job, p Paths) (Rendered, error) {
 	data := struct {
 		Job
 		Paths
-		Name               string
-		SpecPath           string
-		RandomizedDelaySec int
-	}{j, p, name, p.SpecDir + "/" + name + ".json", RandomizedDelaySec}
+		Name     string
+		SpecPath string
+	}{j, p, name, p.SpecDir + "/" + name + ".json"}
 	var timer, service bytes.Buffer
 	if err := templates.ExecuteTemplate(&timer, "cron.timer.tmpl", data); err != nil {
 		return Rendered{}, fmt.Errorf("render %s.timer: %w", name, err)

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hostcron/hostcron/internal/schedule"
 )
@@ -23,6 +24,7 @@ func validJob(t *testing.T, expr, tz string) Job {
 		Tenant: "acme-shop", ID: jobID, Version: 3, User: "acme", Group: "acme",
 		Webroot: "/srv/shared/www/acme-shop/public", LockDir: "/srv/shared/www/acme-shop/.locks",
 		OnCalendar: s.OnCalendar(), TimeoutSec: 300, MemoryMaxMB: 256,
+		RandomizedDelaySec: DelayFor(s.MinInterval()),
 	}
 }
 
@@ -144,5 +146,13 @@ func TestRenderedUnitsVerify(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err != nil || len(bytes.TrimSpace(out)) > 0 {
 		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
+	}
+}
+
+func TestDelayFor(t *testing.T) {
+	for in, want := range map[time.Duration]int{time.Minute: 15, time.Hour: 15, 10 * time.Second: 4, 20 * time.Second: 9, time.Second: 0} {
+		if got := DelayFor(in); got != want {
+			t.Errorf("DelayFor(%v) = %d, want %d", in, got, want)
+		}
 	}
 }

@@ -1,0 +1,113 @@
+// Package outcome turns the end of a cron service into a report for the
+// core API, and delivers it: at once if the API answers, else through a
+// spool on disk that the node agent drains.
+package outcome
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hostcron/hostcron/internal/runner"
+)
+
+// Report is the body of POST /internal/v1/cron-jobs/{id}/outcome.
+type Report struct {
+	RunKey        string     `json:"run_key"`
+	ScheduledAt   time.Time  `json:"scheduled_at"`
+	StartedAt     *time.Time `json:"started_at"`
+	FinishedAt    *time.Time `json:"finished_at"`
+	Result        string     `json:"result"`
+	ExitCode      *int       `json:"exit_code"`
+	Signal        *string    `json:"signal"`
+	FailureReason string     `json:"failure_reason"`
+}
+
+// Service is what systemd tells ExecStopPost about the run.
+type Service struct {
+	Result     string // $SERVICE_RESULT: success, exit-code, signal, core-dump, timeout, oom-kill, ...
+	ExitCode   string // $EXIT_CODE: exited, killed, dumped
+	ExitStatus string // $EXIT_STATUS: a number or a signal name
+	OOMKills   int    // oom_kill count of the unit's cgroup, as a second witness
+}
+
+// ServiceFromEnv reads systemd's variables and the cgroup's OOM counter.
+func ServiceFromEnv() Service {
+	return Service{
+		Result: os.Getenv("SERVICE_RESULT"), ExitCode: os.Getenv("EXIT_CODE"),
+		ExitStatus: os.Getenv("EXIT_STATUS"), OOMKills: cgroupOOMKills(),
+	}
+}
+
+// Classify decides what to report. It returns silent=true for lock
+// contention: another node ran, or runs, this slot and reports it.
+func Classify(svc Service, rec runner.Record, haveRecord bool, now time.Time) (r Report, silent bool) {
+	if haveRecord && rec.Kind == runner.KindContention {
+		return Report{}, true
+	}
+	if !haveRecord && svc.Result == "success" && svc.ExitStatus == strconv.Itoa(runner.ExitSkip) {
+		return Report{}, true // a skip whose record was lost: nothing ran
+	}
+	r = Report{RunKey: rec.RunKey, ScheduledAt: rec.Slot, StartedAt: rec.StartedAt, FinishedAt: rec.FinishedAt,
+		ExitCode: rec.ExitCode}
+	if r.FinishedAt == nil && r.StartedAt != nil {
+		end := now.UTC()
+		r.FinishedAt = &end
+	}
+	if rec.Signal != "" {
+		sig := rec.Signal
+		r.Signal = &sig
+	}
+	switch {
+	case svc.Result == "timeout":
+		r.Result, r.FailureReason = "timeout", "killed after the job's timeout"
+	case svc.Result == "oom-kill" || (svc.OOMKills > 0 && svc.Result != "success"):
+		r.Result, r.FailureReason = "oom", "killed for exceeding the job's memory limit"
+	case rec.Kind == runner.KindOverlap:
+		r.Result, r.FailureReason = "overlap_skipped", "the previous run was still running"
+	case rec.Kind == runner.KindSetupError:
+		r.Result, r.FailureReason = "failed", rec.Reason
+	case svc.Result == "success":
+		r.Result = "success"
+	case rec.Signal != "":
+		r.Result, r.FailureReason = "signal", "killed by "+rec.Signal
+	case svc.Result == "signal" || svc.Result == "core-dump":
+		sig := "SIG" + strings.TrimPrefix(svc.ExitStatus, "SIG")
+		r.Result, r.Signal, r.FailureReason = "signal", &sig, "killed by "+sig
+	case svc.Result == "exit-code" && haveRecord && rec.Kind == runner.KindRan:
+		r.Result = "exit_code"
+		if r.ExitCode != nil {
+			r.FailureReason = fmt.Sprintf("exited with status %d", *r.ExitCode)
+		}
+	default:
+		r.Result = "failed"
+		r.FailureReason = fmt.Sprintf("service result %q (%s %s) before the command ran", svc.Result, svc.ExitCode, svc.ExitStatus)
+	}
+	return r, false
+}
+
+// cgroupOOMKills reads oom_kill from the memory.events of the cgroup this
+// process runs in; ExecStopPost runs in the service's own cgroup.
+func cgroupOOMKills() int {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if path, ok := strings.CutPrefix(line, "0::"); ok {
+			ev, err := os.ReadFile("/sys/fs/cgroup" + path + "/memory.events")
+			if err != nil {
+				return 0
+			}
+			for _, l := range strings.Split(string(ev), "\n") {
+				if v, ok := strings.CutPrefix(l, "oom_kill "); ok {
+					n, _ := strconv.Atoi(v)
+					return n
+				}
+			}
+		}
+	}
+	return 0
+}

@@ -1,0 +1,129 @@
+package outcome
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hostcron/hostcron/internal/runner"
+)
+
+func TestClassify(t *testing.T) {
+	now := time.Date(2026, 11, 21, 12, 0, 30, 0, time.UTC)
+	slot := now.Add(-25 * time.Second)
+	started := slot.Add(3 * time.Second)
+	one, seventyFive := 1, 75
+	ran := func(code *int, sig string) runner.Record {
+		return runner.Record{Kind: runner.KindRan, RunKey: "k", Slot: slot, StartedAt: &started, ExitCode: code, Signal: sig}
+	}
+	tests := []struct {
+		name       string
+		svc        Service
+		rec        runner.Record
+		haveRecord bool
+		want       string // "" = silent
+	}{
+		{"success", Service{Result: "success", ExitStatus: "0"}, ran(new(int), ""), true, "success"},
+		{"contention", Service{Result: "success", ExitStatus: "75"}, runner.Record{Kind: runner.KindContention}, true, ""},
+		{"skip without record", Service{Result: "success", ExitStatus: "75"}, runner.Record{RunKey: "k"}, false, ""},
+		{"overlap", Service{Result: "success", ExitStatus: "75"}, runner.Record{Kind: runner.KindOverlap, RunKey: "k", Slot: slot}, true, "overlap_skipped"},
+		{"exit code", Service{Result: "exit-code", ExitCode: "exited", ExitStatus: "1"}, ran(&one, ""), true, "exit_code"},
+		{"own 75", Service{Result: "exit-code", ExitCode: "exited", ExitStatus: "1"}, ran(&seventyFive, ""), true, "exit_code"},
+		{"signal in command", Service{Result: "exit-code", ExitStatus: "137"}, ran(nil, "SIGKILL"), true, "signal"},
+		{"runner killed", Service{Result: "signal", ExitCode: "killed", ExitStatus: "TERM"}, ran(nil, ""), true, "signal"},
+		{"timeout", Service{Result: "timeout", ExitCode: "killed", ExitStatus: "TERM"}, ran(nil, ""), true, "timeout"},
+		{"oom by systemd", Service{Result: "oom-kill", ExitCode: "killed", ExitStatus: "KILL"}, ran(nil, "SIGKILL"), true, "oom"},
+		{"oom by cgroup counter", Service{Result: "exit-code", ExitStatus: "137", OOMKills: 1}, ran(nil, "SIGKILL"), true, "oom"},
+		{"setup error", Service{Result: "exit-code", ExitStatus: "1"}, runner.Record{Kind: runner.KindSetupError, RunKey: "k", Reason: "lock dir missing"}, true, "failed"},
+		{"no record, unit never started", Service{Result: "exit-code", ExitCode: "exited", ExitStatus: "243"}, runner.Record{RunKey: "k", Slot: slot}, false, "failed"},
+	}
+	for _, tt := range tests {
+		r, silent := Classify(tt.svc, tt.rec, tt.haveRecord, now)
+		got := r.Result
+		if silent {
+			got = ""
+		}
+		if got != tt.want {
+			t.Errorf("%s: got %q, want %q (%+v)", tt.name, got, tt.want, r)
+		}
+		if !silent && (r.RunKey != "k" || !r.ScheduledAt.Equal(slot)) {
+			t.Errorf("%s: run key/slot lost: %+v", tt.name, r)
+		}
+	}
+	if r, _ := Classify(Service{Result: "exit-code"}, ran(&seventyFive, ""), true, now); *r.ExitCode != 75 || r.FinishedAt == nil {
+		t.Errorf("own 75 report %+v", r)
+	}
+}
+
+// TestSpoolAndRedeliver: reports spooled while the API is down arrive once
+// it answers, oldest first, and each exactly once.
+func TestSpoolAndRedeliver(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	up := false
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !up {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		if r.Header.Get("Authorization") != "Bearer secret" {
+			http.Error(w, "who", http.StatusUnauthorized)
+			return
+		}
+		var rep Report
+		_ = json.NewDecoder(r.Body).Decode(&rep)
+		if rep.Result == "bogus" {
+			http.Error(w, "bad", http.StatusBadRequest)
+			return
+		}
+		got = append(got, rep.RunKey)
+	}))
+	defer srv.Close()
+	c := Client{BaseURL: srv.URL, Credential: "secret"}
+	dir := t.TempDir()
+	for i, key := range []string{"a", "b", "bad", "c"} {
+		res := "success"
+		if key == "bad" {
+			res = "bogus"
+		}
+		if err := c.Post(context.Background(), "job", Report{RunKey: key, Result: res}); err == nil {
+			t.Fatal("post succeeded while the API is down")
+		}
+		if err := Spool(dir, "job", Report{RunKey: key, Result: res}); err != nil {
+			t.Fatal(err)
+		}
+		// distinct mtimes so the order is defined
+		past := time.Now().Add(time.Duration(i-10) * time.Second)
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			if info, _ := e.Info(); info.ModTime().After(past.Add(500 * time.Millisecond)) {
+				_ = os.Chtimes(dir+"/"+e.Name(), past, past)
+			}
+		}
+	}
+	_ = Spool(dir, "job", Report{RunKey: "a", Result: "success"}) // same run key: one copy
+	if n, err := Redeliver(context.Background(), c, dir); err == nil || n != 0 {
+		t.Fatalf("redeliver while down: %d, %v", n, err)
+	}
+	mu.Lock()
+	up = true
+	mu.Unlock()
+	n, err := Redeliver(context.Background(), c, dir)
+	if err != nil || n != 3 {
+		t.Fatalf("redeliver: %d, %v", n, err)
+	}
+	// "a" was spooled again last, so it is now the newest.
+	if len(got) != 3 || got[0] != "b" || got[1] != "c" || got[2] != "a" {
+		t.Errorf("delivered %v", got)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("%d files left in the spool", len(entries))
+	}
+}

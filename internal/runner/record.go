@@ -1,0 +1,70 @@
+// Package runner is the ExecStart of every cron service: it names the slot
+// the timer fired for, elects one node per slot through a lock and a slot
+// stamp on shared storage, runs the tenant's command and leaves a record
+// for the outcome hook.
+package runner
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Kinds of record.
+const (
+	KindRan        = "ran"         // this node ran the command
+	KindContention = "contention"  // another node runs or ran this slot: silent
+	KindOverlap    = "overlap"     // the previous slot's run still runs: reported as overlap_skipped
+	KindSetupError = "setup_error" // the runner could not start the command: reported as failed
+)
+
+// ExitSkip is the exit status of a run that did not run the command; the
+// unit's SuccessExitStatus=75 makes it a success for systemd.
+const ExitSkip = 75
+
+// Record is what the runner leaves for cron-outcome.
+type Record struct {
+	Kind       string     `json:"kind"`
+	RunKey     string     `json:"run_key"`
+	Slot       time.Time  `json:"slot"`
+	Version    int64      `json:"version"`
+	StartedAt  *time.Time `json:"started_at,omitempty"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	ExitCode   *int       `json:"exit_code,omitempty"`
+	Signal     string     `json:"signal,omitempty"`
+	Reason     string     `json:"reason,omitempty"`
+}
+
+// RecordFile is the record's name in the service's runtime directory.
+const RecordFile = "record.json"
+
+// WriteRecord stores the record atomically in dir.
+func WriteRecord(dir string, r Record) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("encode record: %w", err)
+	}
+	tmp := filepath.Join(dir, "."+RecordFile)
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return fmt.Errorf("write record: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, RecordFile)); err != nil {
+		return fmt.Errorf("write record: %w", err)
+	}
+	return nil
+}
+
+// ReadRecord loads the record from dir.
+func ReadRecord(dir string) (Record, error) {
+	var r Record
+	b, err := os.ReadFile(filepath.Join(dir, RecordFile))
+	if err != nil {
+		return r, fmt.Errorf("read record: %w", err)
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return r, fmt.Errorf("decode record: %w", err)
+	}
+	return r, nil
+}

@@ -1,0 +1,228 @@
+package runner
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hostcron/hostcron/internal/jobspec"
+	"github.com/hostcron/hostcron/internal/runkey"
+	"github.com/hostcron/hostcron/internal/schedule"
+)
+
+// Env is what a run needs from its environment; Main fills it from
+// systemd's variables, tests set it directly.
+type Env struct {
+	SpecPath   string // the job spec ($CREDENTIALS_DIRECTORY/spec)
+	RuntimeDir string // where the record goes ($RUNTIME_DIRECTORY)
+	Now        func() time.Time
+	// StampWait is how long a loser waits for the winner's stamp before
+	// calling the busy lock an overlap.
+	StampWait time.Duration
+}
+
+// Main runs one occurrence and returns the process exit status.
+func Main() int {
+	env := Env{
+		SpecPath:   filepath.Join(os.Getenv("CREDENTIALS_DIRECTORY"), "spec"),
+		RuntimeDir: os.Getenv("RUNTIME_DIRECTORY"),
+		Now:        time.Now,
+		StampWait:  time.Second,
+	}
+	if env.RuntimeDir == "" || os.Getenv("CREDENTIALS_DIRECTORY") == "" {
+		fmt.Fprintln(os.Stderr, "cron-run: must run from a hostcron service (no RUNTIME_DIRECTORY or CREDENTIALS_DIRECTORY)")
+		return 1
+	}
+	return Run(env)
+}
+
+// Run elects, runs and records one occurrence.
+func Run(env Env) int {
+	spec, err := jobspec.Read(env.SpecPath)
+	if err != nil {
+		return setupError(env, Record{}, err)
+	}
+	sched, err := schedule.ParseWithSeconds(spec.Schedule, spec.Timezone)
+	if err != nil {
+		return setupError(env, Record{}, fmt.Errorf("job spec schedule: %w", err))
+	}
+	// The slot is the latest occurrence at or before now: the timer fired
+	// for it, at most the random delay (under half the interval) ago.
+	slot := sched.Prev(env.Now())
+	rec := Record{Slot: slot.UTC(), Version: spec.Version, RunKey: runkey.New(spec.ID, slot, spec.Version)}
+
+	lock, err := openLock(spec.LockDir, spec.ID)
+	if err != nil {
+		return setupError(env, rec, err)
+	}
+	defer lock.Close()
+	stamp := filepath.Join(spec.LockDir, "cron-"+spec.ID+".slot")
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			return setupError(env, rec, fmt.Errorf("lock: %w", err))
+		}
+		rec.Kind = busyKind(stamp, slot, env.StampWait)
+		return finish(env, rec, ExitSkip)
+	}
+	// Holding the lock: if this slot already ran on another node, skip.
+	if last, ok := readStamp(stamp); ok && !last.Before(slot) {
+		rec.Kind = KindContention
+		return finish(env, rec, ExitSkip)
+	}
+	if err := writeStamp(stamp, slot); err != nil {
+		return setupError(env, rec, err)
+	}
+	return runCommand(env, spec, rec)
+}
+
+// busyKind tells, for a lock someone else holds, whether they run this
+// slot (contention, silent) or an older one (overlap). The holder writes
+// its stamp right after taking the lock, so wait briefly for it.
+func busyKind(stamp string, slot time.Time, wait time.Duration) string {
+	deadline := time.Now().Add(wait)
+	for {
+		if last, ok := readStamp(stamp); ok && !last.Before(slot) {
+			return KindContention
+		}
+		if time.Now().After(deadline) {
+			return KindOverlap
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// openLock opens (creating) the job's lock file without following links.
+func openLock(dir, id string) (*os.File, error) {
+	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("lock dir %s is missing or not a directory (the node agent creates it): %v", dir, err)
+	}
+	p := filepath.Join(dir, "cron-"+id+".lock")
+	fd, err := unix.Open(p, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open lock %s: %w", p, err)
+	}
+	return os.NewFile(uintptr(fd), p), nil
+}
+
+func readStamp(path string) (time.Time, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339, strings.TrimSpace(string(b)))
+	return t, err == nil
+}
+
+// writeStamp records the slot atomically and durably: the next node that
+// gets the lock must see it.
+func writeStamp(path string, slot time.Time) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return fmt.Errorf("write slot stamp: %w", err)
+	}
+	if _, err := f.WriteString(slot.UTC().Format(time.RFC3339) + "\n"); err != nil {
+		f.Close()
+		return fmt.Errorf("write slot stamp: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("write slot stamp: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write slot stamp: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write slot stamp: %w", err)
+	}
+	return nil
+}
+
+// runCommand runs the tenant's command with /bin/sh -c in the working
+// directory, forwarding SIGTERM, and records how it ended.
+func runCommand(env Env, spec jobspec.Spec, rec Record) int {
+	cmd := exec.Command("/bin/sh", "-c", spec.Command)
+	cmd.Dir = spec.Dir()
+	cmd.Stdin = nil
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	cmd.Env = childEnv()
+	started := env.Now().UTC()
+	rec.Kind, rec.StartedAt = KindRan, &started
+	// A record before the command starts: if the run is killed (timeout,
+	// OOM), the outcome hook still knows the slot and the start.
+	if err := WriteRecord(env.RuntimeDir, rec); err != nil {
+		fmt.Fprintln(os.Stderr, "cron-run:", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return setupError(env, rec, fmt.Errorf("start command: %w", err))
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		for s := range sigs {
+			_ = cmd.Process.Signal(s)
+		}
+	}()
+	err := cmd.Wait()
+	signal.Stop(sigs)
+	close(sigs)
+	finished := env.Now().UTC()
+	rec.FinishedAt = &finished
+	code := 0
+	var exitErr *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &exitErr):
+		ws := exitErr.Sys().(syscall.WaitStatus)
+		if ws.Signaled() {
+			rec.Signal = unix.SignalName(ws.Signal())
+			code = 128 + int(ws.Signal())
+		} else {
+			code = ws.ExitStatus()
+		}
+	default:
+		return setupError(env, rec, fmt.Errorf("wait for command: %w", err))
+	}
+	if rec.Signal == "" {
+		exit := code
+		rec.ExitCode = &exit
+	}
+	if code == ExitSkip {
+		// The command's own 75 must not read as lock contention.
+		code = 1
+	}
+	return finish(env, rec, code)
+}
+
+// childEnv is the runner's environment without hostcron's plumbing.
+func childEnv() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "CREDENTIALS_DIRECTORY=") || strings.HasPrefix(kv, "RUNTIME_DIRECTORY=") {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+func setupError(env Env, rec Record, err error) int {
+	fmt.Fprintln(os.Stderr, "cron-run:", err)
+	rec.Kind, rec.Reason = KindSetupError, err.Error()
+	return finish(env, rec, 1)
+}
+
+func finish(env Env, rec Record, code int) int {
+	if err := WriteRecord(env.RuntimeDir, rec); err != nil {
+		fmt.Fprintln(os.Stderr, "cron-run:", err)
+	}
+	return code
+}

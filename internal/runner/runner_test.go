@@ -1,0 +1,142 @@
+package runner
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hostcron/hostcron/internal/jobspec"
+)
+
+const id = "0b6f1d7c-3c8e-4a57-9e0a-2f4f5c9d8e71"
+
+// setup writes a spec for a 10-second schedule and returns an Env whose
+// clock stands 3 s after the slot 12:00:10.
+func setup(t *testing.T, command string) (Env, string) {
+	dir := t.TempDir()
+	web, locks, rt := filepath.Join(dir, "www"), filepath.Join(dir, ".locks"), filepath.Join(dir, "run")
+	for _, d := range []string{web, locks, rt} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spec := jobspec.Spec{Tenant: "acme", ID: id, Version: 4, Schedule: "*/10 * * * * *", Timezone: "UTC",
+		Command: command, Webroot: web, LockDir: locks}
+	b, _ := spec.Marshal()
+	specPath := filepath.Join(dir, "spec")
+	if err := os.WriteFile(specPath, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 11, 21, 12, 0, 13, 0, time.UTC)
+	return Env{SpecPath: specPath, RuntimeDir: rt, Now: func() time.Time { return now }, StampWait: 200 * time.Millisecond}, locks
+}
+
+func record(t *testing.T, env Env) Record {
+	t.Helper()
+	r, err := ReadRecord(env.RuntimeDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestRunRecordsSlotAndExit(t *testing.T) {
+	env, locks := setup(t, `pwd > out; echo "$1" 'x y'; exit 3`)
+	if code := Run(env); code != 3 {
+		t.Fatalf("exit %d, want 3", code)
+	}
+	r := record(t, env)
+	if r.Kind != KindRan || r.ExitCode == nil || *r.ExitCode != 3 || r.RunKey != id+"#2026-11-21T12:00:10Z#4" || r.StartedAt == nil || r.FinishedAt == nil {
+		t.Errorf("record %+v", r)
+	}
+	if b, _ := os.ReadFile(filepath.Join(filepath.Dir(locks), "www", "out")); string(b) != filepath.Join(filepath.Dir(locks), "www")+"\n" {
+		t.Errorf("command ran in %q, want the webroot", b)
+	}
+	// The same slot again (another node, later delay): silent skip.
+	if code := Run(env); code != ExitSkip {
+		t.Errorf("second run of the slot: exit %d, want %d", code, ExitSkip)
+	}
+	if r := record(t, env); r.Kind != KindContention {
+		t.Errorf("second run record %+v", r)
+	}
+}
+
+func TestCommandExit75IsNotContention(t *testing.T) {
+	env, _ := setup(t, "exit 75")
+	if code := Run(env); code == ExitSkip || code == 0 {
+		t.Fatalf("exit %d: a command's own 75 must not look like a skip", code)
+	}
+	if r := record(t, env); r.Kind != KindRan || *r.ExitCode != 75 {
+		t.Errorf("record %+v", r)
+	}
+}
+
+func TestSignalRecorded(t *testing.T) {
+	env, _ := setup(t, "kill -KILL $$")
+	if code := Run(env); code != 128+9 {
+		t.Errorf("exit %d", code)
+	}
+	if r := record(t, env); r.Signal != "SIGKILL" || r.ExitCode != nil {
+		t.Errorf("record %+v", r)
+	}
+}
+
+// holdLock takes the job's lock as another node would and writes stamp.
+func holdLock(t *testing.T, locks string, stamp string) {
+	f, err := os.OpenFile(filepath.Join(locks, "cron-"+id+".lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	if stamp != "" {
+		if err := os.WriteFile(filepath.Join(locks, "cron-"+id+".slot"), []byte(stamp+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestBusyLockSameSlotIsContention(t *testing.T) {
+	env, locks := setup(t, "touch ran")
+	holdLock(t, locks, "2026-11-21T12:00:10Z")
+	if code := Run(env); code != ExitSkip {
+		t.Fatalf("exit %d", code)
+	}
+	if r := record(t, env); r.Kind != KindContention {
+		t.Errorf("record %+v", r)
+	}
+}
+
+func TestBusyLockOlderSlotIsOverlap(t *testing.T) {
+	env, locks := setup(t, "touch ran")
+	holdLock(t, locks, "2026-11-21T12:00:00Z")
+	if code := Run(env); code != ExitSkip {
+		t.Fatalf("exit %d", code)
+	}
+	r := record(t, env)
+	if r.Kind != KindOverlap || r.RunKey != id+"#2026-11-21T12:00:10Z#4" {
+		t.Errorf("record %+v", r)
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(locks), "www", "ran")); err == nil {
+		t.Error("command ran despite the overlap")
+	}
+}
+
+func TestLockDirSymlinkRefused(t *testing.T) {
+	env, locks := setup(t, "true")
+	os.Remove(locks)
+	if err := os.Symlink(t.TempDir(), locks); err != nil {
+		t.Fatal(err)
+	}
+	if code := Run(env); code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+	if r := record(t, env); r.Kind != KindSetupError {
+		t.Errorf("record %+v", r)
+	}
+}
