@@ -39,7 +39,7 @@ func TestClassify(t *testing.T) {
 		{"timeout", Service{Result: "timeout", ExitCode: "killed", ExitStatus: "TERM"}, ran(nil, ""), true, "timeout"},
 		{"oom by systemd", Service{Result: "oom-kill", ExitCode: "killed", ExitStatus: "KILL"}, ran(nil, "SIGKILL"), true, "oom"},
 		{"oom by cgroup counter", Service{Result: "exit-code", ExitStatus: "137", OOMKills: 1}, ran(nil, "SIGKILL"), true, "oom"},
-		{"setup error", Service{Result: "exit-code", ExitStatus: "1"}, runner.Record{Kind: runner.KindSetupError, RunKey: "k", Reason: "lock dir missing"}, true, "failed"},
+		{"setup error", Service{Result: "exit-code", ExitStatus: "1"}, runner.Record{Kind: runner.KindSetupError, RunKey: "k", Slot: slot, Reason: "lock dir missing"}, true, "failed"},
 		{"no record, unit never started", Service{Result: "exit-code", ExitCode: "exited", ExitStatus: "243"}, runner.Record{RunKey: "k", Slot: slot}, false, "failed"},
 	}
 	for _, tt := range tests {
