@@ -28,8 +28,10 @@ BOOT_TIMEOUT=${BOOT_TIMEOUT:-60}
 PACKAGES=systemd,systemd-sysv,dbus,util-linux,tzdata,ca-certificates,procps
 if [ -f /sys/fs/cgroup/unified/cgroup.procs ]; then   # hybrid host
   CG1=/sys/fs/cgroup/systemd; CG2=/sys/fs/cgroup/unified
+  V1_CONTROLLERS="memory pids"
+  for c in cpu,cpuacct cpu cpuacct; do [ -d "/sys/fs/cgroup/$c" ] && [ ! -L "/sys/fs/cgroup/$c" ] && V1_CONTROLLERS="$V1_CONTROLLERS $c"; done
 else                                                  # pure cgroup v2 host
-  CG1=; CG2=/sys/fs/cgroup
+  CG1=; CG2=/sys/fs/cgroup; V1_CONTROLLERS=
 fi
 
 log() { echo "[nodes $(date +%T)] $*" >&2; }
@@ -79,13 +81,17 @@ start_node() {
     -o "lowerdir=$ROOTFS,upperdir=$d/upper,workdir=$d/work" "$d/root"
   echo "$n" >"$d/root/etc/hostname"
   [ -s "$d/root/etc/machine-id" ] || tr -d '-' </proc/sys/kernel/random/uuid >"$d/root/etc/machine-id"
-  # one cgroup per node; nspawn --keep-unit puts payload/ and supervisor/ under it
+  # one cgroup per node; nspawn --keep-unit puts payload/ and supervisor/ under it.
+  # On a hybrid host the resource controllers live in v1 hierarchies: give each
+  # node its own memory, pids and cpu cgroup too, which the node's systemd may
+  # write (API VFS writable, below), so MemoryMax= and CPUQuota= take effect.
   local cgs="$CG2/hostcron-nodes/$n"; [ -n "$CG1" ] && cgs="$cgs $CG1/hostcron-nodes/$n"
+  local c; for c in $V1_CONTROLLERS; do cgs="$cgs /sys/fs/cgroup/$c/hostcron-nodes/$n"; done
   # shellcheck disable=SC2086
   mkdir -p $cgs
   setsid bash -c '
     for c in '"$cgs"'; do echo $$ >"$c/cgroup.procs"; done
-    exec systemd-nspawn --quiet --boot --register=no --keep-unit --console=passive \
+    exec env '"${V1_CONTROLLERS:+SYSTEMD_NSPAWN_API_VFS_WRITABLE=1}"' systemd-nspawn --quiet --boot --register=no --keep-unit --console=passive \
       -D "'"$d/root"'" -M "'"$n"'" --hostname="'"$n"'" \
       --bind="'"$SHARED"'":/srv/shared '"${EXTRA_NSPAWN_ARGS:-}"'
   ' </dev/null >"$d/nspawn.log" 2>&1 &
@@ -116,7 +122,8 @@ stop_node() {
   fi
   rm -f "$d/nspawn.pid"
   if mountpoint -q "$d/root"; then umount "$d/root" 2>/dev/null || umount -l "$d/root"; fi
-  for cg in "$CG2/hostcron-nodes/$n" ${CG1:+"$CG1/hostcron-nodes/$n"}; do
+  local c v1=(); for c in $V1_CONTROLLERS; do v1+=("/sys/fs/cgroup/$c/hostcron-nodes/$n"); done
+  for cg in "$CG2/hostcron-nodes/$n" ${CG1:+"$CG1/hostcron-nodes/$n"} "${v1[@]}"; do
     [ -d "$cg" ] && find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null || true
   done
 }
@@ -139,6 +146,7 @@ case $cmd in
     if [ $# -gt 0 ]; then for n in "$@"; do stop_node "$n"; done; exit 0; fi
     for d in "$NODES_DIR"/node*/; do [ -d "$d" ] && stop_node "$(basename "$d")"; done
     rmdir "$CG2/hostcron-nodes" ${CG1:+"$CG1/hostcron-nodes"} 2>/dev/null || true
+    for c in $V1_CONTROLLERS; do rmdir "/sys/fs/cgroup/$c/hostcron-nodes" 2>/dev/null || true; done
     if mountpoint -q /run/systemd/nspawn; then umount /run/systemd/nspawn 2>/dev/null || true; fi
     [ "${KEEP_NODES:-0}" = 1 ] || rm -rf "$NODES_DIR" ;;
   exec) n=$1; shift; p=$(leader_of "$n"); [ -n "$p" ] || { log "$n is not running"; exit 1; }

@@ -4,19 +4,27 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/hostcron/hostcron/internal/nodeconf"
 )
 
 func main() {
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "node-agent")
+	slog.SetDefault(log)
+	var configPath string
 	root := &cobra.Command{
 		Use:           "node-agent",
 		Short:         "hostcron node agent: cron jobs as systemd timers on this node",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.PersistentFlags().StringVar(&configPath, "config", nodeconf.DefaultPath, "node configuration file")
 	root.AddCommand(calendarCmd())
+	root.AddCommand(unitsCmds(&configPath, log)...)
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "node-agent:", err)
 		os.Exit(1)

@@ -60,6 +60,7 @@ func (j Job) Translate() (units.Job, jobspec.Spec, error) {
 	spec := jobspec.Spec{
 		Tenant: j.Tenant, ID: j.ID, Version: j.Version, Schedule: j.Schedule, Timezone: j.Timezone,
 		Command: j.Command, WorkingDirectory: j.WorkingDirectory, Webroot: j.Webroot, LockDir: j.LockDir(),
+		MemoryMaxMB: j.MemoryMaxMB,
 	}
 	return u, spec, nil
 }

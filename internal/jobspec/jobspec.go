@@ -24,6 +24,7 @@ type Spec struct {
 	WorkingDirectory string `json:"working_directory"` // relative to Webroot; "" = Webroot
 	Webroot          string `json:"webroot"`
 	LockDir          string `json:"lock_dir"`
+	MemoryMaxMB      int    `json:"max_memory_mb"` // also in the unit; see runner's memory watch
 }
 
 // MaxCommandLen bounds a command like a crontab line.

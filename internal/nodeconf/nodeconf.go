@@ -45,6 +45,13 @@ func Load(path string) (Config, error) {
 	return c, nil
 }
 
+// Defaults is the configuration with every default and no credential.
+func Defaults() Config {
+	var c Config
+	c.defaults()
+	return c
+}
+
 func (c *Config) defaults() {
 	def := func(p *string, v string) {
 		if *p == "" {

@@ -63,7 +63,7 @@ func Classify(svc Service, rec runner.Record, haveRecord bool, now time.Time) (r
 	switch {
 	case svc.Result == "timeout":
 		r.Result, r.FailureReason = "timeout", "killed after the job's timeout"
-	case svc.Result == "oom-kill" || (svc.OOMKills > 0 && svc.Result != "success"):
+	case svc.Result == "oom-kill" || rec.OOMKilled || (svc.OOMKills > 0 && svc.Result != "success"):
 		r.Result, r.FailureReason = "oom", "killed for exceeding the job's memory limit"
 	case rec.Kind == runner.KindOverlap:
 		r.Result, r.FailureReason = "overlap_skipped", "the previous run was still running"

@@ -34,6 +34,7 @@ type Record struct {
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
 	ExitCode   *int       `json:"exit_code,omitempty"`
 	Signal     string     `json:"signal,omitempty"`
+	OOMKilled  bool       `json:"oom_killed,omitempty"` // killed by the runner's memory watch
 	Reason     string     `json:"reason,omitempty"`
 }
 

@@ -27,6 +27,9 @@ type Env struct {
 	// StampWait is how long a loser waits for the winner's stamp before
 	// calling the busy lock an overlap.
 	StampWait time.Duration
+	// KernelMemoryLimit: the kernel enforces MemoryMax= for the unit, so
+	// the runner's own memory watch stays off (see memwatch.go).
+	KernelMemoryLimit bool
 }
 
 // Main runs one occurrence and returns the process exit status.
@@ -36,6 +39,8 @@ func Main() int {
 		RuntimeDir: os.Getenv("RUNTIME_DIRECTORY"),
 		Now:        time.Now,
 		StampWait:  time.Second,
+
+		KernelMemoryLimit: kernelEnforcesMemory(),
 	}
 	if env.RuntimeDir == "" || os.Getenv("CREDENTIALS_DIRECTORY") == "" {
 		fmt.Fprintln(os.Stderr, "cron-run: must run from a hostcron service (no RUNTIME_DIRECTORY or CREDENTIALS_DIRECTORY)")
@@ -154,6 +159,7 @@ func runCommand(env Env, spec jobspec.Spec, rec Record) int {
 	cmd.Stdin = nil
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	cmd.Env = childEnv()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // one group to signal and measure
 	started := env.Now().UTC()
 	rec.Kind, rec.StartedAt = KindRan, &started
 	// A record before the command starts: if the run is killed (timeout,
@@ -168,12 +174,21 @@ func runCommand(env Env, spec jobspec.Spec, rec Record) int {
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	go func() {
 		for s := range sigs {
-			_ = cmd.Process.Signal(s)
+			_ = syscall.Kill(-cmd.Process.Pid, s.(syscall.Signal))
 		}
 	}()
+	done := make(chan struct{})
+	var oom <-chan bool
+	if spec.MemoryMaxMB > 0 && !env.KernelMemoryLimit {
+		oom = watchMemory(cmd.Process.Pid, int64(spec.MemoryMaxMB)<<20, done)
+	}
 	err := cmd.Wait()
+	close(done)
 	signal.Stop(sigs)
 	close(sigs)
+	if oom != nil {
+		rec.OOMKilled = <-oom // the watch answers as soon as done is closed
+	}
 	finished := env.Now().UTC()
 	rec.FinishedAt = &finished
 	code := 0

@@ -3,6 +3,7 @@ package runner
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -137,6 +138,21 @@ func TestLockDirSymlinkRefused(t *testing.T) {
 		t.Errorf("exit %d, want 1", code)
 	}
 	if r := record(t, env); r.Kind != KindSetupError {
+		t.Errorf("record %+v", r)
+	}
+}
+
+func TestMemoryWatchKillsOverLimit(t *testing.T) {
+	env, _ := setup(t, `x=$(head -c 200000000 /dev/zero | tr '\0' x); echo survived`)
+	b, _ := os.ReadFile(env.SpecPath)
+	b = []byte(strings.Replace(string(b), `"max_memory_mb": 0`, `"max_memory_mb": 32`, 1))
+	if err := os.WriteFile(env.SpecPath, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := Run(env); code != 128+9 {
+		t.Errorf("exit %d, want SIGKILL", code)
+	}
+	if r := record(t, env); !r.OOMKilled || r.Signal != "SIGKILL" {
 		t.Errorf("record %+v", r)
 	}
 }

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+
+	sd "github.com/coreos/go-systemd/v22/dbus"
+	"github.com/spf13/cobra"
+
+	"github.com/hostcron/hostcron/internal/desired"
+	"github.com/hostcron/hostcron/internal/nodeconf"
+	"github.com/hostcron/hostcron/internal/unitmgr"
+	"github.com/hostcron/hostcron/internal/units"
+)
+
+// openManager connects to systemd over D-Bus (its private socket when root,
+// else the system bus) and returns a unit manager with the node's paths.
+func openManager(ctx context.Context, cfg nodeconf.Config, log *slog.Logger) (*unitmgr.Manager, func(), error) {
+	conn, err := sd.NewWithContext(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to systemd: %w", err)
+	}
+	paths := units.DefaultPaths
+	paths.SpecDir = cfg.SpecDir
+	return unitmgr.New(conn, cfg.UnitDir, paths, log), conn.Close, nil
+}
+
+// loadConfig reads the node config; commands that only touch systemd can
+// run without a core API credential, so a missing file yields defaults.
+func loadConfig(path string) (nodeconf.Config, error) {
+	cfg, err := nodeconf.Load(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nodeconf.Defaults(), nil
+	}
+	return cfg, err
+}
+
+func readJobs(path string) ([]desired.Job, error) {
+	f := os.Stdin
+	if path != "-" {
+		var err error
+		if f, err = os.Open(path); err != nil {
+			return nil, fmt.Errorf("read desired jobs: %w", err)
+		}
+		defer f.Close()
+	}
+	var jobs []desired.Job
+	if err := json.NewDecoder(f).Decode(&jobs); err != nil {
+		return nil, fmt.Errorf("decode desired jobs: %w", err)
+	}
+	return jobs, nil
+}
+
+// unitsCmds are one-shot commands on the node's cron units, for operators
+// and tests; the daemon does the same through its Temporal activities.
+func unitsCmds(configPath *string, log *slog.Logger) []*cobra.Command {
+	withManager := func(fn func(ctx context.Context, m *unitmgr.Manager, args []string) (any, error)) func(*cobra.Command, []string) error {
+		return func(cmd *cobra.Command, args []string) error {
+			cfg, err := loadConfig(*configPath)
+			if err != nil {
+				return err
+			}
+			m, closeFn, err := openManager(cmd.Context(), cfg, log)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			out, err := fn(cmd.Context(), m, args)
+			if err != nil {
+				return err
+			}
+			enc := json.NewEncoder(cmd.OutOrStdout())
+			enc.SetIndent("", "  ")
+			return enc.Encode(out)
+		}
+	}
+	var file string
+	reconcile := &cobra.Command{
+		Use:   "reconcile --file JOBS.json",
+		Short: "Make this node's cron units exactly the given jobs (removes orphans)",
+		Args:  cobra.NoArgs,
+		RunE: withManager(func(ctx context.Context, m *unitmgr.Manager, _ []string) (any, error) {
+			jobs, err := readJobs(file)
+			if err != nil {
+				return nil, err
+			}
+			return m.Reconcile(ctx, jobs)
+		}),
+	}
+	apply := &cobra.Command{
+		Use:   "apply --file JOBS.json",
+		Short: "Add or update the given jobs, leaving others alone",
+		Args:  cobra.NoArgs,
+		RunE: withManager(func(ctx context.Context, m *unitmgr.Manager, _ []string) (any, error) {
+			jobs, err := readJobs(file)
+			if err != nil {
+				return nil, err
+			}
+			return m.Apply(ctx, jobs)
+		}),
+	}
+	for _, c := range []*cobra.Command{reconcile, apply} {
+		c.Flags().StringVar(&file, "file", "-", "JSON array of desired jobs (- for stdin)")
+	}
+	remove := &cobra.Command{
+		Use:   "remove UNIT...",
+		Short: "Stop and remove cron units (cron-{tenant}-{id})",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: withManager(func(ctx context.Context, m *unitmgr.Manager, args []string) (any, error) {
+			return m.Remove(ctx, args)
+		}),
+	}
+	state := &cobra.Command{
+		Use:   "state",
+		Short: "List this node's cron units with hash, timer state and last result",
+		Args:  cobra.NoArgs,
+		RunE: withManager(func(ctx context.Context, m *unitmgr.Manager, _ []string) (any, error) {
+			return m.State(ctx)
+		}),
+	}
+	return []*cobra.Command{reconcile, apply, remove, state}
+}
