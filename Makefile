@@ -9,7 +9,7 @@ export CACHE
 STATIC   := CGO_ENABLED=0
 CMDS     := core-api node-agent cron-outcome cron-run
 
-.PHONY: all build test test-unit fuzz vet clean
+.PHONY: all build test test-unit test-e2e fuzz vet clean
 
 all: build
 
@@ -30,7 +30,12 @@ FUZZTIME ?= 15s
 fuzz:
 	$(GO) test ./internal/schedule -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME)
 
-test: test-unit fuzz
+# End-to-end tier: three systemd nodes booted with systemd-nspawn, a real
+# PostgreSQL and the core API (root; the rootfs is cached in $(HOSTCRON_CACHE)).
+test-e2e:
+	scripts/with-pg.sh $(GO) test -count=1 -tags e2e -timeout 30m -v ./tests/e2e/
+
+test: test-unit fuzz test-e2e
 
 clean:
 	rm -rf $(BIN)

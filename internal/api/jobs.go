@@ -102,7 +102,7 @@ func (s *Server) withNext(j store.CronJob) jobResponse {
 	if !j.Enabled || j.Status == store.StatusDeleting {
 		return resp
 	}
-	if sched, err := schedule.Parse(j.Schedule, j.Timezone); err == nil {
+	if sched, err := schedule.ParseWithSeconds(j.Schedule, j.Timezone); err == nil { // tolerant of operator-made 6-field jobs
 		if next := sched.Next(s.now()); !next.IsZero() {
 			resp.NextRunAt = &next
 		}

@@ -53,7 +53,7 @@ func (s *Store) sweepJob(ctx context.Context, id string, now time.Time, grace ti
 		if err := tx.QueryRow(ctx, `SELECT swept_until FROM cron_jobs WHERE id = $1`, id).Scan(&sweptUntil); err != nil {
 			return fmt.Errorf("sweep %s: %w", id, err)
 		}
-		sched, err := schedule.Parse(job.Schedule, job.Timezone)
+		sched, err := schedule.ParseWithSeconds(job.Schedule, job.Timezone)
 		if err != nil {
 			return fmt.Errorf("sweep %s: stored schedule: %w", id, err)
 		}

@@ -1,0 +1,196 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hostcron/hostcron/internal/desired"
+	"github.com/hostcron/hostcron/internal/store"
+	"github.com/hostcron/hostcron/internal/unitmgr"
+)
+
+func state(t *testing.T, node string) map[string]unitmgr.UnitState {
+	t.Helper()
+	var st []unitmgr.UnitState
+	agent(t, node, nil, &st, "state")
+	out := map[string]unitmgr.UnitState{}
+	for _, s := range st {
+		out[s.Name] = s
+	}
+	return out
+}
+
+// TestUnitsAndReconcile: an agent call puts the units on every node; a
+// repeated call changes nothing; reconcile removes an orphan and disables
+// a disabled job with one daemon-reload.
+func TestUnitsAndReconcile(t *testing.T) {
+	a := newJob(t, "acme", "0 3 * * *", "echo a", 60, 64, 5)
+	b := newJob(t, "acme", "0 4 * * *", "echo b", 60, 64, 5)
+	cj := newJob(t, "globex", "0 5 * * *", "echo c", 60, 64, 5)
+	jobs := []desired.Job{a, b, cj}
+	for _, n := range c.nodes {
+		var rep unitmgr.Report
+		agent(t, n, jobs, &rep, "apply")
+		if len(rep.Written) != 6 || rep.Reloads != 1 || len(rep.Enabled) != 3 || len(rep.Failed) != 0 {
+			t.Errorf("%s: first apply %+v", n, rep)
+		}
+		st := state(t, n)
+		for _, j := range jobs {
+			if s := st[j.UnitName()]; !s.TimerEnabled || !s.TimerActive || s.NextElapseUS == 0 || s.Hash == "" {
+				t.Errorf("%s: %s state %+v", n, j.UnitName(), s)
+			}
+		}
+		agent(t, n, jobs, &rep, "apply")
+		if rep.Changed() || rep.Reloads != 0 {
+			t.Errorf("%s: unchanged apply changed something: %+v", n, rep)
+		}
+	}
+	b.Enabled = false
+	var rep unitmgr.Report
+	agent(t, "node1", []desired.Job{a, b}, &rep, "reconcile")
+	if rep.Reloads != 1 || strings.Join(rep.Removed, ",") != cj.UnitName() || strings.Join(rep.Disabled, ",") != b.UnitName()+".timer" {
+		t.Errorf("reconcile report %+v", rep)
+	}
+	st := state(t, "node1")
+	if _, ok := st[cj.UnitName()]; ok {
+		t.Errorf("orphan %s still there", cj.UnitName())
+	}
+	if s := st[b.UnitName()]; s.TimerEnabled || s.TimerActive {
+		t.Errorf("disabled job's timer: %+v", s)
+	}
+	if s := st[a.UnitName()]; !s.TimerActive {
+		t.Errorf("kept job's timer: %+v", s)
+	}
+	root, _ := nodesSh("root", "node1")
+	for _, p := range []string{"etc/systemd/system/" + cj.UnitName() + ".timer", "etc/systemd/system/" + cj.UnitName() + ".service", "var/lib/hostcron/jobs/" + cj.UnitName() + ".json"} {
+		if _, err := os.Stat(filepath.Join(strings.TrimSpace(root), p)); err == nil {
+			t.Errorf("orphan file %s left", p)
+		}
+	}
+	// Leave the nodes empty for the tests that follow.
+	for _, n := range c.nodes {
+		agent(t, n, []desired.Job{}, &rep, "reconcile")
+		if len(state(t, n)) != 0 {
+			t.Errorf("%s: units left after reconcile to nothing", n)
+		}
+	}
+}
+
+// TestExactlyOncePerSlot runs a 10-second schedule on three nodes, random
+// delay on, for 31 slots: each slot runs exactly once on the shard, no slot
+// is missed, and the output is in journald under the job's identifier.
+func TestExactlyOncePerSlot(t *testing.T) {
+	t.Parallel()
+	const slots = 31
+	marker := filepath.Join(c.shared, "www/acme/public/runs.log")
+	job := newJob(t, "acme", "*/10 * * * * *", `echo "ran on $(hostname)"; echo "$(hostname)" >> runs.log; sleep 1`, 30, 64, 5)
+	for _, n := range c.nodes {
+		agent(t, n, []desired.Job{job}, nil, "apply")
+	}
+	start := time.Now()
+	runs := waitRuns(t, job.ID, slots*10*time.Second+90*time.Second, func(r []store.Run) bool { return len(r) >= slots })
+	job.Enabled = false
+	for _, n := range c.nodes {
+		agent(t, n, []desired.Job{job}, nil, "apply")
+	}
+	time.Sleep(3 * time.Second) // a run started before the disable reports
+	runs, _ = c.store.ListRuns(t.Context(), job.ID, 1000)
+	sort.Slice(runs, func(i, j int) bool { return runs[i].ScheduledAt.Before(runs[j].ScheduledAt) })
+	perNode := map[string]int{}
+	for i, r := range runs {
+		if r.Result != "success" {
+			t.Errorf("slot %s: %s %s", r.ScheduledAt, r.Result, r.FailureReason)
+		}
+		if i > 0 && r.ScheduledAt.Sub(runs[i-1].ScheduledAt) != 10*time.Second {
+			t.Errorf("gap between slots %s and %s", runs[i-1].ScheduledAt, r.ScheduledAt)
+		}
+		if r.NodeID != nil {
+			perNode[*r.NodeID]++
+		}
+	}
+	lines, _ := os.ReadFile(marker)
+	executions := strings.Count(string(lines), "\n")
+	if executions != len(runs) {
+		t.Errorf("%d executions for %d recorded slots: a slot ran twice or a run went unreported", executions, len(runs))
+	}
+	t.Logf("%d slots in %v, %d executions, runs per node %v", len(runs), time.Since(start).Round(time.Second), executions, perNode)
+
+	// journald: every execution's output, under the unit's identifier and
+	// the tenant and job fields the unit sets.
+	found := 0
+	for _, n := range c.nodes {
+		out, err := nodeExec(n, nil, "journalctl", "-q", "--no-pager", "-o", "json", "SYSLOG_IDENTIFIER="+job.UnitName())
+		if err != nil {
+			t.Fatalf("journalctl on %s: %v %s", n, err, out)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			if line == "" {
+				continue
+			}
+			var e map[string]any
+			if err := json.Unmarshal([]byte(line), &e); err != nil {
+				continue
+			}
+			if msg, _ := e["MESSAGE"].(string); msg == "ran on "+n {
+				found++
+				if e["HOSTCRON_TENANT"] != "acme" || e["HOSTCRON_CRON_JOB_ID"] != job.ID {
+					t.Errorf("journal entry lacks the job's fields: %v", e)
+				}
+			}
+		}
+	}
+	if found != executions {
+		t.Errorf("journald has %d run lines, want %d", found, executions)
+	}
+}
+
+// TestFailureClassification: a failing command, a timeout and a memory
+// kill are each reported as such.
+func TestFailureClassification(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		command        string
+		timeout, memMB int
+		want           string
+	}{
+		{"echo failing; exit 3", 30, 64, "exit_code"},
+		{"sleep 30", 2, 64, "timeout"},
+		{`x=$(head -c 200000000 /dev/zero | tr '\0' x); echo survived`, 30, 32, "oom"},
+		{"exit 75", 30, 64, "exit_code"},
+	}
+	var jobs []desired.Job
+	for _, tc := range cases {
+		jobs = append(jobs, newJob(t, "globex", "*/10 * * * * *", tc.command, tc.timeout, tc.memMB, 0))
+	}
+	for _, n := range c.nodes {
+		agent(t, n, jobs, nil, "apply")
+	}
+	for i, tc := range cases {
+		runs := waitRuns(t, jobs[i].ID, 60*time.Second, func(r []store.Run) bool { return len(r) >= 2 })
+		for _, r := range runs {
+			if r.Result != tc.want {
+				t.Errorf("%q: result %s (%s), want %s", tc.command, r.Result, r.FailureReason, tc.want)
+			}
+		}
+		if tc.want == "exit_code" && runs[0].ExitCode == nil {
+			t.Errorf("%q: no exit code recorded", tc.command)
+		}
+		if strings.HasPrefix(tc.command, "exit 75") && *runs[0].ExitCode != 75 {
+			t.Errorf("own exit 75 recorded as %d", *runs[0].ExitCode)
+		}
+	}
+	for _, n := range c.nodes {
+		var names []string
+		for _, j := range jobs {
+			names = append(names, j.UnitName())
+		}
+		agent(t, n, nil, nil, append([]string{"remove"}, names...)...)
+	}
+}
