@@ -16,8 +16,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hostcron/hostcron/internal/api"
+	"github.com/hostcron/hostcron/internal/dispatch"
 	"github.com/hostcron/hostcron/internal/housekeeping"
 	"github.com/hostcron/hostcron/internal/store"
+	"github.com/hostcron/hostcron/workflows"
 )
 
 func main() {
@@ -55,7 +57,8 @@ func migrateCmd(dsn *string) *cobra.Command {
 }
 
 func serveCmd(dsn *string, log *slog.Logger) *cobra.Command {
-	var listen, adminKey string
+	var listen, adminKey, temporalAddr, temporalNS string
+	var nodeTimeout, convergeEvery time.Duration
 	var hk housekeeping.Config
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -71,7 +74,26 @@ func serveCmd(dsn *string, log *slog.Logger) *cobra.Command {
 			if err := st.Migrate(ctx); err != nil {
 				return err
 			}
-			e, _ := api.New(st, api.Config{AdminKey: adminKey, Logger: log})
+			cfg := api.Config{AdminKey: adminKey, Logger: log}
+			if temporalAddr != "" {
+				tc, err := dialTemporal(ctx, temporalAddr, temporalNS, log)
+				if err != nil {
+					return err
+				}
+				defer tc.Close()
+				w, err := startCoreWorker(tc, st)
+				if err != nil {
+					return err
+				}
+				defer w.Stop()
+				if err := workflows.EnsureConvergeSchedule(ctx, tc, convergeEvery); err != nil {
+					log.Warn("no periodic converge", "err", err)
+				}
+				d := &dispatch.Dispatcher{Store: st, Temporal: tc, Log: log, NodeTimeout: nodeTimeout}
+				go d.Run(ctx)
+				cfg.Converger = converger{client: tc, nodeTimeout: nodeTimeout}
+			}
+			e, _ := api.New(st, cfg)
 			srv := &http.Server{Addr: listen, Handler: e, ReadHeaderTimeout: 10 * time.Second}
 			go housekeeping.Run(ctx, st, hk, log)
 			errc := make(chan error, 1)
@@ -93,6 +115,11 @@ func serveCmd(dsn *string, log *slog.Logger) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&listen, "listen", envOr("HOSTCRON_LISTEN", "127.0.0.1:8080"), "address to listen on (env HOSTCRON_LISTEN)")
 	cmd.Flags().StringVar(&adminKey, "admin-key", os.Getenv("HOSTCRON_ADMIN_KEY"), "bootstrap admin API key (env HOSTCRON_ADMIN_KEY)")
+	cmd.Flags().StringVar(&temporalAddr, "temporal", os.Getenv("HOSTCRON_TEMPORAL_ADDRESS"),
+		"Temporal frontend host:port (env HOSTCRON_TEMPORAL_ADDRESS); empty: changes stay queued in the outbox")
+	cmd.Flags().StringVar(&temporalNS, "temporal-namespace", envOr("HOSTCRON_TEMPORAL_NAMESPACE", "default"), "Temporal namespace")
+	cmd.Flags().DurationVar(&nodeTimeout, "node-timeout", 2*time.Minute, "how long provisioning waits for one node, retries included")
+	cmd.Flags().DurationVar(&convergeEvery, "converge-every", 10*time.Minute, "how often every node is converged to repair drift")
 	cmd.Flags().DurationVar(&hk.Grace, "outcome-grace", 2*time.Minute, "how long after a run's timeout its outcome may still arrive")
 	cmd.Flags().DurationVar(&hk.Interval, "sweep-interval", 30*time.Second, "how often to record lost runs and prune history")
 	cmd.Flags().DurationVar(&hk.Retention, "run-retention", 180*24*time.Hour, "how long run history is kept")

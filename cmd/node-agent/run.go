@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
@@ -10,15 +11,20 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.temporal.io/sdk/client"
+	tlog "go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/worker"
 
 	"github.com/hostcron/hostcron/internal/nodeconf"
 	"github.com/hostcron/hostcron/internal/outcome"
+	"github.com/hostcron/hostcron/workflows"
 )
 
-// runCmd is the agent's daemon: it redelivers spooled outcomes until
-// SIGTERM.
+// runCmd is the agent's daemon: a Temporal worker on the node's task queue
+// applying the core's changes to the node's units, and the redelivery of
+// spooled outcomes, until SIGTERM.
 func runCmd(configPath *string, log *slog.Logger) *cobra.Command {
-	var every time.Duration
+	var every, minOrphanAge time.Duration
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the node agent daemon",
@@ -30,6 +36,14 @@ func runCmd(configPath *string, log *slog.Logger) *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, os.Interrupt)
 			defer stop()
+			if cfg.TemporalAddress != "" {
+				stopWorker, err := startNodeWorker(ctx, cfg, minOrphanAge, log)
+				if err != nil {
+					return err
+				}
+				defer stopWorker()
+				go announce(ctx, cfg, log)
+			}
 			log.Info("node agent started", "node", cfg.NodeName)
 			redeliverLoop(ctx, cfg, every, log)
 			log.Info("node agent stopped")
@@ -37,6 +51,8 @@ func runCmd(configPath *string, log *slog.Logger) *cobra.Command {
 		},
 	}
 	cmd.Flags().DurationVar(&every, "redeliver-every", 5*time.Second, "how often to retry spooled outcomes")
+	cmd.Flags().DurationVar(&minOrphanAge, "min-orphan-age", 30*time.Second,
+		"a converge leaves units younger than this alone (they may be newer than its snapshot)")
 	return cmd
 }
 
@@ -57,6 +73,66 @@ func redeliverLoop(ctx context.Context, cfg nodeconf.Config, every time.Duration
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+	}
+}
+
+// startNodeWorker connects to Temporal and serves this node's task queue.
+func startNodeWorker(ctx context.Context, cfg nodeconf.Config, minOrphanAge time.Duration, log *slog.Logger) (func(), error) {
+	if cfg.NodeID == "" {
+		return nil, fmt.Errorf("node config: node_id is required to serve the node's task queue")
+	}
+	var tc client.Client
+	for {
+		var err error
+		tc, err = client.DialContext(ctx, client.Options{HostPort: cfg.TemporalAddress, Namespace: cfg.TemporalNamespace,
+			Logger: tlog.NewStructuredLogger(log.With("component", "temporal"))})
+		if err == nil {
+			break
+		}
+		log.Warn("temporal not reachable yet", "address", cfg.TemporalAddress, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
+	m, closeConn, err := openManager(ctx, cfg, log)
+	if err != nil {
+		tc.Close()
+		return nil, err
+	}
+	w := worker.New(tc, workflows.NodeTaskQueue(cfg.NodeID), worker.Options{MaxConcurrentActivityExecutionSize: 4})
+	workflows.RegisterNode(w, &workflows.NodeActivities{Units: m, MinOrphanAge: minOrphanAge})
+	if err := w.Start(); err != nil {
+		closeConn()
+		tc.Close()
+		return nil, fmt.Errorf("start node worker: %w", err)
+	}
+	return func() { w.Stop(); closeConn(); tc.Close() }, nil
+}
+
+// announce tells the core this node is up, so it converges the node; it
+// retries until the core answers.
+func announce(ctx context.Context, cfg nodeconf.Config, log *slog.Logger) {
+	hc := &http.Client{Timeout: 10 * time.Second}
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, cfg.APIURL+"/internal/v1/nodes/announce", nil)
+		req.Header.Set("Authorization", "Bearer "+cfg.Credential)
+		resp, err := hc.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusAccepted {
+				log.Info("announced to the core; converge started")
+				return
+			}
+			err = fmt.Errorf("core answered %s", resp.Status)
+		}
+		log.Warn("announce failed, retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(3 * time.Second):
 		}
 	}
 }

@@ -89,7 +89,7 @@ func unitsCmds(configPath *string, log *slog.Logger) []*cobra.Command {
 			if err != nil {
 				return nil, err
 			}
-			return m.Reconcile(ctx, jobs)
+			return m.Reconcile(ctx, jobs, 0)
 		}),
 	}
 	apply := &cobra.Command{

@@ -3,6 +3,7 @@
 package api
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"regexp"
@@ -21,6 +22,14 @@ type Config struct {
 	Logger   *slog.Logger
 	Registry *prometheus.Registry // nil: a new one
 	Now      func() time.Time     // nil: time.Now
+	// Converger starts a node's converge when it announces itself; nil
+	// answers announcements with 503 (no workflow engine configured).
+	Converger Converger
+}
+
+// Converger starts converging a node to its shard's desired state.
+type Converger interface {
+	ConvergeNode(ctx context.Context, nodeID string) error
 }
 
 // Server holds the handlers' dependencies.
@@ -75,6 +84,7 @@ func New(st *store.Store, cfg Config) (*echo.Echo, *Server) {
 
 	internal := e.Group("/internal/v1", s.requireNode)
 	internal.POST("/cron-jobs/:id/outcome", s.outcome)
+	internal.POST("/nodes/announce", s.announce)
 	return e, s
 }
 

@@ -30,6 +30,21 @@ type Env struct {
 	// KernelMemoryLimit: the kernel enforces MemoryMax= for the unit, so
 	// the runner's own memory watch stays off (see memwatch.go).
 	KernelMemoryLimit bool
+	// ManualDir holds run-now requests written by the node agent.
+	ManualDir string
+}
+
+// manualSlot returns a run-now request for this job made in the last five
+// minutes, if there is one.
+func manualSlot(dir string, spec jobspec.Spec, now time.Time) (time.Time, bool) {
+	if dir == "" {
+		return time.Time{}, false
+	}
+	at, ok := readStamp(filepath.Join(dir, "cron-"+spec.Tenant+"-"+spec.ID))
+	if !ok || at.After(now) || now.Sub(at) > 5*time.Minute {
+		return time.Time{}, false
+	}
+	return at, true
 }
 
 // Main runs one occurrence and returns the process exit status.
@@ -41,6 +56,7 @@ func Main() int {
 		StampWait:  time.Second,
 
 		KernelMemoryLimit: kernelEnforcesMemory(),
+		ManualDir:         "/run/hostcron/manual",
 	}
 	if env.RuntimeDir == "" || os.Getenv("CREDENTIALS_DIRECTORY") == "" {
 		fmt.Fprintln(os.Stderr, "cron-run: must run from a hostcron service (no RUNTIME_DIRECTORY or CREDENTIALS_DIRECTORY)")
@@ -60,8 +76,15 @@ func Run(env Env) int {
 		return setupError(env, Record{}, fmt.Errorf("job spec schedule: %w", err))
 	}
 	// The slot is the latest occurrence at or before now: the timer fired
-	// for it, at most the random delay (under half the interval) ago.
+	// for it, at most the random delay (under half the interval) ago. A
+	// pending run-now request names its own slot instead.
 	slot := sched.Prev(env.Now())
+	stamp := filepath.Join(spec.LockDir, "cron-"+spec.ID+".slot")
+	if manual, ok := manualSlot(env.ManualDir, spec, env.Now()); ok {
+		if last, ok := readStamp(stamp); !ok || last.Before(manual) {
+			slot = manual
+		}
+	}
 	rec := Record{Slot: slot.UTC(), Version: spec.Version, RunKey: runkey.New(spec.ID, slot, spec.Version)}
 
 	lock, err := openLock(spec.LockDir, spec.ID)
@@ -69,7 +92,6 @@ func Run(env Env) int {
 		return setupError(env, rec, err)
 	}
 	defer lock.Close()
-	stamp := filepath.Join(spec.LockDir, "cron-"+spec.ID+".slot")
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		if !errors.Is(err, unix.EWOULDBLOCK) {
 			return setupError(env, rec, fmt.Errorf("lock: %w", err))

@@ -212,3 +212,26 @@ func (s *Store) APIKeyByToken(ctx context.Context, token string) (APIKey, error)
 	}
 	return k, notFound(err, "API key")
 }
+
+// GetNode returns one node.
+func (s *Store) GetNode(ctx context.Context, id string) (Node, error) {
+	var n Node
+	err := s.pool.QueryRow(ctx, `SELECT id, shard_id, name, last_seen_at, created_at FROM nodes WHERE id = $1`, id).
+		Scan(&n.ID, &n.ShardID, &n.Name, &n.LastSeenAt, &n.CreatedAt)
+	return n, notFound(err, "get node")
+}
+
+// TouchNode records that a node announced itself.
+func (s *Store) TouchNode(ctx context.Context, id string) error {
+	_, err := s.pool.Exec(ctx, `UPDATE nodes SET last_seen_at = now() WHERE id = $1`, id)
+	return wrap(err, "touch node")
+}
+
+// ShardIDs lists every shard.
+func (s *Store) ShardIDs(ctx context.Context) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id FROM shards ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("list shards: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}

@@ -289,3 +289,10 @@ func (s *Store) MarkDispatched(ctx context.Context, id int64) error {
 	}
 	return nil
 }
+
+// FinishDelete removes a job marked for deletion, with its runs; units on
+// nodes that were unreachable go at their next converge.
+func (s *Store) FinishDelete(ctx context.Context, id string) error {
+	_, err := s.pool.Exec(ctx, `DELETE FROM cron_jobs WHERE id = $1 AND status = 'deleting'`, id)
+	return wrap(err, "finish delete")
+}

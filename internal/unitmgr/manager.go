@@ -14,10 +14,12 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	sd "github.com/coreos/go-systemd/v22/dbus"
 
 	"github.com/hostcron/hostcron/internal/desired"
+	"github.com/hostcron/hostcron/internal/jobspec"
 	"github.com/hostcron/hostcron/internal/units"
 )
 
@@ -43,6 +45,7 @@ type Report struct {
 	Disabled []string `json:"disabled"` // timers disabled
 	Reloads  int      `json:"reloads"`  // daemon-reloads issued (0 or 1)
 	Failed   []string `json:"failed"`   // jobs that could not be applied, with the reason
+	Kept     []string `json:"kept"`     // jobs the node has in a newer version
 }
 
 // Changed reports whether the call changed anything on the node.
@@ -53,7 +56,11 @@ func (r Report) Changed() bool {
 // Reconcile makes the node's cron units exactly jobs: it adds and rewrites
 // what differs, removes orphaned cron-* units and stops timers of disabled
 // jobs, with at most one daemon-reload.
-func (m *Manager) Reconcile(ctx context.Context, jobs []desired.Job) (Report, error) {
+//
+// An orphan younger than minOrphanAge is left alone: the desired set is a
+// snapshot, and a job created after it may already have been written by
+// its own workflow. The next reconcile removes it if it is still unwanted.
+func (m *Manager) Reconcile(ctx context.Context, jobs []desired.Job, minOrphanAge time.Duration) (Report, error) {
 	existing, err := m.existing()
 	if err != nil {
 		return Report{}, err
@@ -64,9 +71,13 @@ func (m *Manager) Reconcile(ctx context.Context, jobs []desired.Job) (Report, er
 	}
 	var orphans []string
 	for name := range existing {
-		if !want[name] {
-			orphans = append(orphans, name)
+		if want[name] {
+			continue
 		}
+		if fi, err := os.Stat(filepath.Join(m.unitDir, name+".timer")); err == nil && time.Since(fi.ModTime()) < minOrphanAge {
+			continue
+		}
+		orphans = append(orphans, name)
 	}
 	sort.Strings(orphans)
 	return m.sync(ctx, jobs, orphans)
@@ -129,11 +140,17 @@ func (m *Manager) sync(ctx context.Context, jobs []desired.Job, remove []string)
 }
 
 // writeJob writes a job's spec and unit files where they differ and reports
-// whether its timer file changed.
+// whether its timer file changed. A job older than what the node has (a
+// converge snapshot racing the job's own workflow) is not written back.
 func (m *Manager) writeJob(j desired.Job, rep *Report) (bool, error) {
 	uj, spec, err := j.Translate()
 	if err != nil {
 		return false, err
+	}
+	specPath := filepath.Join(m.paths.SpecDir, uj.Name()+".json")
+	if have, err := jobspec.Read(specPath); err == nil && have.Version > j.Version {
+		rep.Kept = append(rep.Kept, uj.Name())
+		return false, nil
 	}
 	r, err := units.Render(uj, m.paths)
 	if err != nil {
@@ -149,7 +166,7 @@ func (m *Manager) writeJob(j desired.Job, rep *Report) (bool, error) {
 	if err := os.MkdirAll(m.paths.SpecDir, 0o700); err != nil {
 		return false, fmt.Errorf("create spec dir: %w", err)
 	}
-	wrote, err := writeIfChanged(filepath.Join(m.paths.SpecDir, r.Name+".json"), specBytes, 0o600)
+	wrote, err := writeIfChanged(specPath, specBytes, 0o600)
 	if err != nil {
 		return false, err
 	}

@@ -101,6 +101,9 @@ func ValidPath(p string) bool {
 // Name is the unit name without suffix: cron-{tenant}-{id}.
 func Name(tenant, id string) string { return "cron-" + tenant + "-" + id }
 
+// Name is the job's unit name without suffix.
+func (j *Job) Name() string { return Name(j.Tenant, j.ID) }
+
 // Validate checks every field that ends up in a unit file.
 func (j *Job) Validate() error {
 	switch {

@@ -71,7 +71,7 @@ func setup() (int, error) {
 	c.shared = base + "-shared"
 	c.nodesEnv = []string{"NODES_DIR=" + base, "SHARED=" + c.shared}
 	c.nodes = []string{"node1", "node2", "node3"}
-	bin := filepath.Join(base+"-bin")
+	bin := filepath.Join(base + "-bin")
 	if out, err := run(nil, "env", "CGO_ENABLED=0", "go", "build", "-o", bin+"/", "./cmd/node-agent", "./cmd/cron-run", "./cmd/cron-outcome"); err != nil {
 		return 1, fmt.Errorf("build: %v\n%s", err, out)
 	}

@@ -1,0 +1,81 @@
+package workflows
+
+import (
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/hostcron/hostcron/internal/desired"
+	"github.com/hostcron/hostcron/internal/unitmgr"
+)
+
+// ConvergeNode brings one node to the desired state of its shard with a
+// single reconcile (so at most one daemon-reload), and reports what it
+// changed. It runs when a node announces itself and periodically, to
+// repair drift.
+func ConvergeNode(ctx workflow.Context, in ConvergeInput) (ConvergeResult, error) {
+	if in.NodeTimeout <= 0 {
+		in.NodeTimeout = 2 * time.Minute
+	}
+	var jobs []desired.Job
+	if err := workflow.ExecuteActivity(coreCtx(ctx), core.DesiredForNode, in.NodeID).Get(ctx, &jobs); err != nil {
+		return ConvergeResult{}, fmt.Errorf("desired set: %w", err)
+	}
+	var rep unitmgr.Report
+	if err := workflow.ExecuteActivity(nodeCtx(ctx, in.NodeID, in.NodeTimeout), node.Reconcile, jobs).Get(ctx, &rep); err != nil {
+		return ConvergeResult{}, fmt.Errorf("reconcile node %s: %w", in.NodeID, err)
+	}
+	res := ConvergeResult{NodeID: in.NodeID, Jobs: len(jobs), Written: rep.Written, Removed: rep.Removed,
+		Enabled: rep.Enabled, Disabled: rep.Disabled, Failed: rep.Failed, Reloads: rep.Reloads}
+	workflow.GetLogger(ctx).Info("node converged", "node", in.NodeID, "jobs", res.Jobs,
+		"written", len(res.Written), "removed", len(res.Removed), "reloads", res.Reloads)
+	return res, nil
+}
+
+// ConvergeShard converges every node of a shard in parallel, each as its
+// own child workflow, and returns their results (a node that is down is
+// reported, not waited for past its timeout).
+func ConvergeShard(ctx workflow.Context, shardID string) ([]ConvergeResult, error) {
+	var nodes []string
+	if err := workflow.ExecuteActivity(coreCtx(ctx), core.ShardNodes, shardID).Get(ctx, &nodes); err != nil {
+		return nil, fmt.Errorf("shard nodes: %w", err)
+	}
+	var futures []workflow.ChildWorkflowFuture
+	for _, id := range nodes {
+		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
+			WorkflowID: ConvergeNodeWorkflowID(id) + "-periodic-" + workflow.GetInfo(ctx).WorkflowExecution.RunID,
+			TaskQueue:  CoreTaskQueue,
+		})
+		futures = append(futures, workflow.ExecuteChildWorkflow(cctx, ConvergeNode, ConvergeInput{NodeID: id}))
+	}
+	var results []ConvergeResult
+	for i, f := range futures {
+		var r ConvergeResult
+		if err := f.Get(ctx, &r); err != nil {
+			r = ConvergeResult{NodeID: nodes[i], Failed: []string{err.Error()}}
+		}
+		results = append(results, r)
+	}
+	return results, nil
+}
+
+// ConvergeAll converges every shard; a Temporal schedule runs it
+// periodically.
+func ConvergeAll(ctx workflow.Context) error {
+	var shards []string
+	if err := workflow.ExecuteActivity(coreCtx(ctx), core.AllShards).Get(ctx, &shards); err != nil {
+		return fmt.Errorf("shards: %w", err)
+	}
+	var futures []workflow.ChildWorkflowFuture
+	for _, id := range shards {
+		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{TaskQueue: CoreTaskQueue})
+		futures = append(futures, workflow.ExecuteChildWorkflow(cctx, ConvergeShard, id))
+	}
+	for _, f := range futures {
+		if err := f.Get(ctx, nil); err != nil {
+			workflow.GetLogger(ctx).Warn("shard converge failed", "err", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,154 @@
+package workflows
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/hostcron/hostcron/internal/desired"
+	"github.com/hostcron/hostcron/internal/store"
+	"github.com/hostcron/hostcron/internal/unitmgr"
+)
+
+// Activity receivers: nil pointers whose method values name activities,
+// as in Temporal's samples.
+var (
+	core *CoreActivities
+	node *NodeActivities
+)
+
+// maxBatches bounds one run's history; the workflow continues as new.
+const maxBatches = 100
+
+// JobWorkflow applies a cron job's changes to every node of its shard, one
+// batch after another. Changes arrive as signals (signal-with-start from
+// the core's outbox dispatcher); each batch loads the job's current state,
+// so the nodes always end with the newest version, whatever order changes
+// raced in. It completes after IdleTimeout without changes.
+func JobWorkflow(ctx workflow.Context, in JobInput) error {
+	in = in.withDefaults()
+	changes := workflow.GetSignalChannel(ctx, SignalChange)
+	for batch := 0; ; batch++ {
+		var c Change
+		ok, _ := changes.ReceiveWithTimeout(ctx, in.IdleTimeout, &c)
+		if !ok {
+			return nil // idle: the next change starts a new run
+		}
+		runNow := c.Action == "run_now"
+		for changes.ReceiveAsync(&c) { // coalesce what is already queued
+			runNow = runNow || c.Action == "run_now"
+		}
+		if err := provision(ctx, in); err != nil {
+			return err
+		}
+		if runNow {
+			runOnce(ctx, in)
+		}
+		if batch >= maxBatches && changes.Len() == 0 {
+			return workflow.NewContinueAsNewError(ctx, JobWorkflow, in)
+		}
+	}
+}
+
+func (in JobInput) withDefaults() JobInput {
+	if in.NodeTimeout <= 0 {
+		in.NodeTimeout = 2 * time.Minute
+	}
+	if in.IdleTimeout <= 0 {
+		in.IdleTimeout = 5 * time.Minute
+	}
+	return in
+}
+
+func coreCtx(ctx workflow.Context) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:           CoreTaskQueue,
+		StartToCloseTimeout: 30 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: 30 * time.Second},
+	})
+}
+
+// nodeCtx routes an activity to one node, bounded by timeout in total so
+// a node that is down fails instead of blocking the job forever.
+func nodeCtx(ctx workflow.Context, nodeID string, timeout time.Duration) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:              NodeTaskQueue(nodeID),
+		ScheduleToCloseTimeout: timeout,
+		StartToCloseTimeout:    min(timeout, 60*time.Second),
+		RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: 10 * time.Second},
+	})
+}
+
+// provision applies the job's current state on all its nodes in parallel
+// and records the verdict: active or disabled once every node has it,
+// failed (naming the nodes) otherwise. A deleted job's row goes once every
+// node was asked; nodes that missed it drop the units when they converge.
+func provision(ctx workflow.Context, in JobInput) error {
+	var plan JobPlan
+	if err := workflow.ExecuteActivity(coreCtx(ctx), core.LoadJob, in.JobID).Get(ctx, &plan); err != nil {
+		return fmt.Errorf("load job: %w", err)
+	}
+	if !plan.Exists {
+		return nil
+	}
+	futures := make([]workflow.Future, len(plan.Nodes))
+	for i, n := range plan.Nodes {
+		nctx := nodeCtx(ctx, n.ID, in.NodeTimeout)
+		if plan.Deleting {
+			futures[i] = workflow.ExecuteActivity(nctx, node.RemoveUnits, []string{plan.Job.UnitName()})
+		} else {
+			futures[i] = workflow.ExecuteActivity(nctx, node.ApplyJobs, []desired.Job{plan.Job})
+		}
+	}
+	var failed []string
+	for i, f := range futures {
+		var rep unitmgr.Report
+		if err := f.Get(ctx, &rep); err != nil {
+			failed = append(failed, fmt.Sprintf("%s: %v", plan.Nodes[i].Name, rootCause(err)))
+		}
+	}
+	if plan.Deleting {
+		if len(failed) > 0 {
+			workflow.GetLogger(ctx).Warn("units not removed from every node; converge removes them", "failed", failed)
+		}
+		return workflow.ExecuteActivity(coreCtx(ctx), core.FinishDelete, in.JobID).Get(ctx, nil)
+	}
+	status, message := store.StatusActive, ""
+	if !plan.Job.Enabled {
+		status = store.StatusDisabled
+	}
+	if len(failed) > 0 {
+		status, message = store.StatusFailed, "not provisioned on "+strings.Join(failed, "; ")
+	}
+	return workflow.ExecuteActivity(coreCtx(ctx), core.SetJobStatus, in.JobID, plan.Version, status, message).Get(ctx, nil)
+}
+
+// runOnce starts one run on the first node that takes it; the lock and
+// slot stamp make it one run even if two nodes started it.
+func runOnce(ctx workflow.Context, in JobInput) {
+	var plan JobPlan
+	if err := workflow.ExecuteActivity(coreCtx(ctx), core.LoadJob, in.JobID).Get(ctx, &plan); err != nil || !plan.Exists || plan.Deleting {
+		return
+	}
+	for _, n := range plan.Nodes {
+		err := workflow.ExecuteActivity(nodeCtx(ctx, n.ID, in.NodeTimeout/2), node.RunNow, plan.Job.UnitName()).Get(ctx, nil)
+		if err == nil {
+			return
+		}
+		workflow.GetLogger(ctx).Warn("run now failed on node, trying the next", "node", n.Name, "err", err)
+	}
+}
+
+// rootCause strips Temporal's activity error wrapping for status messages.
+func rootCause(err error) string {
+	for {
+		u, ok := err.(interface{ Unwrap() error })
+		if !ok || u.Unwrap() == nil {
+			return err.Error()
+		}
+		err = u.Unwrap()
+	}
+}

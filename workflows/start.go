@@ -1,0 +1,58 @@
+package workflows
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/worker"
+)
+
+// RegisterCore registers the core's workflows and activities on w.
+func RegisterCore(w worker.Worker, acts *CoreActivities) {
+	w.RegisterWorkflow(JobWorkflow)
+	w.RegisterWorkflow(ConvergeNode)
+	w.RegisterWorkflow(ConvergeShard)
+	w.RegisterWorkflow(ConvergeAll)
+	w.RegisterActivity(acts)
+}
+
+// RegisterNode registers a node agent's activities on w.
+func RegisterNode(w worker.Worker, acts *NodeActivities) {
+	w.RegisterActivity(acts)
+}
+
+// StartConvergeNode starts a node's converge, or joins the one running.
+func StartConvergeNode(ctx context.Context, c client.Client, nodeID string, nodeTimeout time.Duration) (client.WorkflowRun, error) {
+	return c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                       ConvergeNodeWorkflowID(nodeID),
+		TaskQueue:                CoreTaskQueue,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+	}, ConvergeNode, ConvergeInput{NodeID: nodeID, NodeTimeout: nodeTimeout})
+}
+
+// EnsureConvergeSchedule creates the schedule that converges every shard
+// periodically, if it does not exist yet.
+func EnsureConvergeSchedule(ctx context.Context, c client.Client, every time.Duration) error {
+	_, err := c.ScheduleClient().Create(ctx, client.ScheduleOptions{
+		ID:      "hostcron-converge-all",
+		Spec:    client.ScheduleSpec{Intervals: []client.ScheduleIntervalSpec{{Every: every}}},
+		Overlap: enumspb.SCHEDULE_OVERLAP_POLICY_SKIP,
+		Action: &client.ScheduleWorkflowAction{
+			ID: "converge-all", Workflow: ConvergeAll, TaskQueue: CoreTaskQueue,
+			WorkflowExecutionTimeout: every,
+		},
+	})
+	if errors.Is(err, temporal.ErrScheduleAlreadyRunning) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("create converge schedule: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,167 @@
+package workflows
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/hostcron/hostcron/internal/desired"
+	"github.com/hostcron/hostcron/internal/unitmgr"
+)
+
+const jobID = "0b6f1d7c-3c8e-4a57-9e0a-2f4f5c9d8e71"
+
+func newEnv(t *testing.T) *testsuite.TestWorkflowEnvironment {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterWorkflow(JobWorkflow)
+	env.RegisterWorkflow(ConvergeNode)
+	env.RegisterWorkflow(ConvergeShard)
+	env.RegisterActivity(&CoreActivities{})
+	env.RegisterActivity(&NodeActivities{})
+	return env
+}
+
+func plan(enabled, deleting bool, nodes ...string) JobPlan {
+	p := JobPlan{Exists: true, Deleting: deleting, Version: 7,
+		Job: desired.Job{ID: jobID, Tenant: "acme", Version: 7, Enabled: enabled}}
+	for _, n := range nodes {
+		p.Nodes = append(p.Nodes, NodeRef{ID: "id-" + n, Name: n})
+	}
+	return p
+}
+
+// signalAndRun starts JobWorkflow with one change queued, as the
+// dispatcher's signal-with-start does.
+func signalAndRun(env *testsuite.TestWorkflowEnvironment, changes ...Change) {
+	env.RegisterDelayedCallback(func() {
+		for _, c := range changes {
+			env.SignalWorkflow(SignalChange, c)
+		}
+	}, 0)
+	env.ExecuteWorkflow(JobWorkflow, JobInput{JobID: jobID, NodeTimeout: time.Minute, IdleTimeout: time.Second})
+}
+
+func TestJobWorkflowActiveOnEveryNode(t *testing.T) {
+	env := newEnv(t)
+	env.OnActivity(core.LoadJob, mock.Anything, jobID).Return(plan(true, false, "node1", "node2", "node3"), nil).Once()
+	env.OnActivity(node.ApplyJobs, mock.Anything, mock.Anything).Return(unitmgr.Report{Reloads: 1}, nil).Times(3)
+	env.OnActivity(core.SetJobStatus, mock.Anything, jobID, int64(7), "active", "").Return(true, nil).Once()
+	signalAndRun(env, Change{Action: "create", Version: 7})
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	env.AssertExpectations(t)
+}
+
+func TestJobWorkflowFailedNamesTheNode(t *testing.T) {
+	env := newEnv(t)
+	env.OnActivity(core.LoadJob, mock.Anything, jobID).Return(plan(true, false, "node1", "node2"), nil)
+	var msg string
+	env.OnActivity(node.ApplyJobs, mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, jobs []desired.Job) (unitmgr.Report, error) {
+			if strings.HasSuffix(activityTaskQueue(ctx), "id-node2") {
+				return unitmgr.Report{}, temporal.NewNonRetryableApplicationError("node2 is down", "Down", nil)
+			}
+			return unitmgr.Report{}, nil
+		})
+	env.OnActivity(core.SetJobStatus, mock.Anything, jobID, int64(7), "failed", mock.Anything).Return(
+		func(ctx context.Context, id string, v int64, status, message string) (bool, error) {
+			msg = message
+			return true, nil
+		}).Once()
+	signalAndRun(env, Change{Action: "create", Version: 7})
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(msg, "node2") || strings.Contains(msg, "node1") {
+		t.Errorf("status message %q should name node2 only", msg)
+	}
+}
+
+func TestJobWorkflowDisabledJob(t *testing.T) {
+	env := newEnv(t)
+	env.OnActivity(core.LoadJob, mock.Anything, jobID).Return(plan(false, false, "node1"), nil)
+	env.OnActivity(node.ApplyJobs, mock.Anything, mock.MatchedBy(func(j []desired.Job) bool { return len(j) == 1 && !j[0].Enabled })).
+		Return(unitmgr.Report{}, nil).Once()
+	env.OnActivity(core.SetJobStatus, mock.Anything, jobID, int64(7), "disabled", "").Return(true, nil).Once()
+	signalAndRun(env, Change{Action: "disable", Version: 7})
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	env.AssertExpectations(t)
+}
+
+func TestJobWorkflowDelete(t *testing.T) {
+	env := newEnv(t)
+	env.OnActivity(core.LoadJob, mock.Anything, jobID).Return(plan(false, true, "node1", "node2"), nil)
+	env.OnActivity(node.RemoveUnits, mock.Anything, []string{"cron-acme-" + jobID}).Return(unitmgr.Report{}, nil).Times(2)
+	env.OnActivity(core.FinishDelete, mock.Anything, jobID).Return(nil).Once()
+	signalAndRun(env, Change{Action: "delete", Version: 7})
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	env.AssertExpectations(t)
+}
+
+// TestJobWorkflowCoalescesQueuedChanges: changes queued together are one
+// batch that applies the newest state once.
+func TestJobWorkflowCoalescesQueuedChanges(t *testing.T) {
+	env := newEnv(t)
+	env.OnActivity(core.LoadJob, mock.Anything, jobID).Return(plan(true, false, "node1"), nil).Once()
+	env.OnActivity(node.ApplyJobs, mock.Anything, mock.Anything).Return(unitmgr.Report{}, nil).Once()
+	env.OnActivity(core.SetJobStatus, mock.Anything, jobID, int64(7), "active", "").Return(true, nil).Once()
+	signalAndRun(env, Change{Action: "enable", Version: 5}, Change{Action: "disable", Version: 6}, Change{Action: "enable", Version: 7})
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	env.AssertExpectations(t)
+}
+
+func TestJobWorkflowRunNow(t *testing.T) {
+	env := newEnv(t)
+	env.OnActivity(core.LoadJob, mock.Anything, jobID).Return(plan(true, false, "node1", "node2"), nil)
+	env.OnActivity(node.ApplyJobs, mock.Anything, mock.Anything).Return(unitmgr.Report{}, nil)
+	env.OnActivity(core.SetJobStatus, mock.Anything, jobID, int64(7), "active", "").Return(true, nil)
+	env.OnActivity(node.RunNow, mock.Anything, "cron-acme-"+jobID).Return(nil).Once()
+	signalAndRun(env, Change{Action: "run_now", Version: 7})
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	env.AssertExpectations(t)
+}
+
+func TestConvergeNodeReconcilesOnce(t *testing.T) {
+	env := newEnv(t)
+	jobs := []desired.Job{{ID: "a", Tenant: "acme"}, {ID: "b", Tenant: "acme"}}
+	env.OnActivity(core.DesiredForNode, mock.Anything, "n1").Return(jobs, nil).Once()
+	env.OnActivity(node.Reconcile, mock.Anything, jobs).Return(unitmgr.Report{Written: []string{"x.timer"}, Reloads: 1}, nil).Once()
+	env.ExecuteWorkflow(ConvergeNode, ConvergeInput{NodeID: "n1"})
+	var res ConvergeResult
+	if err := env.GetWorkflowResult(&res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Jobs != 2 || res.Reloads != 1 || len(res.Written) != 1 {
+		t.Errorf("result %+v", res)
+	}
+	env.AssertExpectations(t)
+}
+
+func TestConvergeNodeFailsWhenNodeUnreachable(t *testing.T) {
+	env := newEnv(t)
+	env.OnActivity(core.DesiredForNode, mock.Anything, "n1").Return([]desired.Job{}, nil)
+	env.OnActivity(node.Reconcile, mock.Anything, mock.Anything).Return(unitmgr.Report{}, errors.New("unreachable"))
+	env.ExecuteWorkflow(ConvergeNode, ConvergeInput{NodeID: "n1", NodeTimeout: 5 * time.Second})
+	if err := env.GetWorkflowError(); err == nil {
+		t.Error("converge of an unreachable node succeeded")
+	}
+}
+
+func activityTaskQueue(ctx context.Context) string { return activity.GetInfo(ctx).TaskQueue }
