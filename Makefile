@@ -33,7 +33,7 @@ fuzz:
 # End-to-end tier: three systemd nodes booted with systemd-nspawn, a real
 # PostgreSQL and the core API (root; the rootfs is cached in $(HOSTCRON_CACHE)).
 test-e2e:
-	scripts/with-pg.sh $(GO) test -count=1 -tags e2e -timeout 30m -v ./tests/e2e/
+	scripts/with-pg.sh $(GO) test -count=1 -p 1 -tags e2e -timeout 40m -v ./tests/e2e/ ./tests/flow/
 
 test: test-unit fuzz test-e2e
 

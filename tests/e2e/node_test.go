@@ -19,7 +19,7 @@ import (
 func state(t *testing.T, node string) map[string]unitmgr.UnitState {
 	t.Helper()
 	var st []unitmgr.UnitState
-	agent(t, node, nil, &st, "state")
+	c.Agent(t, node, nil, &st, "state")
 	out := map[string]unitmgr.UnitState{}
 	for _, s := range st {
 		out[s.Name] = s
@@ -31,13 +31,13 @@ func state(t *testing.T, node string) map[string]unitmgr.UnitState {
 // repeated call changes nothing; reconcile removes an orphan and disables
 // a disabled job with one daemon-reload.
 func TestUnitsAndReconcile(t *testing.T) {
-	a := newJob(t, "acme", "0 3 * * *", "echo a", 60, 64, 5)
-	b := newJob(t, "acme", "0 4 * * *", "echo b", 60, 64, 5)
-	cj := newJob(t, "globex", "0 5 * * *", "echo c", 60, 64, 5)
+	a := c.NewJob(t, "acme", "0 3 * * *", "echo a", 60, 64, 5)
+	b := c.NewJob(t, "acme", "0 4 * * *", "echo b", 60, 64, 5)
+	cj := c.NewJob(t, "globex", "0 5 * * *", "echo c", 60, 64, 5)
 	jobs := []desired.Job{a, b, cj}
-	for _, n := range c.nodes {
+	for _, n := range c.Nodes {
 		var rep unitmgr.Report
-		agent(t, n, jobs, &rep, "apply")
+		c.Agent(t, n, jobs, &rep, "apply")
 		if len(rep.Written) != 6 || rep.Reloads != 1 || len(rep.Enabled) != 3 || len(rep.Failed) != 0 {
 			t.Errorf("%s: first apply %+v", n, rep)
 		}
@@ -47,14 +47,14 @@ func TestUnitsAndReconcile(t *testing.T) {
 				t.Errorf("%s: %s state %+v", n, j.UnitName(), s)
 			}
 		}
-		agent(t, n, jobs, &rep, "apply")
+		c.Agent(t, n, jobs, &rep, "apply")
 		if rep.Changed() || rep.Reloads != 0 {
 			t.Errorf("%s: unchanged apply changed something: %+v", n, rep)
 		}
 	}
 	b.Enabled = false
 	var rep unitmgr.Report
-	agent(t, "node1", []desired.Job{a, b}, &rep, "reconcile")
+	c.Agent(t, "node1", []desired.Job{a, b}, &rep, "reconcile")
 	if rep.Reloads != 1 || strings.Join(rep.Removed, ",") != cj.UnitName() || strings.Join(rep.Disabled, ",") != b.UnitName()+".timer" {
 		t.Errorf("reconcile report %+v", rep)
 	}
@@ -68,15 +68,15 @@ func TestUnitsAndReconcile(t *testing.T) {
 	if s := st[a.UnitName()]; !s.TimerActive {
 		t.Errorf("kept job's timer: %+v", s)
 	}
-	root, _ := nodesSh("root", "node1")
+	root := c.Root("node1")
 	for _, p := range []string{"etc/systemd/system/" + cj.UnitName() + ".timer", "etc/systemd/system/" + cj.UnitName() + ".service", "var/lib/hostcron/jobs/" + cj.UnitName() + ".json"} {
-		if _, err := os.Stat(filepath.Join(strings.TrimSpace(root), p)); err == nil {
+		if _, err := os.Stat(filepath.Join(root, p)); err == nil {
 			t.Errorf("orphan file %s left", p)
 		}
 	}
 	// Leave the nodes empty for the tests that follow.
-	for _, n := range c.nodes {
-		agent(t, n, []desired.Job{}, &rep, "reconcile")
+	for _, n := range c.Nodes {
+		c.Agent(t, n, []desired.Job{}, &rep, "reconcile")
 		if len(state(t, n)) != 0 {
 			t.Errorf("%s: units left after reconcile to nothing", n)
 		}
@@ -89,19 +89,19 @@ func TestUnitsAndReconcile(t *testing.T) {
 func TestExactlyOncePerSlot(t *testing.T) {
 	t.Parallel()
 	const slots = 31
-	marker := filepath.Join(c.shared, "www/acme/public/runs.log")
-	job := newJob(t, "acme", "*/10 * * * * *", `echo "ran on $(hostname)"; echo "$(hostname)" >> runs.log; sleep 1`, 30, 64, 5)
-	for _, n := range c.nodes {
-		agent(t, n, []desired.Job{job}, nil, "apply")
+	marker := filepath.Join(c.Shared, "www/acme/public/runs.log")
+	job := c.NewJob(t, "acme", "*/10 * * * * *", `echo "ran on $(hostname)"; echo "$(hostname)" >> runs.log; sleep 1`, 30, 64, 5)
+	for _, n := range c.Nodes {
+		c.Agent(t, n, []desired.Job{job}, nil, "apply")
 	}
 	start := time.Now()
-	runs := waitRuns(t, job.ID, slots*10*time.Second+90*time.Second, func(r []store.Run) bool { return len(r) >= slots })
+	runs := c.WaitRuns(t, job.ID, slots*10*time.Second+90*time.Second, func(r []store.Run) bool { return len(r) >= slots })
 	job.Enabled = false
-	for _, n := range c.nodes {
-		agent(t, n, []desired.Job{job}, nil, "apply")
+	for _, n := range c.Nodes {
+		c.Agent(t, n, []desired.Job{job}, nil, "apply")
 	}
 	time.Sleep(3 * time.Second) // a run started before the disable reports
-	runs, _ = c.store.ListRuns(t.Context(), job.ID, 1000)
+	runs, _ = c.Store.ListRuns(t.Context(), job.ID, 1000)
 	sort.Slice(runs, func(i, j int) bool { return runs[i].ScheduledAt.Before(runs[j].ScheduledAt) })
 	perNode := map[string]int{}
 	for i, r := range runs {
@@ -125,8 +125,8 @@ func TestExactlyOncePerSlot(t *testing.T) {
 	// journald: every execution's output, under the unit's identifier and
 	// the tenant and job fields the unit sets.
 	found := 0
-	for _, n := range c.nodes {
-		out, err := nodeExec(n, nil, "journalctl", "-q", "--no-pager", "-o", "json", "SYSLOG_IDENTIFIER="+job.UnitName())
+	for _, n := range c.Nodes {
+		out, err := c.Exec(n, nil, "journalctl", "-q", "--no-pager", "-o", "json", "SYSLOG_IDENTIFIER="+job.UnitName())
 		if err != nil {
 			t.Fatalf("journalctl on %s: %v %s", n, err, out)
 		}
@@ -167,13 +167,13 @@ func TestFailureClassification(t *testing.T) {
 	}
 	var jobs []desired.Job
 	for _, tc := range cases {
-		jobs = append(jobs, newJob(t, "globex", "*/10 * * * * *", tc.command, tc.timeout, tc.memMB, 0))
+		jobs = append(jobs, c.NewJob(t, "globex", "*/10 * * * * *", tc.command, tc.timeout, tc.memMB, 0))
 	}
-	for _, n := range c.nodes {
-		agent(t, n, jobs, nil, "apply")
+	for _, n := range c.Nodes {
+		c.Agent(t, n, jobs, nil, "apply")
 	}
 	for i, tc := range cases {
-		runs := waitRuns(t, jobs[i].ID, 60*time.Second, func(r []store.Run) bool { return len(r) >= 2 })
+		runs := c.WaitRuns(t, jobs[i].ID, 60*time.Second, func(r []store.Run) bool { return len(r) >= 2 })
 		for _, r := range runs {
 			if r.Result != tc.want {
 				t.Errorf("%q: result %s (%s), want %s", tc.command, r.Result, r.FailureReason, tc.want)
@@ -186,11 +186,11 @@ func TestFailureClassification(t *testing.T) {
 			t.Errorf("own exit 75 recorded as %d", *runs[0].ExitCode)
 		}
 	}
-	for _, n := range c.nodes {
+	for _, n := range c.Nodes {
 		var names []string
 		for _, j := range jobs {
 			names = append(names, j.UnitName())
 		}
-		agent(t, n, nil, nil, append([]string{"remove"}, names...)...)
+		c.Agent(t, n, nil, nil, append([]string{"remove"}, names...)...)
 	}
 }

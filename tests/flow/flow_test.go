@@ -1,0 +1,260 @@
+//go:build e2e
+
+// Package flow tests the whole control path on real parts: the API on
+// PostgreSQL, the outbox dispatcher, Temporal workflows on the embedded
+// server, and node agents as Temporal workers inside three booted systemd
+// nodes. Run with `make test-e2e`.
+package flow
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hostcron/hostcron/internal/unitmgr"
+	"github.com/hostcron/hostcron/tests/harness"
+	"github.com/hostcron/hostcron/workflows"
+)
+
+var (
+	c   *harness.Cluster
+	key string // acme's tenant key
+)
+
+func TestMain(m *testing.M) {
+	var err error
+	c, err = harness.Start(harness.Options{Nodes: 3, Temporal: true, NodeTimeout: 15 * time.Second})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "flow setup:", err)
+		os.Exit(1)
+	}
+	_, key, err = c.Store.CreateAPIKey(context.Background(), c.Tenants["acme"].ID)
+	code := 1
+	if err == nil {
+		code = m.Run()
+	} else {
+		fmt.Fprintln(os.Stderr, "flow setup:", err)
+	}
+	c.Stop()
+	os.Exit(code)
+}
+
+func call(t testing.TB, method, path, body string, want int) map[string]any {
+	t.Helper()
+	req, _ := http.NewRequest(method, c.APIURL+path, strings.NewReader(body))
+	req.Header.Set("X-API-Key", key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != want {
+		t.Fatalf("%s %s = %d, want %d: %s", method, path, resp.StatusCode, want, out)
+	}
+	var m map[string]any
+	_ = json.Unmarshal(out, &m)
+	return m
+}
+
+func createJob(t testing.TB, schedule string) string {
+	body, _ := json.Marshal(map[string]any{"webroot_id": c.Webroots["acme"].ID, "schedule": schedule, "command": "echo flow"})
+	return call(t, "POST", "/api/v1/tenants/"+c.Tenants["acme"].ID+"/cron-jobs", string(body), 201)["id"].(string)
+}
+
+// waitStatus polls a job until its status is want; it returns how long
+// that took.
+func waitStatus(t testing.TB, id, want string, timeout time.Duration) (time.Duration, map[string]any) {
+	t.Helper()
+	start := time.Now()
+	for {
+		j := call(t, "GET", "/api/v1/cron-jobs/"+id, "", 200)
+		if j["status"] == want {
+			return time.Since(start), j
+		}
+		if time.Since(start) > timeout {
+			t.Fatalf("job %s: status %v (%v) after %v, want %s", id, j["status"], j["status_message"], timeout, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func unitsOn(t testing.TB, node string) map[string]unitmgr.UnitState {
+	t.Helper()
+	var st []unitmgr.UnitState
+	c.Agent(t, node, nil, &st, "state")
+	out := map[string]unitmgr.UnitState{}
+	for _, s := range st {
+		out[s.Name] = s
+	}
+	return out
+}
+
+func unitName(id string) string { return "cron-acme-" + id }
+
+var created []string // active jobs, for the converge tests
+
+// TestCreateActivatesOnAllNodes creates 50 jobs through the API and
+// measures how long each takes to be active, timers running on all nodes.
+func TestCreateActivatesOnAllNodes(t *testing.T) {
+	const n = 50
+	var lat []time.Duration
+	for i := 0; i < n; i++ {
+		start := time.Now()
+		id := createJob(t, "0 3 * * *")
+		waitStatus(t, id, "active", 60*time.Second)
+		lat = append(lat, time.Since(start))
+		created = append(created, id)
+	}
+	for _, node := range c.Nodes {
+		st := unitsOn(t, node)
+		for _, id := range created {
+			if s := st[unitName(id)]; !s.TimerActive || !s.TimerEnabled {
+				t.Errorf("%s: %s not active: %+v", node, unitName(id), s)
+			}
+		}
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	p50, p99 := lat[n/2], lat[n*99/100]
+	t.Logf("create -> active on %d nodes, %d jobs: p50 %v, p99 %v", len(c.Nodes), n, p50.Round(time.Millisecond), p99.Round(time.Millisecond))
+	fmt.Printf("BENCH create_to_active nodes=%d n=%d p50_ms=%d p99_ms=%d\n", len(c.Nodes), n, p50.Milliseconds(), p99.Milliseconds())
+}
+
+func TestDisableStopsTimersEverywhere(t *testing.T) {
+	id := createJob(t, "0 4 * * *")
+	waitStatus(t, id, "active", 60*time.Second)
+	call(t, "POST", "/api/v1/cron-jobs/"+id+"/disable", "", 202)
+	_, j := waitStatus(t, id, "disabled", 60*time.Second)
+	if j["next_run_at"] != nil {
+		t.Errorf("disabled job has next_run_at %v", j["next_run_at"])
+	}
+	for _, node := range c.Nodes {
+		if s := unitsOn(t, node)[unitName(id)]; s.TimerActive || s.TimerEnabled || s.Name == "" {
+			t.Errorf("%s: disabled job's timer %+v", node, s)
+		}
+	}
+	// Enable and disable racing: the nodes end with the last state.
+	call(t, "POST", "/api/v1/cron-jobs/"+id+"/enable", "", 202)
+	call(t, "POST", "/api/v1/cron-jobs/"+id+"/disable", "", 202)
+	call(t, "POST", "/api/v1/cron-jobs/"+id+"/enable", "", 202)
+	waitStatus(t, id, "active", 60*time.Second)
+	for _, node := range c.Nodes {
+		if s := unitsOn(t, node)[unitName(id)]; !s.TimerActive {
+			t.Errorf("%s: after enable/disable/enable the timer is not active: %+v", node, s)
+		}
+	}
+	created = append(created, id)
+}
+
+// TestNodeDownDuringCreate: a node that is down fails the provisioning
+// (naming it) without blocking the others, and gets the job when it
+// returns; retry then makes the job active.
+func TestNodeDownDuringCreate(t *testing.T) {
+	if err := c.StopNode("node3"); err != nil {
+		t.Fatal(err)
+	}
+	id := createJob(t, "0 5 * * *")
+	_, j := waitStatus(t, id, "failed", 90*time.Second)
+	if msg, _ := j["status_message"].(string); !strings.Contains(msg, "node3") || strings.Contains(msg, "node1") {
+		t.Errorf("status message %q should name node3 only", msg)
+	}
+	for _, node := range []string{"node1", "node2"} {
+		if s := unitsOn(t, node)[unitName(id)]; !s.TimerActive {
+			t.Errorf("%s did not get the job while node3 was down: %+v", node, s)
+		}
+	}
+	if err := c.StartNode("node3"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for !unitsOn(t, "node3")[unitName(id)].TimerActive {
+		if time.Now().After(deadline) {
+			t.Fatal("node3 did not get the job after it returned")
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	call(t, "POST", "/api/v1/cron-jobs/"+id+"/retry", "", 202)
+	waitStatus(t, id, "active", 60*time.Second)
+	created = append(created, id)
+}
+
+// TestNewNodeConverges: a node booted into the shard announces itself and
+// gets every job with one daemon-reload.
+func TestNewNodeConverges(t *testing.T) {
+	if err := c.AddNodes("node4"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var res workflows.ConvergeResult
+	for {
+		run := c.Temporal.GetWorkflow(ctx, workflows.ConvergeNodeWorkflowID(c.NodeIDs["node4"]), "")
+		if err := run.Get(ctx, &res); err == nil {
+			break
+		} else if ctx.Err() != nil {
+			t.Fatalf("no converge of node4: %v", err)
+		}
+		time.Sleep(time.Second)
+	}
+	if res.Reloads != 1 || len(res.Written) != 2*len(created) || len(res.Enabled) != len(created) {
+		t.Errorf("converge of node4: %d jobs, %d written, %d enabled, %d reloads; want %d jobs, one reload",
+			res.Jobs, len(res.Written), len(res.Enabled), res.Reloads, len(created))
+	}
+	st := unitsOn(t, "node4")
+	for _, id := range created {
+		if !st[unitName(id)].TimerActive {
+			t.Errorf("node4 lacks %s", unitName(id))
+		}
+	}
+}
+
+func TestRunNowAndDelete(t *testing.T) {
+	id := createJob(t, "0 6 * * *")
+	waitStatus(t, id, "active", 60*time.Second)
+	call(t, "POST", "/api/v1/cron-jobs/"+id+"/run-now", "", 202)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		runs := call(t, "GET", "/api/v1/cron-jobs/"+id+"/runs", "", 200)["runs"].([]any)
+		if len(runs) == 1 {
+			if r := runs[0].(map[string]any); r["result"] != "success" {
+				t.Errorf("run-now run: %v", r)
+			}
+			break
+		}
+		if len(runs) > 1 || time.Now().After(deadline) {
+			t.Fatalf("run-now: %d runs", len(runs))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	call(t, "DELETE", "/api/v1/cron-jobs/"+id, "", 202)
+	deadline = time.Now().Add(60 * time.Second)
+	for {
+		req, _ := http.NewRequest("GET", c.APIURL+"/api/v1/cron-jobs/"+id, nil)
+		req.Header.Set("X-API-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 404 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("deleted job still there")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, node := range c.Nodes {
+		if _, ok := unitsOn(t, node)[unitName(id)]; ok {
+			t.Errorf("%s still has the deleted job's units", node)
+		}
+	}
+}
+

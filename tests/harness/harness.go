@@ -1,0 +1,457 @@
+//go:build e2e
+
+// Package harness runs hostcron for the end-to-end tiers: real systemd
+// nodes booted with systemd-nspawn (scripts/nodes.sh) on shared storage, a
+// real PostgreSQL (scripts/with-pg.sh), the core API in process and,
+// optionally, the embedded Temporal server with the core's worker and
+// outbox dispatcher. Node agents run inside the nodes as systemd services.
+package harness
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.temporal.io/sdk/client"
+	tlog "go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/hostcron/hostcron/internal/api"
+	"github.com/hostcron/hostcron/internal/desired"
+	"github.com/hostcron/hostcron/internal/dispatch"
+	"github.com/hostcron/hostcron/internal/nodeconf"
+	"github.com/hostcron/hostcron/internal/store"
+	"github.com/hostcron/hostcron/workflows"
+)
+
+// AdminKey is the bootstrap admin key of the harness's API.
+const AdminKey = "e2e-admin"
+
+// Options choose what runs.
+type Options struct {
+	Nodes       int           // nodes booted at start
+	Temporal    bool          // embedded Temporal, core worker, dispatcher, node workers
+	NodeTimeout time.Duration // provisioning's per-node bound (Temporal only)
+}
+
+// Cluster is a running hostcron.
+type Cluster struct {
+	Repo     string
+	Shared   string // host path of /srv/shared
+	Nodes    []string
+	Store    *store.Store
+	APIURL   string
+	ShardID  string
+	NodeIDs  map[string]string
+	Tenants  map[string]store.Tenant
+	Webroots map[string]store.Webroot
+	Temporal client.Client
+
+	opts     Options
+	env      []string // NODES_DIR and SHARED for scripts/nodes.sh
+	base     string
+	bin      string
+	temporal *exec.Cmd
+	// temporalAddr is the embedded server's frontend ("" without Temporal).
+	temporalAddr string
+	worker       worker.Worker
+	cancel       context.CancelFunc
+	http         *http.Server
+}
+
+// Start brings everything up; on error it tears down what it started.
+func Start(opts Options) (*Cluster, error) {
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("the end-to-end tier needs root (systemd-nspawn); run `make test-e2e`")
+	}
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{Repo: repo, opts: opts, NodeIDs: map[string]string{},
+		Tenants: map[string]store.Tenant{}, Webroots: map[string]store.Webroot{}}
+	c.base = fmt.Sprintf("/run/hostcron-e2e-%d", os.Getpid())
+	c.Shared, c.bin = c.base+"-shared", c.base+"-bin"
+	c.env = []string{"NODES_DIR=" + c.base, "SHARED=" + c.Shared}
+	if err := c.start(); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Cluster) start() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	if out, err := c.run(nil, "env", "CGO_ENABLED=0", "go", "build", "-o", c.bin+"/",
+		"./cmd/node-agent", "./cmd/cron-run", "./cmd/cron-outcome"); err != nil {
+		return fmt.Errorf("build: %v\n%s", err, out)
+	}
+	if err := os.MkdirAll(c.Shared+"/www", 0o755); err != nil {
+		return err
+	}
+	if err := c.startStore(ctx); err != nil {
+		return err
+	}
+	if c.opts.Temporal {
+		if err := c.startTemporal(ctx); err != nil {
+			return err
+		}
+	}
+	if err := c.startAPI(); err != nil {
+		return err
+	}
+	var names []string
+	for i := 1; i <= c.opts.Nodes; i++ {
+		names = append(names, fmt.Sprintf("node%d", i))
+	}
+	return c.AddNodes(names...)
+}
+
+// Stop tears everything down: nodes, mounts, cgroups, processes.
+func (c *Cluster) Stop() {
+	if out, err := c.NodesSh("down"); err != nil {
+		fmt.Fprintf(os.Stderr, "nodes down: %v\n%s", err, out)
+	}
+	if c.http != nil {
+		c.http.Close()
+	}
+	if c.cancel != nil {
+		c.cancel()
+	}
+	if c.worker != nil {
+		c.worker.Stop()
+	}
+	if c.Temporal != nil {
+		c.Temporal.Close()
+	}
+	if c.temporal != nil && c.temporal.Process != nil {
+		_ = c.temporal.Process.Signal(os.Interrupt)
+		_ = c.temporal.Wait()
+	}
+	if c.Store != nil {
+		c.Store.Close()
+	}
+	os.RemoveAll(c.Shared)
+	os.RemoveAll(c.bin)
+}
+
+func (c *Cluster) startStore(ctx context.Context) error {
+	dsn := os.Getenv("HOSTCRON_TEST_DATABASE_URL")
+	if dsn == "" {
+		return fmt.Errorf("HOSTCRON_TEST_DATABASE_URL not set; run under scripts/with-pg.sh")
+	}
+	admin, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer admin.Close(ctx)
+	name := fmt.Sprintf("hc_e2e_%d", os.Getpid())
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		return err
+	}
+	u, _ := url.Parse(dsn)
+	u.Path = "/" + name
+	if c.Store, err = store.Open(ctx, u.String(), 20); err != nil {
+		return err
+	}
+	if err := c.Store.Migrate(ctx); err != nil {
+		return err
+	}
+	sh, err := c.Store.CreateShard(ctx, "web-e2e", "/srv/shared/www")
+	if err != nil {
+		return err
+	}
+	c.ShardID = sh.ID
+	for _, t := range []string{"acme", "globex"} {
+		tn, err := c.Store.CreateTenant(ctx, store.Tenant{Name: t, ShardID: sh.ID, LinuxUser: t, LinuxGroup: t})
+		if err != nil {
+			return err
+		}
+		wr, err := c.Store.CreateWebroot(ctx, tn.ID, "/srv/shared/www/"+t+"/public")
+		if err != nil {
+			return err
+		}
+		c.Tenants[t], c.Webroots[t] = tn, wr
+	}
+	return nil
+}
+
+// startTemporal builds (cached) and runs the embedded Temporal server from
+// its own module, then the core's worker and the outbox dispatcher.
+func (c *Cluster) startTemporal(ctx context.Context) error {
+	tbin := filepath.Join(c.bin, "temporal-dev")
+	build := exec.Command("go", "build", "-o", tbin, ".")
+	build.Dir = filepath.Join(c.Repo, "devtools/temporal")
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("build temporal-dev: %v\n%s", err, out)
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	c.temporal = exec.Command(tbin, "--port", fmt.Sprint(port), "--namespace", "default")
+	stderr, _ := c.temporal.StderrPipe()
+	if err := c.temporal.Start(); err != nil {
+		return err
+	}
+	ready := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), "temporal ready") {
+				ready <- true
+			}
+		}
+		ready <- false
+	}()
+	select {
+	case ok := <-ready:
+		if !ok {
+			return fmt.Errorf("temporal-dev exited before it was ready")
+		}
+	case <-time.After(60 * time.Second):
+		return fmt.Errorf("temporal-dev not ready after 60s")
+	}
+	c.temporalAddr = fmt.Sprintf("127.0.0.1:%d", port)
+	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if c.Temporal, err = client.Dial(client.Options{HostPort: c.temporalAddr, Logger: tlog.NewStructuredLogger(quiet)}); err != nil {
+		return err
+	}
+	c.worker = worker.New(c.Temporal, workflows.CoreTaskQueue, worker.Options{})
+	workflows.RegisterCore(c.worker, &workflows.CoreActivities{Store: c.Store})
+	if err := c.worker.Start(); err != nil {
+		return err
+	}
+	d := &dispatch.Dispatcher{Store: c.Store, Temporal: c.Temporal, NodeTimeout: c.opts.NodeTimeout,
+		Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))}
+	go d.Run(ctx)
+	return nil
+}
+
+type converger struct{ c *Cluster }
+
+func (v converger) ConvergeNode(ctx context.Context, nodeID string) error {
+	_, err := workflows.StartConvergeNode(ctx, v.c.Temporal, nodeID, v.c.opts.NodeTimeout)
+	return err
+}
+
+// startAPI serves the core API on 127.0.0.1, which the nodes share.
+func (c *Cluster) startAPI() error {
+	cfg := api.Config{AdminKey: AdminKey, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	if c.Temporal != nil {
+		cfg.Converger = converger{c}
+	}
+	e, _ := api.New(c.Store, cfg)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	c.http = &http.Server{Handler: e}
+	go c.http.Serve(ln)
+	c.APIURL = "http://" + ln.Addr().String()
+	return nil
+}
+
+// AddNodes boots nodes, registers them in the shard and starts their
+// agents. Names must be node1, node2, ... in order of their numbers.
+func (c *Cluster) AddNodes(names ...string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	first := strings.TrimPrefix(names[0], "node")
+	if out, err := c.NodesSh("up", fmt.Sprint(len(names)), first); err != nil {
+		return fmt.Errorf("boot nodes: %v\n%s", err, out)
+	}
+	for _, n := range names {
+		if err := c.prepareNode(n); err != nil {
+			return fmt.Errorf("prepare %s: %w", n, err)
+		}
+		c.Nodes = append(c.Nodes, n)
+	}
+	return nil
+}
+
+// StopNode halts a node, keeping its disk; StartNode boots it again.
+func (c *Cluster) StopNode(n string) error {
+	_, err := c.NodesSh("down", n)
+	return err
+}
+
+// StartNode boots a stopped node; its agent starts with it.
+func (c *Cluster) StartNode(n string) error {
+	out, err := c.NodesSh("up", "1", strings.TrimPrefix(n, "node"))
+	if err != nil {
+		return fmt.Errorf("boot %s: %v\n%s", n, err, out)
+	}
+	return nil
+}
+
+const agentUnit = `[Unit]
+Description=hostcron node agent (e2e)
+After=dbus.service
+
+[Service]
+ExecStart=/usr/local/bin/node-agent run --redeliver-every=2s --min-orphan-age=0
+Restart=always
+RestartSec=1
+
+[Install]
+WantedBy=multi-user.target
+`
+
+// prepareNode installs the binaries, creates the tenants' users with the
+// same ids on every node, writes the node config and starts the agent.
+func (c *Cluster) prepareNode(n string) error {
+	root := c.Root(n)
+	for _, b := range []string{"node-agent", "cron-run", "cron-outcome"} {
+		data, err := os.ReadFile(filepath.Join(c.bin, b))
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(root, "usr/local/bin", b), data, 0o755); err != nil {
+			return err
+		}
+	}
+	for i, t := range []string{"acme", "globex"} {
+		id := fmt.Sprint(2001 + i)
+		if out, err := c.Exec(n, nil, "sh", "-c", "getent passwd "+t+" >/dev/null || { groupadd -g "+id+" "+t+
+			" && useradd -u "+id+" -g "+id+" -M -d /srv/shared/www/"+t+" -s /bin/sh "+t+"; }"); err != nil {
+			return fmt.Errorf("users: %v %s", err, out)
+		}
+		if err := os.MkdirAll(filepath.Join(c.Shared, "www", t, "public"), 0o755); err != nil {
+			return err
+		}
+		for _, p := range []string{"www/" + t, "www/" + t + "/public"} {
+			if err := os.Chown(filepath.Join(c.Shared, p), 2001+i, 2001+i); err != nil {
+				return err
+			}
+		}
+	}
+	node, token, err := c.Store.CreateNode(context.Background(), c.ShardID, n)
+	if err != nil {
+		return err
+	}
+	c.NodeIDs[n] = node.ID
+	cfg := nodeconf.Config{APIURL: c.APIURL, Credential: token, NodeName: n, NodeID: node.ID}
+	cfg.TemporalAddress = c.temporalAddr
+	b, _ := json.Marshal(cfg)
+	for path, content := range map[string][]byte{
+		"etc/hostcron/node.json": b, "etc/systemd/system/hostcron-node-agent.service": []byte(agentUnit),
+	} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, path)), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(root, path), content, 0o600); err != nil {
+			return err
+		}
+	}
+	if out, err := c.Exec(n, nil, "systemctl", "enable", "--now", "hostcron-node-agent.service"); err != nil {
+		return fmt.Errorf("start agent: %v %s", err, out)
+	}
+	return nil
+}
+
+// Root is the host path of a node's root filesystem.
+func (c *Cluster) Root(n string) string { return filepath.Join(c.base, n, "root") }
+
+func (c *Cluster) run(stdin []byte, name string, args ...string) (string, error) {
+	cmd := exec.Command(name, args...)
+	cmd.Dir = c.Repo
+	cmd.Env = append(os.Environ(), c.env...)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// NodesSh runs scripts/nodes.sh for this cluster.
+func (c *Cluster) NodesSh(args ...string) (string, error) {
+	return c.run(nil, filepath.Join(c.Repo, "scripts/nodes.sh"), args...)
+}
+
+// Exec runs a command inside a node.
+func (c *Cluster) Exec(node string, stdin []byte, args ...string) (string, error) {
+	return c.run(stdin, filepath.Join(c.Repo, "scripts/nodes.sh"), append([]string{"exec", node}, args...)...)
+}
+
+// Agent runs a node-agent subcommand on a node with jobs on stdin and
+// decodes its JSON answer into out.
+func (c *Cluster) Agent(t testing.TB, node string, jobs []desired.Job, out any, args ...string) {
+	t.Helper()
+	var stdin []byte
+	if jobs != nil {
+		stdin, _ = json.Marshal(jobs)
+	}
+	stdout, err := c.Exec(node, stdin, append([]string{"/usr/local/bin/node-agent"}, args...)...)
+	if err != nil {
+		t.Fatalf("%s: node-agent %v: %v\n%s", node, args, err, stdout)
+	}
+	// slog lines go to stderr, merged here; the JSON answer starts at '{' or '['.
+	i := strings.IndexAny(stdout, "{[")
+	if out != nil && i >= 0 {
+		if err := json.Unmarshal([]byte(stdout[i:]), out); err != nil {
+			t.Fatalf("%s: decode node-agent output: %v\n%s", node, err, stdout)
+		}
+	}
+}
+
+// NewJob stores a job in the core (bypassing API validation, so tests may
+// use a seconds field) and returns it as the nodes must have it.
+func (c *Cluster) NewJob(t testing.TB, tenant, schedule, command string, timeout, memMB, maxFailures int) desired.Job {
+	t.Helper()
+	j, err := c.Store.CreateJob(context.Background(), c.Tenants[tenant].ID, store.JobSpec{
+		WebrootID: c.Webroots[tenant].ID, Schedule: schedule, Timezone: "UTC", Command: command,
+		Enabled: true, TimeoutSeconds: timeout, MaxMemoryMB: memMB, MaxFailures: maxFailures,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _, err := c.Store.DesiredJob(context.Background(), j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// WaitRuns polls the run history of a job until cond holds or time is up.
+func (c *Cluster) WaitRuns(t testing.TB, jobID string, timeout time.Duration, cond func([]store.Run) bool) []store.Run {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		runs, err := c.Store.ListRuns(context.Background(), jobID, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cond(runs) {
+			return runs
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s: condition not met after %v; runs: %+v", jobID, timeout, runs)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
