@@ -9,13 +9,17 @@ export CACHE
 STATIC   := CGO_ENABLED=0
 CMDS     := core-api node-agent cron-outcome cron-run
 
-.PHONY: all build test test-unit test-e2e fuzz vet clean
+.PHONY: all build dev test test-unit test-e2e fuzz vet clean
 
 all: build
 
 build:
 	@mkdir -p $(BIN)
 	$(STATIC) $(GO) build -trimpath -o $(BIN)/ $(addprefix ./,$(wildcard $(CMDS:%=cmd/%)))
+
+# Run the platform: PostgreSQL, embedded Temporal, core API, three nodes.
+dev:
+	scripts/dev.sh
 
 vet:
 	$(GO) vet ./...
