@@ -18,6 +18,7 @@ import (
 	"github.com/hostcron/hostcron/internal/api"
 	"github.com/hostcron/hostcron/internal/dispatch"
 	"github.com/hostcron/hostcron/internal/housekeeping"
+	"github.com/hostcron/hostcron/internal/logship"
 	"github.com/hostcron/hostcron/internal/store"
 	"github.com/hostcron/hostcron/workflows"
 )
@@ -57,7 +58,7 @@ func migrateCmd(dsn *string) *cobra.Command {
 }
 
 func serveCmd(dsn *string, log *slog.Logger) *cobra.Command {
-	var listen, adminKey, temporalAddr, temporalNS string
+	var listen, adminKey, temporalAddr, temporalNS, lokiURL, lokiOrg string
 	var nodeTimeout, convergeEvery time.Duration
 	var hk housekeeping.Config
 	cmd := &cobra.Command{
@@ -75,6 +76,9 @@ func serveCmd(dsn *string, log *slog.Logger) *cobra.Command {
 				return err
 			}
 			cfg := api.Config{AdminKey: adminKey, Logger: log}
+			if lokiURL != "" {
+				cfg.Logs = &logship.Client{URL: lokiURL, OrgID: lokiOrg}
+			}
 			if temporalAddr != "" {
 				tc, err := dialTemporal(ctx, temporalAddr, temporalNS, log)
 				if err != nil {
@@ -118,6 +122,8 @@ func serveCmd(dsn *string, log *slog.Logger) *cobra.Command {
 	cmd.Flags().StringVar(&temporalAddr, "temporal", os.Getenv("HOSTCRON_TEMPORAL_ADDRESS"),
 		"Temporal frontend host:port (env HOSTCRON_TEMPORAL_ADDRESS); empty: changes stay queued in the outbox")
 	cmd.Flags().StringVar(&temporalNS, "temporal-namespace", envOr("HOSTCRON_TEMPORAL_NAMESPACE", "default"), "Temporal namespace")
+	cmd.Flags().StringVar(&lokiURL, "loki", os.Getenv("HOSTCRON_LOKI_URL"), "Loki base URL for the tenant logs API (env HOSTCRON_LOKI_URL)")
+	cmd.Flags().StringVar(&lokiOrg, "loki-org-id", os.Getenv("HOSTCRON_LOKI_ORG_ID"), "X-Scope-OrgID for a multi-tenant Loki")
 	cmd.Flags().DurationVar(&nodeTimeout, "node-timeout", 2*time.Minute, "how long provisioning waits for one node, retries included")
 	cmd.Flags().DurationVar(&convergeEvery, "converge-every", 10*time.Minute, "how often every node is converged to repair drift")
 	cmd.Flags().DurationVar(&hk.Grace, "outcome-grace", 2*time.Minute, "how long after a run's timeout its outcome may still arrive")

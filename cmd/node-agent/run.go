@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -15,14 +16,15 @@ import (
 	tlog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 
+	"github.com/hostcron/hostcron/internal/logship"
 	"github.com/hostcron/hostcron/internal/nodeconf"
 	"github.com/hostcron/hostcron/internal/outcome"
 	"github.com/hostcron/hostcron/workflows"
 )
 
-// runCmd is the agent's daemon: a Temporal worker on the node's task queue
-// applying the core's changes to the node's units, and the redelivery of
-// spooled outcomes, until SIGTERM.
+// runCmd is the agent's daemon until SIGTERM: a Temporal worker on the
+// node's task queue applying the core's changes to the node's units, the
+// redelivery of spooled outcomes, and the shipping of cron logs to Loki.
 func runCmd(configPath *string, log *slog.Logger) *cobra.Command {
 	var every, minOrphanAge time.Duration
 	cmd := &cobra.Command{
@@ -43,6 +45,12 @@ func runCmd(configPath *string, log *slog.Logger) *cobra.Command {
 				}
 				defer stopWorker()
 				go announce(ctx, cfg, log)
+			}
+			if cfg.LokiURL != "" {
+				go logship.Run(ctx, logship.Config{
+					Loki: &logship.Client{URL: cfg.LokiURL}, Node: cfg.NodeName,
+					CursorFile: filepath.Join(cfg.StateDir, "journal.cursor"), Log: log.With("component", "logship"),
+				})
 			}
 			log.Info("node agent started", "node", cfg.NodeName)
 			redeliverLoop(ctx, cfg, every, log)

@@ -36,10 +36,14 @@ type env struct {
 	key     string // tenant-scoped key
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { return newEnvWith(t, Config{}) }
+
+// newEnvWith is newEnv with extra configuration (the admin key is set).
+func newEnvWith(t *testing.T, cfg Config) *env {
 	t.Helper()
 	st := pgtest.New(t)
-	e, _ := New(st, Config{AdminKey: adminKey})
+	cfg.AdminKey = adminKey
+	e, _ := New(st, cfg)
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
 	doc, err := openapi3.NewLoader().LoadFromData(OpenAPI)

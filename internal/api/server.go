@@ -22,6 +22,8 @@ type Config struct {
 	Logger   *slog.Logger
 	Registry *prometheus.Registry // nil: a new one
 	Now      func() time.Time     // nil: time.Now
+	// Logs answers the tenant logs endpoint; nil answers 503.
+	Logs LogQuerier
 	// Converger starts a node's converge when it announces itself; nil
 	// answers announcements with 503 (no workflow engine configured).
 	Converger Converger
@@ -65,6 +67,7 @@ func New(st *store.Store, cfg Config) (*echo.Echo, *Server) {
 	v1.GET("/cron-preview", s.preview)
 	v1.POST("/tenants/:tenant/cron-jobs", s.createJob)
 	v1.GET("/tenants/:tenant/cron-jobs", s.listJobs)
+	v1.GET("/tenants/:tenant/logs", s.tenantLogs)
 	v1.GET("/cron-jobs/:id", s.getJob)
 	v1.PUT("/cron-jobs/:id", s.updateJob)
 	v1.DELETE("/cron-jobs/:id", s.deleteJob)

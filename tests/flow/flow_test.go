@@ -30,7 +30,7 @@ var (
 
 func TestMain(m *testing.M) {
 	var err error
-	c, err = harness.Start(harness.Options{Nodes: 3, Temporal: true, NodeTimeout: 15 * time.Second})
+	c, err = harness.Start(harness.Options{Nodes: 3, Temporal: true, Loki: true, NodeTimeout: 15 * time.Second})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "flow setup:", err)
 		os.Exit(1)
@@ -258,3 +258,4 @@ func TestRunNowAndDelete(t *testing.T) {
 	}
 }
 
+func jsonDecode(resp *http.Response, v any) error { return json.NewDecoder(resp.Body).Decode(v) }

@@ -32,6 +32,7 @@ import (
 	"github.com/hostcron/hostcron/internal/api"
 	"github.com/hostcron/hostcron/internal/desired"
 	"github.com/hostcron/hostcron/internal/dispatch"
+	"github.com/hostcron/hostcron/internal/logship"
 	"github.com/hostcron/hostcron/internal/nodeconf"
 	"github.com/hostcron/hostcron/internal/store"
 	"github.com/hostcron/hostcron/workflows"
@@ -44,6 +45,7 @@ const AdminKey = "e2e-admin"
 type Options struct {
 	Nodes       int           // nodes booted at start
 	Temporal    bool          // embedded Temporal, core worker, dispatcher, node workers
+	Loki        bool          // a real Loki (scripts/loki.sh), node agents ship to it
 	NodeTimeout time.Duration // provisioning's per-node bound (Temporal only)
 }
 
@@ -59,12 +61,14 @@ type Cluster struct {
 	Tenants  map[string]store.Tenant
 	Webroots map[string]store.Webroot
 	Temporal client.Client
+	LokiURL  string
 
 	opts     Options
 	env      []string // NODES_DIR and SHARED for scripts/nodes.sh
 	base     string
 	bin      string
 	temporal *exec.Cmd
+	loki     *exec.Cmd
 	// temporalAddr is the embedded server's frontend ("" without Temporal).
 	temporalAddr string
 	worker       worker.Worker
@@ -111,6 +115,11 @@ func (c *Cluster) start() error {
 			return err
 		}
 	}
+	if c.opts.Loki {
+		if err := c.startLoki(); err != nil {
+			return err
+		}
+	}
 	if err := c.startAPI(); err != nil {
 		return err
 	}
@@ -138,15 +147,18 @@ func (c *Cluster) Stop() {
 	if c.Temporal != nil {
 		c.Temporal.Close()
 	}
-	if c.temporal != nil && c.temporal.Process != nil {
-		_ = c.temporal.Process.Signal(os.Interrupt)
-		_ = c.temporal.Wait()
+	for _, p := range []*exec.Cmd{c.temporal, c.loki} {
+		if p != nil && p.Process != nil {
+			_ = p.Process.Signal(os.Interrupt)
+			_ = p.Wait()
+		}
 	}
 	if c.Store != nil {
 		c.Store.Close()
 	}
 	os.RemoveAll(c.Shared)
 	os.RemoveAll(c.bin)
+	os.RemoveAll(c.base + "-loki")
 }
 
 func (c *Cluster) startStore(ctx context.Context) error {
@@ -242,6 +254,37 @@ func (c *Cluster) startTemporal(ctx context.Context) error {
 	return nil
 }
 
+// startLoki runs a real Loki built from devtools/loki (cached).
+func (c *Cluster) startLoki() error {
+	if out, err := c.run(nil, filepath.Join(c.Repo, "scripts/loki.sh"), "build"); err != nil {
+		return fmt.Errorf("build loki: %v\n%s", err, out)
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	c.loki = exec.Command(filepath.Join(c.Repo, "scripts/loki.sh"), "run", c.base+"-loki", fmt.Sprint(port))
+	c.loki.Stdout, c.loki.Stderr = os.Stderr, os.Stderr
+	if err := c.loki.Start(); err != nil {
+		return err
+	}
+	c.LokiURL = fmt.Sprintf("http://127.0.0.1:%d", port)
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		resp, err := http.Get(c.LokiURL + "/ready")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("loki not ready after 90s")
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
 type converger struct{ c *Cluster }
 
 func (v converger) ConvergeNode(ctx context.Context, nodeID string) error {
@@ -254,6 +297,9 @@ func (c *Cluster) startAPI() error {
 	cfg := api.Config{AdminKey: AdminKey, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	if c.Temporal != nil {
 		cfg.Converger = converger{c}
+	}
+	if c.LokiURL != "" {
+		cfg.Logs = &logship.Client{URL: c.LokiURL}
 	}
 	e, _ := api.New(c.Store, cfg)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -347,7 +393,7 @@ func (c *Cluster) prepareNode(n string) error {
 	}
 	c.NodeIDs[n] = node.ID
 	cfg := nodeconf.Config{APIURL: c.APIURL, Credential: token, NodeName: n, NodeID: node.ID}
-	cfg.TemporalAddress = c.temporalAddr
+	cfg.TemporalAddress, cfg.LokiURL = c.temporalAddr, c.LokiURL
 	b, _ := json.Marshal(cfg)
 	for path, content := range map[string][]byte{
 		"etc/hostcron/node.json": b, "etc/systemd/system/hostcron-node-agent.service": []byte(agentUnit),

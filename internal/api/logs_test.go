@@ -1,0 +1,107 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/hostcron/hostcron/internal/logship"
+)
+
+// fakeLoki records the LogQL it is asked and answers one line.
+type fakeLoki struct {
+	mu      sync.Mutex
+	queries []string
+}
+
+func (f *fakeLoki) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	f.queries = append(f.queries, r.URL.Query().Get("query"))
+	f.mu.Unlock()
+	_, _ = w.Write([]byte(`{"status":"success","data":{"resultType":"streams","result":[
+		{"stream":{"node":"node1","cron_job_id":"j","tenant_id":"acme"},"values":[["1763700000000000000","hello"]]}]}}`))
+}
+
+func (f *fakeLoki) last() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.queries) == 0 {
+		return ""
+	}
+	return f.queries[len(f.queries)-1]
+}
+
+func TestTenantLogs(t *testing.T) {
+	loki := &fakeLoki{}
+	srv := httptest.NewServer(loki)
+	defer srv.Close()
+	v := newEnvWith(t, Config{Logs: &logship.Client{URL: srv.URL}})
+	id := v.createJob("")["id"].(string)
+	otherTenant, otherWebroot, otherKey := v.addTenant("globex", v.shardID)
+	otherJob := v.mustJSON("POST", "/api/v1/tenants/"+otherTenant+"/cron-jobs", otherKey,
+		`{"webroot_id":"`+otherWebroot+`","schedule":"* * * * *","command":"true"}`, 201)["id"].(string)
+	base := "/api/v1/tenants/" + v.tenant + "/logs"
+
+	out := v.mustJSON("GET", base+"?log_type=cron&cron_job_id="+id+"&since=15m&limit=10", v.key, "", 200)
+	if lines := out["lines"].([]any); len(lines) != 1 || lines[0].(map[string]any)["node"] != "node1" {
+		t.Errorf("lines: %v", out)
+	}
+	if q := loki.last(); q != `{log_type="cron", tenant_id="acme", cron_job_id="`+id+`"}` {
+		t.Errorf("query %s", q)
+	}
+	v.mustJSON("GET", base, v.key, "", 200)
+	if q := loki.last(); q != `{log_type="cron", tenant_id="acme"}` {
+		t.Errorf("query %s", q)
+	}
+
+	// Injection attempts through every parameter: rejected, or quoted so
+	// that the tenant selector stays and the attempt is a plain substring.
+	asked := len(loki.queries)
+	for _, bad := range []string{
+		"cron_job_id=" + url.QueryEscape(`x"} or {tenant_id=~".+`),
+		"cron_job_id=" + url.QueryEscape(`.*`),
+		"log_type=" + url.QueryEscape(`cron"}|~".*`),
+		"since=" + url.QueryEscape(`1h"}`), "since=-5m", "since=10000h", "limit=0", "limit=" + url.QueryEscape(`1|x`),
+		"contains=" + url.QueryEscape("a\nb"),
+	} {
+		if code, out := v.do("GET", base+"?"+bad, v.key, ""); code != 400 {
+			t.Errorf("%s: %d %s, want 400", bad, code, out)
+		}
+	}
+	if len(loki.queries) != asked {
+		t.Error("a rejected request reached Loki")
+	}
+	for _, attempt := range []string{`"} or {tenant_id=~".+"}`, "`} |~ `.*", `\"}|{`, `.*[a-z]+|()`} {
+		v.mustJSON("GET", base+"?contains="+url.QueryEscape(attempt), v.key, "", 200)
+		q := loki.last()
+		prefix := `{log_type="cron", tenant_id="acme"} |= `
+		if !strings.HasPrefix(q, prefix) {
+			t.Errorf("contains %q: query %s lost its tenant selector", attempt, q)
+			continue
+		}
+		if lit, err := strconv.Unquote(strings.TrimPrefix(q, prefix)); err != nil || lit != attempt {
+			t.Errorf("contains %q: line filter %s is not one literal of the input", attempt, strings.TrimPrefix(q, prefix))
+		}
+	}
+	// Another tenant's job or tenant: 404, and nothing asked of Loki.
+	asked = len(loki.queries)
+	for _, path := range []string{base + "?cron_job_id=" + otherJob, "/api/v1/tenants/" + otherTenant + "/logs"} {
+		if code, _ := v.do("GET", path, v.key, ""); code != 404 {
+			t.Errorf("%s: %d, want 404", path, code)
+		}
+	}
+	if len(loki.queries) != asked {
+		t.Error("a request for another tenant reached Loki")
+	}
+	var body map[string]any
+	_, raw := v.do("GET", base+"?log_type=syslog", v.key, "")
+	_ = json.Unmarshal(raw, &body)
+	if body["error"].(map[string]any)["field"] != "log_type" {
+		t.Errorf("log_type=syslog: %s", raw)
+	}
+}

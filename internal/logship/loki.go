@@ -1,0 +1,138 @@
+package logship
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strconv"
+	"time"
+)
+
+// Client talks to Loki's HTTP API.
+type Client struct {
+	URL   string // base URL, e.g. http://127.0.0.1:3100
+	OrgID string // X-Scope-OrgID, when Loki runs multi-tenant
+	HTTP  *http.Client
+}
+
+func (c *Client) do(req *http.Request) (*http.Response, error) {
+	if c.OrgID != "" {
+		req.Header.Set("X-Scope-OrgID", c.OrgID)
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = &http.Client{Timeout: 15 * time.Second}
+	}
+	return hc.Do(req)
+}
+
+type pushStream struct {
+	Stream map[string]string `json:"stream"`
+	Values [][2]string       `json:"values"`
+}
+
+// Push sends entries as streams labelled log_type=cron, job=cron, node,
+// tenant_id (the tenant's name) and cron_job_id.
+func (c *Client) Push(ctx context.Context, node string, entries []Entry) error {
+	streams := map[[2]string]*pushStream{}
+	var keys [][2]string
+	for _, e := range entries {
+		k := [2]string{e.Tenant, e.JobID}
+		s, ok := streams[k]
+		if !ok {
+			s = &pushStream{Stream: map[string]string{
+				"log_type": "cron", "job": "cron", "node": node, "tenant_id": e.Tenant, "cron_job_id": e.JobID,
+			}}
+			streams[k] = s
+			keys = append(keys, k)
+		}
+		s.Values = append(s.Values, [2]string{strconv.FormatInt(e.Time.UnixNano(), 10), e.Line})
+	}
+	body := struct {
+		Streams []*pushStream `json:"streams"`
+	}{}
+	for _, k := range keys {
+		body.Streams = append(body.Streams, streams[k])
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		return fmt.Errorf("encode push: %w", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.URL+"/loki/api/v1/push", bytes.NewReader(b))
+	if err != nil {
+		return fmt.Errorf("push: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.do(req)
+	if err != nil {
+		return fmt.Errorf("push: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("push: %s %s", resp.Status, bytes.TrimSpace(msg))
+	}
+	return nil
+}
+
+// Line is one log line a query returned.
+type Line struct {
+	Timestamp time.Time `json:"timestamp"`
+	Node      string    `json:"node"`
+	CronJobID string    `json:"cron_job_id"`
+	Line      string    `json:"line"`
+}
+
+// QueryRange runs a LogQL log query over [start, end], newest first.
+func (c *Client) QueryRange(ctx context.Context, query string, start, end time.Time, limit int) ([]Line, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.URL+"/loki/api/v1/query_range", nil)
+	if err != nil {
+		return nil, fmt.Errorf("query: %w", err)
+	}
+	q := req.URL.Query()
+	q.Set("query", query)
+	q.Set("start", strconv.FormatInt(start.UnixNano(), 10))
+	q.Set("end", strconv.FormatInt(end.UnixNano(), 10))
+	q.Set("limit", strconv.Itoa(limit))
+	q.Set("direction", "backward")
+	req.URL.RawQuery = q.Encode()
+	resp, err := c.do(req)
+	if err != nil {
+		return nil, fmt.Errorf("query loki: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return nil, fmt.Errorf("query loki: %s %s", resp.Status, bytes.TrimSpace(msg))
+	}
+	var body struct {
+		Data struct {
+			Result []struct {
+				Stream map[string]string `json:"stream"`
+				Values [][2]string       `json:"values"`
+			} `json:"result"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		return nil, fmt.Errorf("decode loki answer: %w", err)
+	}
+	var out []Line
+	for _, r := range body.Data.Result {
+		for _, v := range r.Values {
+			ns, err := strconv.ParseInt(v[0], 10, 64)
+			if err != nil {
+				continue
+			}
+			out = append(out, Line{Timestamp: time.Unix(0, ns).UTC(), Node: r.Stream["node"], CronJobID: r.Stream["cron_job_id"], Line: v[1]})
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Timestamp.After(out[j].Timestamp) })
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}

@@ -1,0 +1,70 @@
+#!/bin/bash
+# loki.sh — a real Loki for `make dev LOKI=1` and the end-to-end tier.
+#
+#   loki.sh build            build Loki (devtools/loki, pinned) into the cache, once
+#   loki.sh path             print the cached binary's path
+#   loki.sh run DIR [PORT]   run it in the foreground, storing under DIR
+#
+# The first build takes about ten minutes; afterwards it is cached in
+# $HOSTCRON_CACHE (default /var/cache/hostcron).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+CACHE=${HOSTCRON_CACHE:-/var/cache/hostcron}
+version=$(awk '$1=="github.com/grafana/loki/v3"{print $2; exit}' "$here/../devtools/loki/go.mod")
+bin=$CACHE/loki-$version
+
+case ${1:-} in
+  build)
+    [ -x "$bin" ] && exit 0
+    mkdir -p "$CACHE"
+    echo "[loki] building Loki $version (once; about ten minutes)" >&2
+    (cd "$here/../devtools/loki" && go build -o "$bin.tmp" github.com/grafana/loki/v3/cmd/loki)
+    mv "$bin.tmp" "$bin" ;;
+  path) echo "$bin" ;;
+  run)
+    dir=${2:?usage: loki.sh run DIR [PORT]} port=${3:-3100}
+    mkdir -p "$dir"
+    cat >"$dir/loki.yaml" <<YAML
+auth_enabled: false
+server:
+  http_listen_address: 127.0.0.1
+  http_listen_port: $port
+  grpc_listen_address: 127.0.0.1
+  grpc_listen_port: 0
+  log_level: warn
+common:
+  instance_addr: 127.0.0.1
+  path_prefix: $dir
+  replication_factor: 1
+  ring:
+    kvstore:
+      store: inmemory
+  storage:
+    filesystem:
+      chunks_directory: $dir/chunks
+      rules_directory: $dir/rules
+schema_config:
+  configs:
+    - from: 2024-01-01
+      store: tsdb
+      object_store: filesystem
+      schema: v13
+      index:
+        prefix: index_
+        period: 24h
+limits_config:
+  reject_old_samples: false
+  allow_structured_metadata: false
+ingester:
+  chunk_idle_period: 1m
+query_range:
+  results_cache:
+    cache:
+      embedded_cache:
+        enabled: false
+analytics:
+  reporting_enabled: false
+YAML
+    exec "$bin" -config.file="$dir/loki.yaml" ;;
+  *) sed -n '2,9p' "$0"; exit 2 ;;
+esac
