@@ -1,7 +1,8 @@
 # hostcron — see README.md. `make dev` runs the platform, `make test` the tests.
 SHELL    := /bin/bash
 GO       ?= go
-BIN      := bin
+BIN      ?= bin
+DIST     ?= dist
 CACHE    ?= $(CURDIR)/.cache
 export CACHE
 
@@ -9,17 +10,28 @@ export CACHE
 STATIC   := CGO_ENABLED=0
 CMDS     := core-api node-agent cron-outcome cron-run
 
-.PHONY: all build dev test test-unit test-e2e fuzz vet clean
+.PHONY: all build dev packages test test-unit test-e2e fuzz vet clean
 
 all: build
 
 build:
 	@mkdir -p $(BIN)
-	$(STATIC) $(GO) build -trimpath -o $(BIN)/ $(addprefix ./,$(wildcard $(CMDS:%=cmd/%)))
+	$(STATIC) $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/ $(addprefix ./,$(wildcard $(CMDS:%=cmd/%)))
 
 # Run the platform: PostgreSQL, embedded Temporal, core API, three nodes.
 dev:
 	scripts/dev.sh
+
+# Debian packages with nfpm (pinned; run from the module cache; v2.46+
+# needs modules the Go proxy does not serve).
+NFPM    := github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.0
+VERSION ?= 0.1.0
+packages: build
+	@mkdir -p $(DIST)
+	for p in node-agent core-api; do \
+	  sed 's|src: bin/|src: $(abspath $(BIN))/|; s|src: packaging/|src: $(CURDIR)/packaging/|' packaging/nfpm-$$p.yaml >$(DIST)/nfpm-$$p.yaml && \
+	  VERSION=$(VERSION) $(GO) run $(NFPM) pkg --packager deb --config $(DIST)/nfpm-$$p.yaml --target $(DIST)/ || exit 1; \
+	done
 
 vet:
 	$(GO) vet ./...
@@ -42,4 +54,4 @@ test-e2e:
 test: test-unit fuzz test-e2e
 
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) $(DIST)

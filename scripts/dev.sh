@@ -34,7 +34,8 @@ scripts/ensure-deps.sh
 mkdir -p "$DEV_DIR"/{bin,conf,logs} "$SHARED/www/acme/public"
 chmod 755 "$DEV_DIR"
 log "building"
-CGO_ENABLED=0 go build -trimpath -o "$DEV_DIR/bin/" ./cmd/core-api ./cmd/node-agent ./cmd/cron-run ./cmd/cron-outcome
+make --no-print-directory packages BIN="$DEV_DIR/bin" DIST="$DEV_DIR/dist" >"$DEV_DIR/logs/build.log" 2>&1 \
+  || { cat "$DEV_DIR/logs/build.log"; exit 1; }
 go build -o "$DEV_DIR/bin/bootstrap" ./scripts/dev/bootstrap
 (cd devtools/temporal && go build -o "$DEV_DIR/bin/temporal-dev" .)
 
@@ -69,7 +70,9 @@ eval "$("$DEV_DIR/bin/bootstrap" -api "http://127.0.0.1:$API_PORT" -nodes "$name
   -node-config-dir "$DEV_DIR/conf" -temporal "127.0.0.1:$TEMPORAL_PORT" -loki "$loki_url")"
 chown -R 2001:2001 "$SHARED/www/acme"
 scripts/nodes.sh up "$NODES"
-for n in ${names//,/ }; do scripts/node-install.sh "$n" "$DEV_DIR/bin" "$DEV_DIR/conf/$n.json"; done
+for n in ${names//,/ }; do
+  scripts/node-install.sh "$n" "$DEV_DIR"/dist/hostcron-node-agent_*.deb "$DEV_DIR/conf/$n.json"
+done
 log "$NODES nodes up, agents running"
 
 api="http://127.0.0.1:$API_PORT/api/v1"

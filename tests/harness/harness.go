@@ -100,9 +100,9 @@ func Start(opts Options) (*Cluster, error) {
 func (c *Cluster) start() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
-	if out, err := c.run(nil, "env", "CGO_ENABLED=0", "go", "build", "-o", c.bin+"/",
-		"./cmd/node-agent", "./cmd/cron-run", "./cmd/cron-outcome"); err != nil {
-		return fmt.Errorf("build: %v\n%s", err, out)
+	// The nodes get hostcron the way web nodes do: the Debian package.
+	if out, err := c.run(nil, "make", "packages", "BIN="+c.bin, "DIST="+c.bin+"/dist"); err != nil {
+		return fmt.Errorf("make packages: %v\n%s", err, out)
 	}
 	if err := os.MkdirAll(c.Shared+"/www", 0o755); err != nil {
 		return err
@@ -346,31 +346,31 @@ func (c *Cluster) StartNode(n string) error {
 	return nil
 }
 
-const agentUnit = `[Unit]
-Description=hostcron node agent (e2e)
-After=dbus.service
-
-[Service]
-ExecStart=/usr/local/bin/node-agent run --redeliver-every=2s --min-orphan-age=0
-Restart=always
+// agentDropIn makes the packaged agent service quicker for tests.
+const agentDropIn = `[Service]
+ExecStart=
+ExecStart=/usr/local/bin/node-agent run --config /etc/hostcron/node.json --redeliver-every=2s --min-orphan-age=0
 RestartSec=1
-
-[Install]
-WantedBy=multi-user.target
 `
 
-// prepareNode installs the binaries, creates the tenants' users with the
-// same ids on every node, writes the node config and starts the agent.
+// prepareNode installs the node-agent package with dpkg, creates the
+// tenants' users with the same ids on every node, writes the node config
+// and starts the agent.
 func (c *Cluster) prepareNode(n string) error {
 	root := c.Root(n)
-	for _, b := range []string{"node-agent", "cron-run", "cron-outcome"} {
-		data, err := os.ReadFile(filepath.Join(c.bin, b))
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(root, "usr/local/bin", b), data, 0o755); err != nil {
-			return err
-		}
+	debs, _ := filepath.Glob(filepath.Join(c.bin, "dist", "hostcron-node-agent_*.deb"))
+	if len(debs) != 1 {
+		return fmt.Errorf("want one node-agent package in %s/dist, found %v", c.bin, debs)
+	}
+	deb, err := os.ReadFile(debs[0])
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(root, "tmp/hostcron-node-agent.deb"), deb, 0o644); err != nil {
+		return err
+	}
+	if out, err := c.Exec(n, nil, "dpkg", "-i", "/tmp/hostcron-node-agent.deb"); err != nil {
+		return fmt.Errorf("dpkg -i: %v\n%s", err, out)
 	}
 	for i, t := range []string{"acme", "globex"} {
 		id := fmt.Sprint(2001 + i)
@@ -396,7 +396,7 @@ func (c *Cluster) prepareNode(n string) error {
 	cfg.TemporalAddress, cfg.LokiURL = c.temporalAddr, c.LokiURL
 	b, _ := json.Marshal(cfg)
 	for path, content := range map[string][]byte{
-		"etc/hostcron/node.json": b, "etc/systemd/system/hostcron-node-agent.service": []byte(agentUnit),
+		"etc/hostcron/node.json": b, "etc/systemd/system/hostcron-node-agent.service.d/e2e.conf": []byte(agentDropIn),
 	} {
 		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, path)), 0o755); err != nil {
 			return err
@@ -405,7 +405,7 @@ func (c *Cluster) prepareNode(n string) error {
 			return err
 		}
 	}
-	if out, err := c.Exec(n, nil, "systemctl", "enable", "--now", "hostcron-node-agent.service"); err != nil {
+	if out, err := c.Exec(n, nil, "sh", "-c", "systemctl daemon-reload && systemctl enable --now hostcron-node-agent.service"); err != nil {
 		return fmt.Errorf("start agent: %v %s", err, out)
 	}
 	return nil
