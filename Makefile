@@ -46,10 +46,14 @@ FUZZTIME ?= 15s
 fuzz:
 	$(GO) test ./internal/schedule -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME)
 
-# End-to-end tier: three systemd nodes booted with systemd-nspawn, a real
-# PostgreSQL and the core API (root; the rootfs is cached in $(HOSTCRON_CACHE)).
+# End-to-end tiers, each on its own three booted systemd nodes, run side by
+# side: tests/e2e (node side), tests/flow (API, Temporal, Loki) and
+# tests/acceptance (300 slots, outages; about 55 minutes). Needs root; the
+# rootfs and the Loki binary are cached under $${HOSTCRON_CACHE:-/var/cache/hostcron}.
 test-e2e:
-	scripts/with-pg.sh $(GO) test -count=1 -p 1 -tags e2e -timeout 40m -v ./tests/e2e/ ./tests/flow/
+	scripts/nodes.sh rootfs
+	scripts/loki.sh build
+	scripts/with-pg.sh $(GO) test -count=1 -p 3 -tags e2e -timeout 80m -v ./tests/e2e/ ./tests/flow/ ./tests/acceptance/
 
 test: test-unit fuzz test-e2e
 

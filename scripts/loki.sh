@@ -17,6 +17,8 @@ case ${1:-} in
   build)
     [ -x "$bin" ] && exit 0
     mkdir -p "$CACHE"
+    exec 9>"$CACHE/.loki-build.lock"; flock 9   # one build at a time
+    [ -x "$bin" ] && exit 0
     echo "[loki] building Loki $version (once; about ten minutes)" >&2
     (cd "$here/../devtools/loki" && go build -o "$bin.tmp" github.com/grafana/loki/v3/cmd/loki)
     mv "$bin.tmp" "$bin" ;;

@@ -6,6 +6,7 @@
 #   nodes.sh rootfs                 build the cached rootfs if missing
 #   nodes.sh up N [FIRST]           boot node$FIRST..node$(FIRST+N-1) (FIRST defaults to 1)
 #   nodes.sh down [NODE...]         halt nodes (all by default), unmount, remove cgroups
+#   nodes.sh kill NODE              kill a node at once (SIGKILL to every process in it), as a crash would
 #   nodes.sh exec NODE CMD...       run CMD inside NODE
 #   nodes.sh pid NODE               host PID of NODE's systemd
 #   nodes.sh bus NODE               a DBUS_SYSTEM_BUS_ADDRESS usable from the host
@@ -33,6 +34,11 @@ if [ -f /sys/fs/cgroup/unified/cgroup.procs ]; then   # hybrid host
 else                                                  # pure cgroup v2 host
   CG1=; CG2=/sys/fs/cgroup; V1_CONTROLLERS=
 fi
+
+# Several clusters may run at once (one per NODES_DIR): their machine names
+# and cgroups carry a tag derived from NODES_DIR so they never collide.
+TAG=$(printf '%s' "$NODES_DIR" | cksum | cut -c1-8 | tr -d ' ')
+CGP=hostcron-nodes/$TAG
 
 log() { echo "[nodes $(date +%T)] $*" >&2; }
 
@@ -85,14 +91,14 @@ start_node() {
   # On a hybrid host the resource controllers live in v1 hierarchies: give each
   # node its own memory, pids and cpu cgroup too, which the node's systemd may
   # write (API VFS writable, below), so MemoryMax= and CPUQuota= take effect.
-  local cgs="$CG2/hostcron-nodes/$n"; [ -n "$CG1" ] && cgs="$cgs $CG1/hostcron-nodes/$n"
-  local c; for c in $V1_CONTROLLERS; do cgs="$cgs /sys/fs/cgroup/$c/hostcron-nodes/$n"; done
+  local cgs="$CG2/$CGP/$n"; [ -n "$CG1" ] && cgs="$cgs $CG1/$CGP/$n"
+  local c; for c in $V1_CONTROLLERS; do cgs="$cgs /sys/fs/cgroup/$c/$CGP/$n"; done
   # shellcheck disable=SC2086
   mkdir -p $cgs
   setsid bash -c '
     for c in '"$cgs"'; do echo $$ >"$c/cgroup.procs"; done
     exec env '"${V1_CONTROLLERS:+SYSTEMD_NSPAWN_API_VFS_WRITABLE=1}"' systemd-nspawn --quiet --boot --register=no --keep-unit --console=passive \
-      -D "'"$d/root"'" -M "'"$n"'" --hostname="'"$n"'" \
+      -D "'"$d/root"'" -M "'"h$TAG-$n"'" --hostname="'"$n"'" \
       --bind="'"$SHARED"'":/srv/shared '"${EXTRA_NSPAWN_ARGS:-}"'
   ' </dev/null >"$d/nspawn.log" 2>&1 &
   echo $! >"$d/nspawn.pid"
@@ -122,10 +128,21 @@ stop_node() {
   fi
   rm -f "$d/nspawn.pid"
   if mountpoint -q "$d/root"; then umount "$d/root" 2>/dev/null || umount -l "$d/root"; fi
-  local c v1=(); for c in $V1_CONTROLLERS; do v1+=("/sys/fs/cgroup/$c/hostcron-nodes/$n"); done
-  for cg in "$CG2/hostcron-nodes/$n" ${CG1:+"$CG1/hostcron-nodes/$n"} "${v1[@]}"; do
+  local c v1=(); for c in $V1_CONTROLLERS; do v1+=("/sys/fs/cgroup/$c/$CGP/$n"); done
+  for cg in "$CG2/$CGP/$n" ${CG1:+"$CG1/$CGP/$n"} "${v1[@]}"; do
     [ -d "$cg" ] && find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null || true
   done
+}
+
+# kill_node: SIGKILL every process of the node, so nothing in it (no
+# ExecStopPost, no shutdown) runs; then the usual cleanup.
+kill_node() {
+  local n=$1 cg pid
+  for cg in "$CG2/$CGP/$n" ${CG1:+"$CG1/$CGP/$n"}; do
+    [ -d "$cg" ] || continue
+    for pid in $(find "$cg" -name cgroup.procs -exec cat {} + 2>/dev/null); do kill -KILL "$pid" 2>/dev/null || true; done
+  done
+  stop_node "$n"
 }
 
 cmd=${1:-}; shift || true
@@ -145,15 +162,20 @@ case $cmd in
   down)
     if [ $# -gt 0 ]; then for n in "$@"; do stop_node "$n"; done; exit 0; fi
     for d in "$NODES_DIR"/node*/; do [ -d "$d" ] && stop_node "$(basename "$d")"; done
-    rmdir "$CG2/hostcron-nodes" ${CG1:+"$CG1/hostcron-nodes"} 2>/dev/null || true
-    for c in $V1_CONTROLLERS; do rmdir "/sys/fs/cgroup/$c/hostcron-nodes" 2>/dev/null || true; done
-    if mountpoint -q /run/systemd/nspawn; then umount /run/systemd/nspawn 2>/dev/null || true; fi
+    for root in "$CG2" ${CG1:+"$CG1"} $(for c in $V1_CONTROLLERS; do echo "/sys/fs/cgroup/$c"; done); do
+      rmdir "$root/$CGP" "$root/hostcron-nodes" 2>/dev/null || true   # the parent only once empty
+    done
+    # the tmpfs is shared by all clusters: unmount it when no node is left
+    if mountpoint -q /run/systemd/nspawn && [ -z "$(ls -A /run/systemd/nspawn/propagate 2>/dev/null)" ]; then
+      umount /run/systemd/nspawn 2>/dev/null || true
+    fi
     [ "${KEEP_NODES:-0}" = 1 ] || rm -rf "$NODES_DIR" ;;
+  kill) kill_node "$1" ;;
   exec) n=$1; shift; p=$(leader_of "$n"); [ -n "$p" ] || { log "$n is not running"; exit 1; }
         exec nsenter -t "$p" -a "$@" ;;
   pid)  leader_of "$1" ;;
   bus)  echo "unix:path=/proc/$(leader_of "$1")/root/run/dbus/system_bus_socket" ;;
   root) echo "$NODES_DIR/$1/root" ;;
   list) for d in "$NODES_DIR"/node*/; do [ -f "$d/nspawn.pid" ] && basename "$d"; done; true ;;
-  *) sed -n '2,21p' "$0"; exit 2 ;;
+  *) sed -n '2,22p' "$0"; exit 2 ;;
 esac

@@ -32,6 +32,7 @@ import (
 	"github.com/hostcron/hostcron/internal/api"
 	"github.com/hostcron/hostcron/internal/desired"
 	"github.com/hostcron/hostcron/internal/dispatch"
+	"github.com/hostcron/hostcron/internal/housekeeping"
 	"github.com/hostcron/hostcron/internal/logship"
 	"github.com/hostcron/hostcron/internal/nodeconf"
 	"github.com/hostcron/hostcron/internal/store"
@@ -43,10 +44,12 @@ const AdminKey = "e2e-admin"
 
 // Options choose what runs.
 type Options struct {
-	Nodes       int           // nodes booted at start
-	Temporal    bool          // embedded Temporal, core worker, dispatcher, node workers
-	Loki        bool          // a real Loki (scripts/loki.sh), node agents ship to it
-	NodeTimeout time.Duration // provisioning's per-node bound (Temporal only)
+	Nodes    int  // nodes booted at start
+	Temporal bool // embedded Temporal, core worker, dispatcher, node workers
+	Loki     bool // a real Loki (scripts/loki.sh), node agents ship to it
+	// Housekeeping runs the core's lost-run sweeper with this grace (0: off).
+	OutcomeGrace time.Duration
+	NodeTimeout  time.Duration // provisioning's per-node bound (Temporal only)
 }
 
 // Cluster is a running hostcron.
@@ -74,6 +77,9 @@ type Cluster struct {
 	worker       worker.Worker
 	cancel       context.CancelFunc
 	http         *http.Server
+	apiAddr      string
+	// coreCancel stops what runs with the core API (housekeeping).
+	coreCancel context.CancelFunc
 }
 
 // Start brings everything up; on error it tears down what it started.
@@ -136,7 +142,7 @@ func (c *Cluster) Stop() {
 		fmt.Fprintf(os.Stderr, "nodes down: %v\n%s", err, out)
 	}
 	if c.http != nil {
-		c.http.Close()
+		c.StopAPI()
 	}
 	if c.cancel != nil {
 		c.cancel()
@@ -264,7 +270,14 @@ func (c *Cluster) startLoki() error {
 		return err
 	}
 	c.loki = exec.Command(filepath.Join(c.Repo, "scripts/loki.sh"), "run", c.base+"-loki", fmt.Sprint(port))
-	c.loki.Stdout, c.loki.Stderr = os.Stderr, os.Stderr
+	if err := os.MkdirAll(c.base+"-loki", 0o755); err != nil {
+		return err
+	}
+	logf, err := os.Create(c.base + "-loki/loki.log")
+	if err != nil {
+		return err
+	}
+	c.loki.Stdout, c.loki.Stderr = logf, logf
 	if err := c.loki.Start(); err != nil {
 		return err
 	}
@@ -292,6 +305,18 @@ func (v converger) ConvergeNode(ctx context.Context, nodeID string) error {
 	return err
 }
 
+// StopAPI stops the core API (HTTP and housekeeping), as a crash or a
+// deploy would; StartAPI brings it back on the same address.
+func (c *Cluster) StopAPI() {
+	if c.coreCancel != nil {
+		c.coreCancel()
+	}
+	_ = c.http.Close()
+}
+
+// StartAPI restarts a stopped core API.
+func (c *Cluster) StartAPI() error { return c.startAPI() }
+
 // startAPI serves the core API on 127.0.0.1, which the nodes share.
 func (c *Cluster) startAPI() error {
 	cfg := api.Config{AdminKey: AdminKey, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
@@ -302,13 +327,24 @@ func (c *Cluster) startAPI() error {
 		cfg.Logs = &logship.Client{URL: c.LokiURL}
 	}
 	e, _ := api.New(c.Store, cfg)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr := c.apiAddr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
 	}
+	c.apiAddr = ln.Addr().String()
 	c.http = &http.Server{Handler: e}
 	go c.http.Serve(ln)
-	c.APIURL = "http://" + ln.Addr().String()
+	c.APIURL = "http://" + c.apiAddr
+	if c.opts.OutcomeGrace > 0 {
+		ctx, cancel := context.WithCancel(context.Background())
+		c.coreCancel = cancel
+		go housekeeping.Run(ctx, c.Store, housekeeping.Config{Interval: 5 * time.Second, Grace: c.opts.OutcomeGrace},
+			slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	}
 	return nil
 }
 
@@ -335,6 +371,16 @@ func (c *Cluster) AddNodes(names ...string) error {
 func (c *Cluster) StopNode(n string) error {
 	_, err := c.NodesSh("down", n)
 	return err
+}
+
+// KillNode kills a node at once, as a power loss would: nothing in it gets
+// to run, no unit stops cleanly.
+func (c *Cluster) KillNode(n string) error {
+	out, err := c.NodesSh("kill", n)
+	if err != nil {
+		return fmt.Errorf("kill %s: %v\n%s", n, err, out)
+	}
+	return nil
 }
 
 // StartNode boots a stopped node; its agent starts with it.
@@ -366,10 +412,10 @@ func (c *Cluster) prepareNode(n string) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(root, "tmp/hostcron-node-agent.deb"), deb, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(root, "var/tmp/hostcron-node-agent.deb"), deb, 0o644); err != nil {
 		return err
 	}
-	if out, err := c.Exec(n, nil, "dpkg", "-i", "/tmp/hostcron-node-agent.deb"); err != nil {
+	if out, err := c.Exec(n, nil, "dpkg", "-i", "/var/tmp/hostcron-node-agent.deb"); err != nil {
 		return fmt.Errorf("dpkg -i: %v\n%s", err, out)
 	}
 	for i, t := range []string{"acme", "globex"} {

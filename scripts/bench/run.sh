@@ -1,0 +1,28 @@
+#!/bin/bash
+# run.sh — hostcron's benchmarks on this machine, printed as one table:
+#   1. converge N jobs onto a real node: one reconcile vs the naive loop
+#      (write + daemon-reload + enable --now per job)
+#   2. reconcile with nothing changed at 10,000 timers
+#   3. API create -> active on 3 nodes, p50/p99 over 50 creates
+#   4. outcomes/s the core API sustains over HTTP
+#   5. election latency: first timer of a slot -> elected run's start
+# Needs root (booted nodes). Env: BENCH_JOBS (1000), BENCH_TIMERS (10000),
+# BENCH_SLOTS (20).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+scripts/with-pg.sh go test -count=1 -tags 'e2e bench' -timeout 60m -v ./tests/bench/ >>"$out" 2>&1 || { tail -40 "$out"; exit 1; }
+scripts/with-pg.sh go test -count=1 -tags e2e -timeout 20m -v -run TestCreateActivatesOnAllNodes ./tests/flow/ >>"$out" 2>&1 || { tail -40 "$out"; exit 1; }
+outcomes=$(DURATION=${DURATION:-10s} WORKERS=${WORKERS:-32} scripts/bench/outcomes.sh | awk -F'|' '/^\| [0-9]/{print $5}' | tr -d ' ' | tail -1)
+echo "hostcron benchmarks, $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(date -u +%F), Go $(go env GOVERSION)"
+echo
+echo "| benchmark | result |"
+echo "|---|---|"
+echo "| converge $(grep -o 'converge_jobs=[0-9]*' "$out" | tail -1 | cut -d= -f2) jobs on one node: reconcile | $(grep -o 'reconcile_s=[0-9.]*' "$out" | cut -d= -f2) s |"
+echo "| same, naive loop (write + daemon-reload + enable --now per job) | $(grep -o 'naive_s=[0-9.]*' "$out" | cut -d= -f2) s |"
+echo "| ratio naive / reconcile | $(grep -o 'ratio=[0-9.]*' "$out" | cut -d= -f2)x |"
+echo "| reconcile, nothing changed, $(grep -o 'timers=[0-9]*' "$out" | cut -d= -f2) timers (median of 3) | $(grep -o 'noop_median_s=[0-9.]*' "$out" | cut -d= -f2) s |"
+echo "| API create -> active on 3 nodes, p50 / p99 (50 creates) | $(grep -o 'create_to_active.*p50_ms=[0-9]*' "$out" | grep -o 'p50_ms=[0-9]*' | cut -d= -f2) ms / $(grep -o 'create_to_active.*p99_ms=[0-9]*' "$out" | grep -o 'p99_ms=[0-9]*' | cut -d= -f2) ms |"
+echo "| outcomes recorded over HTTP (32 workers) | $outcomes /s |"
+echo "| election latency, first timer -> run start, p50 / p99 | $(grep -o 'election.*' "$out" | grep -o 'p50_ms=[0-9.]*' | cut -d= -f2) ms / $(grep -o 'election.*' "$out" | grep -o 'p99_ms=[0-9.]*' | cut -d= -f2) ms |"
