@@ -51,6 +51,9 @@ ensure_tools() {
 
 build_rootfs() {
   [ -x "$ROOTFS/lib/systemd/systemd" ] && return 0
+  mkdir -p "$CACHE"
+  exec 8>"$CACHE/.rootfs.lock"; flock 8          # one debootstrap at a time
+  [ -x "$ROOTFS/lib/systemd/systemd" ] && return 0
   ensure_tools
   local mirror r=$ROOTFS.tmp
   # the mirror comes from the host's apt configuration, not a hard-coded host
@@ -59,7 +62,7 @@ build_rootfs() {
     mirror=$(apt-get indextargets --format '$(REPO_URI) $(RELEASE)' | awk '$2=="bookworm"{print $1; exit}'); fi
   [ -n "$mirror" ] || { log "no bookworm mirror in apt's configuration"; exit 1; }
   log "debootstrap from $mirror (once; cached in $ROOTFS)"
-  mkdir -p "$CACHE"; rm -rf "$r"
+  rm -rf "$r"
   debootstrap --variant=minbase --include=$PACKAGES bookworm "$r" "$mirror" >"$CACHE/debootstrap.log" 2>&1 \
     || { tail -20 "$CACHE/debootstrap.log" >&2; exit 1; }
   rm -f "$r/etc/hostname"; : >"$r/etc/machine-id"; rm -rf "$r/var/log/journal"/* "$r/var/cache/apt/archives"/*.deb
