@@ -4,13 +4,33 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+	tlog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 )
+
+// Dial connects to Temporal, retrying until ctx ends: a process that
+// depends on it must be able to start before it and wait.
+func Dial(ctx context.Context, addr, namespace string, log *slog.Logger) (client.Client, error) {
+	for {
+		c, err := client.DialContext(ctx, client.Options{HostPort: addr, Namespace: namespace,
+			Logger: tlog.NewStructuredLogger(log.With("component", "temporal"))})
+		if err == nil {
+			return c, nil
+		}
+		log.Warn("temporal not reachable yet", "address", addr, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("dial temporal %s: %w", addr, ctx.Err())
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
 
 // RegisterCore registers the core's workflows and activities on w.
 func RegisterCore(w worker.Worker, acts *CoreActivities) {

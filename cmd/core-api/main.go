@@ -80,7 +80,7 @@ func serveCmd(dsn *string, log *slog.Logger) *cobra.Command {
 				cfg.Logs = &logship.Client{URL: lokiURL, OrgID: lokiOrg}
 			}
 			if temporalAddr != "" {
-				tc, err := dialTemporal(ctx, temporalAddr, temporalNS, log)
+				tc, err := workflows.Dial(ctx, temporalAddr, temporalNS, log)
 				if err != nil {
 					return err
 				}

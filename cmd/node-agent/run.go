@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"go.temporal.io/sdk/client"
-	tlog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 
 	"github.com/hostcron/hostcron/internal/logship"
@@ -90,20 +88,9 @@ func startNodeWorker(ctx context.Context, cfg nodeconf.Config, minOrphanAge time
 	if cfg.NodeID == "" {
 		return nil, fmt.Errorf("node config: node_id is required to serve the node's task queue")
 	}
-	var tc client.Client
-	for {
-		var err error
-		tc, err = client.DialContext(ctx, client.Options{HostPort: cfg.TemporalAddress, Namespace: cfg.TemporalNamespace,
-			Logger: tlog.NewStructuredLogger(log.With("component", "temporal"))})
-		if err == nil {
-			break
-		}
-		log.Warn("temporal not reachable yet", "address", cfg.TemporalAddress, "err", err)
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(2 * time.Second):
-		}
+	tc, err := workflows.Dial(ctx, cfg.TemporalAddress, cfg.TemporalNamespace, log)
+	if err != nil {
+		return nil, err
 	}
 	m, closeConn, err := openManager(ctx, cfg, log)
 	if err != nil {

@@ -19,7 +19,6 @@ import (
 
 	"github.com/hostcron/hostcron/internal/desired"
 	"github.com/hostcron/hostcron/internal/store"
-	"github.com/hostcron/hostcron/internal/unitmgr"
 	"github.com/hostcron/hostcron/tests/harness"
 )
 
@@ -63,17 +62,6 @@ func waitJob(t *testing.T, id string, timeout time.Duration, what string, cond f
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-}
-
-func state(t *testing.T, node string) map[string]unitmgr.UnitState {
-	t.Helper()
-	var st []unitmgr.UnitState
-	c.Agent(t, node, nil, &st, "state")
-	out := map[string]unitmgr.UnitState{}
-	for _, s := range st {
-		out[s.Name] = s
-	}
-	return out
 }
 
 // TestAcceptance runs the scenarios against one long-running job.
@@ -170,7 +158,7 @@ func autoDisable(t *testing.T) {
 	deadline := time.Now().Add(time.Minute)
 	for _, n := range c.Nodes {
 		for {
-			s := state(t, n)[failing.UnitName()]
+			s := c.State(t, n)[failing.UnitName()]
 			if !s.TimerActive && !s.TimerEnabled {
 				break
 			}

@@ -16,17 +16,6 @@ import (
 	"github.com/hostcron/hostcron/internal/unitmgr"
 )
 
-func state(t *testing.T, node string) map[string]unitmgr.UnitState {
-	t.Helper()
-	var st []unitmgr.UnitState
-	c.Agent(t, node, nil, &st, "state")
-	out := map[string]unitmgr.UnitState{}
-	for _, s := range st {
-		out[s.Name] = s
-	}
-	return out
-}
-
 // TestUnitsAndReconcile: an agent call puts the units on every node; a
 // repeated call changes nothing; reconcile removes an orphan and disables
 // a disabled job with one daemon-reload.
@@ -41,7 +30,7 @@ func TestUnitsAndReconcile(t *testing.T) {
 		if len(rep.Written) != 6 || rep.Reloads != 1 || len(rep.Enabled) != 3 || len(rep.Failed) != 0 {
 			t.Errorf("%s: first apply %+v", n, rep)
 		}
-		st := state(t, n)
+		st := c.State(t, n)
 		for _, j := range jobs {
 			if s := st[j.UnitName()]; !s.TimerEnabled || !s.TimerActive || s.NextElapseUS == 0 || s.Hash == "" {
 				t.Errorf("%s: %s state %+v", n, j.UnitName(), s)
@@ -58,7 +47,7 @@ func TestUnitsAndReconcile(t *testing.T) {
 	if rep.Reloads != 1 || strings.Join(rep.Removed, ",") != cj.UnitName() || strings.Join(rep.Disabled, ",") != b.UnitName()+".timer" {
 		t.Errorf("reconcile report %+v", rep)
 	}
-	st := state(t, "node1")
+	st := c.State(t, "node1")
 	if _, ok := st[cj.UnitName()]; ok {
 		t.Errorf("orphan %s still there", cj.UnitName())
 	}
@@ -77,7 +66,7 @@ func TestUnitsAndReconcile(t *testing.T) {
 	// Leave the nodes empty for the tests that follow.
 	for _, n := range c.Nodes {
 		c.Agent(t, n, []desired.Job{}, &rep, "reconcile")
-		if len(state(t, n)) != 0 {
+		if len(c.State(t, n)) != 0 {
 			t.Errorf("%s: units left after reconcile to nothing", n)
 		}
 	}

@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hostcron/hostcron/internal/unitmgr"
 	"github.com/hostcron/hostcron/tests/harness"
 	"github.com/hostcron/hostcron/workflows"
 )
@@ -87,17 +86,6 @@ func waitStatus(t testing.TB, id, want string, timeout time.Duration) (time.Dura
 	}
 }
 
-func unitsOn(t testing.TB, node string) map[string]unitmgr.UnitState {
-	t.Helper()
-	var st []unitmgr.UnitState
-	c.Agent(t, node, nil, &st, "state")
-	out := map[string]unitmgr.UnitState{}
-	for _, s := range st {
-		out[s.Name] = s
-	}
-	return out
-}
-
 func unitName(id string) string { return "cron-acme-" + id }
 
 var created []string // active jobs, for the converge tests
@@ -115,7 +103,7 @@ func TestCreateActivatesOnAllNodes(t *testing.T) {
 		created = append(created, id)
 	}
 	for _, node := range c.Nodes {
-		st := unitsOn(t, node)
+		st := c.State(t, node)
 		for _, id := range created {
 			if s := st[unitName(id)]; !s.TimerActive || !s.TimerEnabled {
 				t.Errorf("%s: %s not active: %+v", node, unitName(id), s)
@@ -137,7 +125,7 @@ func TestDisableStopsTimersEverywhere(t *testing.T) {
 		t.Errorf("disabled job has next_run_at %v", j["next_run_at"])
 	}
 	for _, node := range c.Nodes {
-		if s := unitsOn(t, node)[unitName(id)]; s.TimerActive || s.TimerEnabled || s.Name == "" {
+		if s := c.State(t, node)[unitName(id)]; s.TimerActive || s.TimerEnabled || s.Name == "" {
 			t.Errorf("%s: disabled job's timer %+v", node, s)
 		}
 	}
@@ -147,7 +135,7 @@ func TestDisableStopsTimersEverywhere(t *testing.T) {
 	call(t, "POST", "/api/v1/cron-jobs/"+id+"/enable", "", 202)
 	waitStatus(t, id, "active", 60*time.Second)
 	for _, node := range c.Nodes {
-		if s := unitsOn(t, node)[unitName(id)]; !s.TimerActive {
+		if s := c.State(t, node)[unitName(id)]; !s.TimerActive {
 			t.Errorf("%s: after enable/disable/enable the timer is not active: %+v", node, s)
 		}
 	}
@@ -167,7 +155,7 @@ func TestNodeDownDuringCreate(t *testing.T) {
 		t.Errorf("status message %q should name node3 only", msg)
 	}
 	for _, node := range []string{"node1", "node2"} {
-		if s := unitsOn(t, node)[unitName(id)]; !s.TimerActive {
+		if s := c.State(t, node)[unitName(id)]; !s.TimerActive {
 			t.Errorf("%s did not get the job while node3 was down: %+v", node, s)
 		}
 	}
@@ -175,7 +163,7 @@ func TestNodeDownDuringCreate(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(60 * time.Second)
-	for !unitsOn(t, "node3")[unitName(id)].TimerActive {
+	for !c.State(t, "node3")[unitName(id)].TimerActive {
 		if time.Now().After(deadline) {
 			t.Fatal("node3 did not get the job after it returned")
 		}
@@ -208,7 +196,7 @@ func TestNewNodeConverges(t *testing.T) {
 		t.Errorf("converge of node4: %d jobs, %d written, %d enabled, %d reloads; want %d jobs, one reload",
 			res.Jobs, len(res.Written), len(res.Enabled), res.Reloads, len(created))
 	}
-	st := unitsOn(t, "node4")
+	st := c.State(t, "node4")
 	for _, id := range created {
 		if !st[unitName(id)].TimerActive {
 			t.Errorf("node4 lacks %s", unitName(id))
@@ -252,7 +240,7 @@ func TestRunNowAndDelete(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	for _, node := range c.Nodes {
-		if _, ok := unitsOn(t, node)[unitName(id)]; ok {
+		if _, ok := c.State(t, node)[unitName(id)]; ok {
 			t.Errorf("%s still has the deleted job's units", node)
 		}
 	}

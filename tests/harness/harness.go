@@ -36,6 +36,7 @@ import (
 	"github.com/hostcron/hostcron/internal/logship"
 	"github.com/hostcron/hostcron/internal/nodeconf"
 	"github.com/hostcron/hostcron/internal/store"
+	"github.com/hostcron/hostcron/internal/unitmgr"
 	"github.com/hostcron/hostcron/workflows"
 )
 
@@ -500,6 +501,18 @@ func (c *Cluster) Agent(t testing.TB, node string, jobs []desired.Job, out any, 
 			t.Fatalf("%s: decode node-agent output: %v\n%s", node, err, stdout)
 		}
 	}
+}
+
+// State returns a node's cron units by name (node-agent state).
+func (c *Cluster) State(t testing.TB, node string) map[string]unitmgr.UnitState {
+	t.Helper()
+	var st []unitmgr.UnitState
+	c.Agent(t, node, nil, &st, "state")
+	out := map[string]unitmgr.UnitState{}
+	for _, s := range st {
+		out[s.Name] = s
+	}
+	return out
 }
 
 // NewJob stores a job in the core (bypassing API validation, so tests may
