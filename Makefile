@@ -3,8 +3,6 @@ SHELL    := /bin/bash
 GO       ?= go
 BIN      ?= bin
 DIST     ?= dist
-CACHE    ?= $(CURDIR)/.cache
-export CACHE
 
 # Static binaries: they run inside the test nodes and on web nodes.
 STATIC   := CGO_ENABLED=0

@@ -80,9 +80,12 @@ func Run(env Env) int {
 	// pending run-now request names its own slot instead.
 	slot := sched.Prev(env.Now())
 	stamp := filepath.Join(spec.LockDir, "cron-"+spec.ID+".slot")
+	// Run-now requests keep their own stamp, so they never stand in for a
+	// scheduled slot or the other way round.
+	manualStamp := filepath.Join(spec.LockDir, "cron-"+spec.ID+".manual")
 	if manual, ok := manualSlot(env.ManualDir, spec, env.Now()); ok {
-		if last, ok := readStamp(stamp); !ok || last.Before(manual) {
-			slot = manual
+		if last, ok := readStamp(manualStamp); !ok || last.Before(manual) {
+			slot, stamp = manual, manualStamp
 		}
 	}
 	rec := Record{Slot: slot.UTC(), Version: spec.Version, RunKey: runkey.New(spec.ID, slot, spec.Version)}

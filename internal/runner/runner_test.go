@@ -156,3 +156,42 @@ func TestMemoryWatchKillsOverLimit(t *testing.T) {
 		t.Errorf("record %+v", r)
 	}
 }
+
+// TestRunNowRequest: a pending run-now request names its own slot and runs
+// once; the stamp keeps a second start from running it again.
+func TestRunNowRequest(t *testing.T) {
+	env, _ := setup(t, "true")
+	env.ManualDir = t.TempDir()
+	manual := "2026-11-21T12:00:12Z" // between the slots 12:00:10 and 12:00:20
+	if err := os.WriteFile(filepath.Join(env.ManualDir, "cron-acme-"+id), []byte(manual+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code := Run(env); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if r := record(t, env); r.Kind != KindRan || r.RunKey != id+"#"+manual+"#4" {
+		t.Errorf("record %+v", r)
+	}
+	// A second start: the request already ran, so the scheduled slot
+	// 12:00:10 runs; a third finds both done.
+	if code := Run(env); code != 0 {
+		t.Errorf("start after the request ran: exit %d, want the scheduled slot to run", code)
+	}
+	if r := record(t, env); r.RunKey != id+"#2026-11-21T12:00:10Z#4" {
+		t.Errorf("record %+v", r)
+	}
+	if code := Run(env); code != ExitSkip {
+		t.Errorf("third start: exit %d, want %d", code, ExitSkip)
+	}
+	// A request older than five minutes is ignored: the scheduled slot runs.
+	env2, _ := setup(t, "true")
+	env2.ManualDir = env.ManualDir
+	old := env2.Now
+	env2.Now = func() time.Time { return old().Add(10 * time.Minute) }
+	if code := Run(env2); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if r := record(t, env2); r.RunKey != id+"#2026-11-21T12:10:10Z#4" {
+		t.Errorf("stale request was used: %+v", r)
+	}
+}
