@@ -231,18 +231,14 @@ func (m *Manager) setEnablement(ctx context.Context, jobs []desired.Job, rep *Re
 	if len(jobs) == 0 {
 		return nil
 	}
-	files, err := m.conn.ListUnitFilesByPatternsContext(ctx, nil, []string{"cron-*.timer"})
+	enabledNow, err := m.enabledTimers()
 	if err != nil {
-		return fmt.Errorf("list unit files: %w", err)
-	}
-	state := map[string]string{}
-	for _, f := range files {
-		state[filepath.Base(f.Path)] = f.Type
+		return err
 	}
 	var enable, disable []string
 	for _, j := range jobs {
 		timer := j.UnitName() + ".timer"
-		switch enabled := state[timer] == "enabled"; {
+		switch enabled := enabledNow[j.UnitName()]; {
 		case j.Enabled && !enabled:
 			enable = append(enable, timer)
 		case !j.Enabled && enabled:
@@ -262,6 +258,25 @@ func (m *Manager) setEnablement(ctx context.Context, jobs []desired.Job, rep *Re
 		rep.Disabled = disable
 	}
 	return nil
+}
+
+// enabledTimers returns the cron units whose timer is enabled: the ones
+// with a symlink in timers.target.wants, which is what enabling a unit with
+// WantedBy=timers.target creates. Reading the directory is one pass;
+// systemd's ListUnitFilesByPatterns searches every .wants directory for
+// every unit file, which took over a minute at 10,000 timers.
+func (m *Manager) enabledTimers() (map[string]bool, error) {
+	entries, err := os.ReadDir(filepath.Join(m.unitDir, "timers.target.wants"))
+	if err != nil && !os.IsNotExist(err) {
+		return nil, fmt.Errorf("list enabled timers: %w", err)
+	}
+	out := map[string]bool{}
+	for _, e := range entries {
+		if name, ok := strings.CutSuffix(e.Name(), ".timer"); ok && strings.HasPrefix(name, "cron-") {
+			out[name] = true
+		}
+	}
+	return out, nil
 }
 
 // setActivity starts the timers of enabled jobs, restarts those whose
@@ -313,13 +328,9 @@ func (m *Manager) State(ctx context.Context) ([]UnitState, error) {
 	if err != nil {
 		return nil, err
 	}
-	files, err := m.conn.ListUnitFilesByPatternsContext(ctx, nil, []string{"cron-*.timer"})
+	enabled, err := m.enabledTimers()
 	if err != nil {
-		return nil, fmt.Errorf("list unit files: %w", err)
-	}
-	enabled := map[string]bool{}
-	for _, f := range files {
-		enabled[strings.TrimSuffix(filepath.Base(f.Path), ".timer")] = f.Type == "enabled"
+		return nil, err
 	}
 	loaded, err := m.conn.ListUnitsByPatternsContext(ctx, nil, []string{"cron-*"})
 	if err != nil {
