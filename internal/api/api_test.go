@@ -162,8 +162,26 @@ func TestAuthAndTenantIsolation(t *testing.T) {
 	if j.Command != "true" || j.Status != "pending" || j.Version != 1 {
 		t.Errorf("other tenant's job changed: %+v", j)
 	}
-	// Admin sees both.
+	// Admin sees both, and the shard's nodes.
 	v.mustJSON("GET", "/api/v1/cron-jobs/"+otherJob, adminKey, "", 200)
+	nodes := v.mustJSON("GET", "/api/v1/admin/shards/"+v.shardID+"/nodes", adminKey, "", 200)["nodes"].([]any)
+	if len(nodes) != 1 || nodes[0].(map[string]any)["name"] != "node1" {
+		t.Errorf("nodes: %v", nodes)
+	}
+	if code, _ := v.do("GET", "/api/v1/admin/shards/"+v.shardID+"/nodes", v.key, ""); code != 403 {
+		t.Errorf("node list with a tenant key = %d, want 403", code)
+	}
+	// A node announcing itself without a workflow engine: 503, and it was
+	// recorded as seen.
+	if code, _ := v.do("POST", "/internal/v1/nodes/announce", v.node, ""); code != 503 {
+		t.Errorf("announce without converger = %d, want 503", code)
+	}
+	if n := v.count(`SELECT count(*) FROM nodes WHERE last_seen_at IS NOT NULL`); n != 1 {
+		t.Errorf("announce did not mark the node seen")
+	}
+	if code, _ := v.do("POST", "/internal/v1/nodes/announce", "bogus", ""); code != 401 {
+		t.Errorf("announce with a bad credential = %d, want 401", code)
+	}
 }
 
 // TestHostileInputs sends bad and hostile bodies: each gets a 400 naming

@@ -20,9 +20,9 @@ import (
 // repeated call changes nothing; reconcile removes an orphan and disables
 // a disabled job with one daemon-reload.
 func TestUnitsAndReconcile(t *testing.T) {
-	a := c.NewJob(t, "acme", "0 3 * * *", "echo a", 60, 64, 5)
-	b := c.NewJob(t, "acme", "0 4 * * *", "echo b", 60, 64, 5)
-	cj := c.NewJob(t, "globex", "0 5 * * *", "echo c", 60, 64, 5)
+	a := c.NewJob(t, "acme", "0 3 29 2 *", "echo a", 60, 64, 5)
+	b := c.NewJob(t, "acme", "0 4 29 2 *", "echo b", 60, 64, 5)
+	cj := c.NewJob(t, "globex", "0 5 29 2 *", "echo c", 60, 64, 5)
 	jobs := []desired.Job{a, b, cj}
 	for _, n := range c.Nodes {
 		var rep unitmgr.Report
@@ -61,6 +61,16 @@ func TestUnitsAndReconcile(t *testing.T) {
 	for _, p := range []string{"etc/systemd/system/" + cj.UnitName() + ".timer", "etc/systemd/system/" + cj.UnitName() + ".service", "var/lib/hostcron/jobs/" + cj.UnitName() + ".json"} {
 		if _, err := os.Stat(filepath.Join(root, p)); err == nil {
 			t.Errorf("orphan file %s left", p)
+		}
+	}
+	// Writing, enabling, rewriting and disabling never ran a job off its
+	// schedule (29 February only): no node started any of the services.
+	for _, n := range c.Nodes {
+		for _, j := range jobs {
+			out, _ := c.Exec(n, nil, "journalctl", "-q", "--no-pager", "-o", "cat", "_PID=1", "UNIT="+j.UnitName()+".service")
+			if strings.Contains(out, "Starting") {
+				t.Errorf("%s: %s started off its schedule:\n%s", n, j.UnitName(), out)
+			}
 		}
 	}
 	// Leave the nodes empty for the tests that follow.
