@@ -46,6 +46,14 @@ type Webroot struct {
 	CreatedAt time.Time `json:"created_at"`
 }
 
+const nodeColumns = `id, shard_id, name, last_seen_at, created_at`
+
+func scanNode(row pgx.Row) (Node, error) {
+	var n Node
+	err := row.Scan(&n.ID, &n.ShardID, &n.Name, &n.LastSeenAt, &n.CreatedAt)
+	return n, err
+}
+
 // NewToken returns a random secret and the hash stored for it.
 func NewToken() (token string, hash []byte) {
 	b := make([]byte, 32)
@@ -89,11 +97,9 @@ func (s *Store) GetShard(ctx context.Context, id string) (Shard, error) {
 // CreateNode registers a node in a shard and returns its one-time token.
 func (s *Store) CreateNode(ctx context.Context, shardID, name string) (Node, string, error) {
 	token, hash := NewToken()
-	var n Node
-	err := s.pool.QueryRow(ctx,
+	n, err := scanNode(s.pool.QueryRow(ctx,
 		`INSERT INTO nodes (shard_id, name, credential_hash) SELECT id, $2, $3 FROM shards WHERE id = $1
-		 RETURNING id, shard_id, name, last_seen_at, created_at`,
-		shardID, name, hash).Scan(&n.ID, &n.ShardID, &n.Name, &n.LastSeenAt, &n.CreatedAt)
+		 RETURNING `+nodeColumns, shardID, name, hash))
 	switch {
 	case uniqueViolation(err):
 		return n, "", conflict("a node named %q exists", name)
@@ -105,25 +111,17 @@ func (s *Store) CreateNode(ctx context.Context, shardID, name string) (Node, str
 
 // NodeByToken authenticates a node.
 func (s *Store) NodeByToken(ctx context.Context, token string) (Node, error) {
-	var n Node
-	err := s.pool.QueryRow(ctx,
-		`SELECT id, shard_id, name, last_seen_at, created_at FROM nodes WHERE credential_hash = $1`,
-		HashToken(token)).Scan(&n.ID, &n.ShardID, &n.Name, &n.LastSeenAt, &n.CreatedAt)
+	n, err := scanNode(s.pool.QueryRow(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE credential_hash = $1`, HashToken(token)))
 	return n, notFound(err, "node by token")
 }
 
 // ListNodes lists the nodes of a shard.
 func (s *Store) ListNodes(ctx context.Context, shardID string) ([]Node, error) {
-	rows, err := s.pool.Query(ctx,
-		`SELECT id, shard_id, name, last_seen_at, created_at FROM nodes WHERE shard_id = $1 ORDER BY name`, shardID)
+	rows, err := s.pool.Query(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE shard_id = $1 ORDER BY name`, shardID)
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Node, error) {
-		var n Node
-		err := r.Scan(&n.ID, &n.ShardID, &n.Name, &n.LastSeenAt, &n.CreatedAt)
-		return n, err
-	})
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Node, error) { return scanNode(r) })
 }
 
 // CreateTenant registers a tenant on a shard.
@@ -215,9 +213,7 @@ func (s *Store) APIKeyByToken(ctx context.Context, token string) (APIKey, error)
 
 // GetNode returns one node.
 func (s *Store) GetNode(ctx context.Context, id string) (Node, error) {
-	var n Node
-	err := s.pool.QueryRow(ctx, `SELECT id, shard_id, name, last_seen_at, created_at FROM nodes WHERE id = $1`, id).
-		Scan(&n.ID, &n.ShardID, &n.Name, &n.LastSeenAt, &n.CreatedAt)
+	n, err := scanNode(s.pool.QueryRow(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE id = $1`, id))
 	return n, notFound(err, "get node")
 }
 
