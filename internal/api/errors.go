@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -106,4 +107,18 @@ func decodeStrict(c echo.Context, v any) error {
 		return invalid("body", "has data after the JSON object")
 	}
 	return nil
+}
+
+// intParam reads an optional integer query parameter in [lo, hi]; absent,
+// it is def. A bad value is a 400 naming the parameter.
+func intParam(c echo.Context, name string, def, lo, hi int) (int, error) {
+	v := c.QueryParam(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lo || n > hi {
+		return 0, invalid(name, "must be a number from %d to %d", lo, hi)
+	}
+	return n, nil
 }

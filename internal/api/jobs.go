@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -259,13 +258,9 @@ func (s *Server) listRuns(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	limit := 100
-	if v := c.QueryParam("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 1000 {
-			return invalid("limit", "must be a number from 1 to 1000")
-		}
-		limit = n
+	limit, err := intParam(c, "limit", 100, 1, 1000)
+	if err != nil {
+		return err
 	}
 	runs, err := s.store.ListRuns(c.Request().Context(), j.ID, limit)
 	if err != nil {
@@ -280,13 +275,9 @@ func (s *Server) preview(c echo.Context) error {
 	if tz == "" {
 		tz = "UTC"
 	}
-	count := 5
-	if v := c.QueryParam("count"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 100 {
-			return invalid("count", "must be a number from 1 to 100")
-		}
-		count = n
+	count, err := intParam(c, "count", 5, 1, 100)
+	if err != nil {
+		return err
 	}
 	sched, err := schedule.Parse(c.QueryParam("schedule"), tz)
 	if err != nil {

@@ -73,13 +73,9 @@ func (s *Server) tenantLogs(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	limit := 100
-	if v := c.QueryParam("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 5000 {
-			return invalid("limit", "must be a number from 1 to 5000")
-		}
-		limit = n
+	limit, err := intParam(c, "limit", 100, 1, 5000)
+	if err != nil {
+		return err
 	}
 	contains := c.QueryParam("contains")
 	if len(contains) > 256 || strings.IndexFunc(contains, unicode.IsControl) >= 0 {
