@@ -23,6 +23,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hostcron/hostcron/internal/atomicfile"
 )
 
 // Config configures a shipper.
@@ -194,11 +196,7 @@ func writeCursor(path, cursor string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return fmt.Errorf("save journal cursor: %w", err)
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(cursor+"\n"), 0o600); err != nil {
-		return fmt.Errorf("save journal cursor: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := atomicfile.Write(path, []byte(cursor+"\n"), 0o600); err != nil {
 		return fmt.Errorf("save journal cursor: %w", err)
 	}
 	return nil

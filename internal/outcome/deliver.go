@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"sort"
 	"time"
+
+	"github.com/hostcron/hostcron/internal/atomicfile"
 )
 
 // Spooled is one undelivered report on disk.
@@ -77,26 +79,8 @@ func Spool(dir, jobID string, r Report) error {
 	}
 	sum := sha256.Sum256([]byte(r.RunKey))
 	name := filepath.Join(dir, hex.EncodeToString(sum[:12])+".json")
-	tmp, err := os.CreateTemp(dir, ".spool-*")
-	if err != nil {
+	if err := atomicfile.Write(name, b, 0o600); err != nil {
 		return fmt.Errorf("spool: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("spool: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), name); err != nil {
-		return fmt.Errorf("spool: %w", err)
-	}
-	if d, err := os.Open(dir); err == nil { // make the rename durable
-		_ = d.Sync()
-		d.Close()
 	}
 	return nil
 }

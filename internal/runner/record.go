@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/hostcron/hostcron/internal/atomicfile"
 )
 
 // Kinds of record.
@@ -47,12 +49,8 @@ func WriteRecord(dir string, r Record) error {
 	if err != nil {
 		return fmt.Errorf("encode record: %w", err)
 	}
-	tmp := filepath.Join(dir, "."+RecordFile)
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return fmt.Errorf("write record: %w", err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, RecordFile)); err != nil {
-		return fmt.Errorf("write record: %w", err)
+	if err := atomicfile.Write(filepath.Join(dir, RecordFile), b, 0o644); err != nil {
+		return fmt.Errorf("record: %w", err)
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hostcron/hostcron/internal/atomicfile"
 	"github.com/hostcron/hostcron/internal/jobspec"
 	"github.com/hostcron/hostcron/internal/runkey"
 	"github.com/hostcron/hostcron/internal/schedule"
@@ -154,24 +155,8 @@ func readStamp(path string) (time.Time, bool) {
 // writeStamp records the slot atomically and durably: the next node that
 // gets the lock must see it.
 func writeStamp(path string, slot time.Time) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return fmt.Errorf("write slot stamp: %w", err)
-	}
-	if _, err := f.WriteString(slot.UTC().Format(time.RFC3339) + "\n"); err != nil {
-		f.Close()
-		return fmt.Errorf("write slot stamp: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("write slot stamp: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write slot stamp: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write slot stamp: %w", err)
+	if err := atomicfile.Write(path, []byte(slot.UTC().Format(time.RFC3339)+"\n"), 0o600); err != nil {
+		return fmt.Errorf("slot stamp: %w", err)
 	}
 	return nil
 }

@@ -6,42 +6,21 @@ import (
 	"fmt"
 	"os"
 	"os/user"
-	"path/filepath"
 	"strconv"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hostcron/hostcron/internal/atomicfile"
 )
 
-// writeIfChanged writes content to path atomically (temp file, fsync,
-// rename) unless the file already holds exactly that content. It reports
+// writeIfChanged writes content to path atomically unless the file already holds exactly that content. It reports
 // whether it wrote.
 func writeIfChanged(path string, content []byte, mode os.FileMode) (bool, error) {
 	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, content) {
 		return false, nil
 	}
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, ".hostcron-*")
-	if err != nil {
-		return false, fmt.Errorf("write %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name()) // no-op after the rename
-	if _, err := tmp.Write(content); err != nil {
-		tmp.Close()
-		return false, fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return false, fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return false, fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return false, fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return false, fmt.Errorf("write %s: %w", path, err)
+	if err := atomicfile.Write(path, content, mode); err != nil {
+		return false, err
 	}
 	return true, nil
 }
