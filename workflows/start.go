@@ -12,6 +12,8 @@ import (
 	tlog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
+
+	"github.com/hostcron/hostcron/internal/store"
 )
 
 // Dial connects to Temporal, retrying until ctx ends: a process that
@@ -30,6 +32,29 @@ func Dial(ctx context.Context, addr, namespace string, log *slog.Logger) (client
 		case <-time.After(2 * time.Second):
 		}
 	}
+}
+
+// StartCoreWorker runs the core's workflows and activities on
+// CoreTaskQueue.
+func StartCoreWorker(c client.Client, st *store.Store) (worker.Worker, error) {
+	w := worker.New(c, CoreTaskQueue, worker.Options{})
+	RegisterCore(w, &CoreActivities{Store: st})
+	if err := w.Start(); err != nil {
+		return nil, fmt.Errorf("start core worker: %w", err)
+	}
+	return w, nil
+}
+
+// Converger starts a node's converge; the API's announce endpoint uses it.
+type Converger struct {
+	Client      client.Client
+	NodeTimeout time.Duration
+}
+
+// ConvergeNode starts (or joins) the node's converge.
+func (v Converger) ConvergeNode(ctx context.Context, nodeID string) error {
+	_, err := StartConvergeNode(ctx, v.Client, nodeID, v.NodeTimeout)
+	return err
 }
 
 // RegisterCore registers the core's workflows and activities on w.

@@ -85,7 +85,7 @@ func serveCmd(dsn *string, log *slog.Logger) *cobra.Command {
 					return err
 				}
 				defer tc.Close()
-				w, err := startCoreWorker(tc, st)
+				w, err := workflows.StartCoreWorker(tc, st)
 				if err != nil {
 					return err
 				}
@@ -95,7 +95,7 @@ func serveCmd(dsn *string, log *slog.Logger) *cobra.Command {
 				}
 				d := &dispatch.Dispatcher{Store: st, Temporal: tc, Log: log, NodeTimeout: nodeTimeout}
 				go d.Run(ctx)
-				cfg.Converger = converger{client: tc, nodeTimeout: nodeTimeout}
+				cfg.Converger = workflows.Converger{Client: tc, NodeTimeout: nodeTimeout}
 			}
 			e, _ := api.New(st, cfg)
 			srv := &http.Server{Addr: listen, Handler: e, ReadHeaderTimeout: 10 * time.Second}

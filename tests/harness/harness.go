@@ -250,9 +250,7 @@ func (c *Cluster) startTemporal(ctx context.Context) error {
 	if c.Temporal, err = client.Dial(client.Options{HostPort: c.temporalAddr, Logger: tlog.NewStructuredLogger(quiet)}); err != nil {
 		return err
 	}
-	c.worker = worker.New(c.Temporal, workflows.CoreTaskQueue, worker.Options{})
-	workflows.RegisterCore(c.worker, &workflows.CoreActivities{Store: c.Store})
-	if err := c.worker.Start(); err != nil {
+	if c.worker, err = workflows.StartCoreWorker(c.Temporal, c.Store); err != nil {
 		return err
 	}
 	d := &dispatch.Dispatcher{Store: c.Store, Temporal: c.Temporal, NodeTimeout: c.opts.NodeTimeout,
@@ -299,13 +297,6 @@ func (c *Cluster) startLoki() error {
 	}
 }
 
-type converger struct{ c *Cluster }
-
-func (v converger) ConvergeNode(ctx context.Context, nodeID string) error {
-	_, err := workflows.StartConvergeNode(ctx, v.c.Temporal, nodeID, v.c.opts.NodeTimeout)
-	return err
-}
-
 // StopAPI stops the core API (HTTP and housekeeping), as a crash or a
 // deploy would; StartAPI brings it back on the same address.
 func (c *Cluster) StopAPI() {
@@ -322,7 +313,7 @@ func (c *Cluster) StartAPI() error { return c.startAPI() }
 func (c *Cluster) startAPI() error {
 	cfg := api.Config{AdminKey: AdminKey, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	if c.Temporal != nil {
-		cfg.Converger = converger{c}
+		cfg.Converger = workflows.Converger{Client: c.Temporal, NodeTimeout: c.opts.NodeTimeout}
 	}
 	if c.LokiURL != "" {
 		cfg.Logs = &logship.Client{URL: c.LokiURL}
