@@ -5,9 +5,15 @@ import (
 	"time"
 )
 
-// searchYears bounds the search for the next matching day; the rarest
-// schedule that can fire (29 February) recurs within 8 years.
-const searchYears = 9
+// searchYears bounds the search for the next matching day. Weekdays and
+// dates repeat with the 400-year Gregorian cycle (146,097 days, a whole
+// number of weeks), so every schedule that can fire at all fires within it;
+// a day-of-month AND day-of-week schedule can wait decades (Sunday 29
+// February: 2032, then 2060).
+const searchYears = 400
+
+// maxLookback bounds Prev; a Duration cannot span the whole cycle.
+const maxLookback = 200 * 366 * 24 * time.Hour
 
 // Next returns the first fire time strictly after t, as systemd computes it
 // for the schedule's OnCalendar values, or the zero Time if there is none
@@ -49,7 +55,7 @@ func (s *Schedule) NextN(t time.Time, n int) []time.Time {
 // Prev returns the latest fire time at or before t (zero if none within the
 // search horizon). A runner uses it to name the occurrence a timer fired for.
 func (s *Schedule) Prev(t time.Time) time.Time {
-	for lookback := 2 * time.Second; lookback < searchYears*366*24*time.Hour; lookback *= 4 {
+	for lookback := 2 * time.Second; lookback < maxLookback; lookback *= 4 {
 		at := s.Next(t.Add(-lookback))
 		if at.IsZero() || at.After(t) {
 			continue

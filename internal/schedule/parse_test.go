@@ -177,6 +177,12 @@ func TestNextDST(t *testing.T) {
 			[]string{"2026-10-25 01:30", "2026-10-26 01:30"}},
 		{"leap day", "0 0 29 2 *", "", "2026-01-01 00:00",
 			[]string{"2028-02-29 00:00", "2032-02-29 00:00"}},
+		// AND of a '*'-field with a weekday can be a decade away (found by
+		// the fuzzer; checked against systemd-analyze).
+		{"rare weekday and date", "0 0 */7 9 2", "", "2026-11-22 00:00",
+			[]string{"2037-09-01 00:00", "2037-09-08 00:00"}},
+		{"sunday leap day", "0 0 29 2 */7", "", "2032-03-01 00:00",
+			[]string{"2060-02-29 00:00"}},
 		{"dom or dow", "0 12 13 * 5", "", "2026-11-01 00:00",
 			[]string{"2026-11-06 12:00", "2026-11-13 12:00", "2026-11-20 12:00", "2026-11-27 12:00", "2026-12-04 12:00"}},
 	}
