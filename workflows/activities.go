@@ -8,9 +8,9 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/hostcron/hostcron/internal/desired"
 	"github.com/hostcron/hostcron/internal/store"
 	"github.com/hostcron/hostcron/internal/unitmgr"
+	"github.com/hostcron/hostcron/internal/wire"
 )
 
 // CoreActivities read and write the core's database.
@@ -36,7 +36,7 @@ func (a *CoreActivities) LoadJob(ctx context.Context, jobID string) (JobPlan, er
 	if err != nil {
 		return JobPlan{}, err
 	}
-	plan := JobPlan{Exists: true, Deleting: job.Status == store.StatusDeleting, Version: job.Version, Job: d}
+	plan := JobPlan{Exists: true, Deleting: job.Status == wire.StatusDeleting, Version: job.Version, Job: d}
 	for _, n := range nodes {
 		plan.Nodes = append(plan.Nodes, NodeRef{ID: n.ID, Name: n.Name})
 	}
@@ -45,7 +45,7 @@ func (a *CoreActivities) LoadJob(ctx context.Context, jobID string) (JobPlan, er
 
 // SetJobStatus records provisioning's verdict for a version; it changes
 // nothing if the job moved on meanwhile.
-func (a *CoreActivities) SetJobStatus(ctx context.Context, jobID string, version int64, status, message string) (bool, error) {
+func (a *CoreActivities) SetJobStatus(ctx context.Context, jobID string, version int64, status wire.Status, message string) (bool, error) {
 	return a.Store.SetProvisioned(ctx, jobID, version, status, message)
 }
 
@@ -55,7 +55,7 @@ func (a *CoreActivities) FinishDelete(ctx context.Context, jobID string) error {
 }
 
 // DesiredForNode is every job the node's shard has.
-func (a *CoreActivities) DesiredForNode(ctx context.Context, nodeID string) ([]desired.Job, error) {
+func (a *CoreActivities) DesiredForNode(ctx context.Context, nodeID string) ([]wire.Job, error) {
 	n, err := a.Store.GetNode(ctx, nodeID)
 	if err != nil {
 		return nil, temporal.NewNonRetryableApplicationError("unknown node", "NotFound", err)
@@ -90,7 +90,7 @@ type NodeActivities struct {
 }
 
 // ApplyJobs writes, enables or disables the given jobs.
-func (a *NodeActivities) ApplyJobs(ctx context.Context, jobs []desired.Job) (unitmgr.Report, error) {
+func (a *NodeActivities) ApplyJobs(ctx context.Context, jobs []wire.Job) (wire.NodeReport, error) {
 	rep, err := a.Units.Apply(ctx, jobs)
 	if err != nil {
 		return rep, err
@@ -103,12 +103,12 @@ func (a *NodeActivities) ApplyJobs(ctx context.Context, jobs []desired.Job) (uni
 }
 
 // RemoveUnits stops and removes units by name.
-func (a *NodeActivities) RemoveUnits(ctx context.Context, names []string) (unitmgr.Report, error) {
+func (a *NodeActivities) RemoveUnits(ctx context.Context, names []string) (wire.NodeReport, error) {
 	return a.Units.Remove(ctx, names)
 }
 
 // Reconcile makes the node's units exactly jobs.
-func (a *NodeActivities) Reconcile(ctx context.Context, jobs []desired.Job) (unitmgr.Report, error) {
+func (a *NodeActivities) Reconcile(ctx context.Context, jobs []wire.Job) (wire.NodeReport, error) {
 	return a.Units.Reconcile(ctx, jobs, a.MinOrphanAge)
 }
 

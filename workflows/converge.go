@@ -6,8 +6,7 @@ import (
 
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/hostcron/hostcron/internal/desired"
-	"github.com/hostcron/hostcron/internal/unitmgr"
+	"github.com/hostcron/hostcron/internal/wire"
 )
 
 // ConvergeNode brings one node to the desired state of its shard with a
@@ -18,11 +17,11 @@ func ConvergeNode(ctx workflow.Context, in ConvergeInput) (ConvergeResult, error
 	if in.NodeTimeout <= 0 {
 		in.NodeTimeout = 2 * time.Minute
 	}
-	var jobs []desired.Job
+	var jobs []wire.Job
 	if err := workflow.ExecuteActivity(coreCtx(ctx), core.DesiredForNode, in.NodeID).Get(ctx, &jobs); err != nil {
 		return ConvergeResult{}, fmt.Errorf("desired set: %w", err)
 	}
-	var rep unitmgr.Report
+	var rep wire.NodeReport
 	if err := workflow.ExecuteActivity(nodeCtx(ctx, in.NodeID, in.NodeTimeout), node.Reconcile, jobs).Get(ctx, &rep); err != nil {
 		return ConvergeResult{}, fmt.Errorf("reconcile node %s: %w", in.NodeID, err)
 	}

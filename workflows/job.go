@@ -8,9 +8,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/hostcron/hostcron/internal/desired"
-	"github.com/hostcron/hostcron/internal/store"
-	"github.com/hostcron/hostcron/internal/unitmgr"
+	"github.com/hostcron/hostcron/internal/wire"
 )
 
 // Activity receivers: nil pointers whose method values name activities,
@@ -37,9 +35,9 @@ func JobWorkflow(ctx workflow.Context, in JobInput) error {
 		if !ok {
 			return nil // idle: the next change starts a new run
 		}
-		runNow := c.Action == "run_now"
+		runNow := c.Action == wire.ActionRunNow
 		for changes.ReceiveAsync(&c) { // coalesce what is already queued
-			runNow = runNow || c.Action == "run_now"
+			runNow = runNow || c.Action == wire.ActionRunNow
 		}
 		if err := provision(ctx, in); err != nil {
 			return err
@@ -100,12 +98,12 @@ func provision(ctx workflow.Context, in JobInput) error {
 		if plan.Deleting {
 			futures[i] = workflow.ExecuteActivity(nctx, node.RemoveUnits, []string{plan.Job.UnitName()})
 		} else {
-			futures[i] = workflow.ExecuteActivity(nctx, node.ApplyJobs, []desired.Job{plan.Job})
+			futures[i] = workflow.ExecuteActivity(nctx, node.ApplyJobs, []wire.Job{plan.Job})
 		}
 	}
 	var failed []string
 	for i, f := range futures {
-		var rep unitmgr.Report
+		var rep wire.NodeReport
 		if err := f.Get(ctx, &rep); err != nil {
 			failed = append(failed, fmt.Sprintf("%s: %v", plan.Nodes[i].Name, rootCause(err)))
 		}
@@ -116,12 +114,12 @@ func provision(ctx workflow.Context, in JobInput) error {
 		}
 		return workflow.ExecuteActivity(coreCtx(ctx), core.FinishDelete, in.JobID).Get(ctx, nil)
 	}
-	status, message := store.StatusActive, ""
+	status, message := wire.StatusActive, ""
 	if !plan.Job.Enabled {
-		status = store.StatusDisabled
+		status = wire.StatusDisabled
 	}
 	if len(failed) > 0 {
-		status, message = store.StatusFailed, "not provisioned on "+strings.Join(failed, "; ")
+		status, message = wire.StatusFailed, "not provisioned on "+strings.Join(failed, "; ")
 	}
 	return workflow.ExecuteActivity(coreCtx(ctx), core.SetJobStatus, in.JobID, plan.Version, status, message).Get(ctx, nil)
 }

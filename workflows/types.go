@@ -11,7 +11,7 @@ package workflows
 import (
 	"time"
 
-	"github.com/hostcron/hostcron/internal/desired"
+	"github.com/hostcron/hostcron/internal/wire"
 )
 
 // CoreTaskQueue is where the core's workflows and activities run.
@@ -32,9 +32,9 @@ func ConvergeNodeWorkflowID(nodeID string) string { return "converge-node-" + no
 
 // Change is one outbox task: what changed, at which version.
 type Change struct {
-	TaskID  int64  `json:"task_id"`
-	Action  string `json:"action"`
-	Version int64  `json:"version"`
+	TaskID  int64       `json:"task_id"`
+	Action  wire.Action `json:"action"`
+	Version int64       `json:"version"`
 }
 
 // JobInput starts a job's workflow.
@@ -58,11 +58,11 @@ type NodeRef struct {
 // JobPlan is what LoadJob returns: the job as nodes must have it and the
 // nodes of its shard.
 type JobPlan struct {
-	Exists   bool        `json:"exists"`
-	Deleting bool        `json:"deleting"`
-	Version  int64       `json:"version"`
-	Job      desired.Job `json:"job"`
-	Nodes    []NodeRef   `json:"nodes"`
+	Exists   bool      `json:"exists"`
+	Deleting bool      `json:"deleting"`
+	Version  int64     `json:"version"`
+	Job      wire.Job  `json:"job"`
+	Nodes    []NodeRef `json:"nodes"`
 }
 
 // ConvergeInput starts a node's converge.

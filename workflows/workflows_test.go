@@ -12,8 +12,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
-	"github.com/hostcron/hostcron/internal/desired"
-	"github.com/hostcron/hostcron/internal/unitmgr"
+	"github.com/hostcron/hostcron/internal/wire"
 )
 
 const jobID = "0b6f1d7c-3c8e-4a57-9e0a-2f4f5c9d8e71"
@@ -31,7 +30,7 @@ func newEnv(t *testing.T) *testsuite.TestWorkflowEnvironment {
 
 func plan(enabled, deleting bool, nodes ...string) JobPlan {
 	p := JobPlan{Exists: true, Deleting: deleting, Version: 7,
-		Job: desired.Job{ID: jobID, Tenant: "acme", Version: 7, Enabled: enabled}}
+		Job: wire.Job{ID: jobID, Tenant: "acme", Version: 7, Enabled: enabled}}
 	for _, n := range nodes {
 		p.Nodes = append(p.Nodes, NodeRef{ID: "id-" + n, Name: n})
 	}
@@ -52,9 +51,9 @@ func signalAndRun(env *testsuite.TestWorkflowEnvironment, changes ...Change) {
 func TestJobWorkflowActiveOnEveryNode(t *testing.T) {
 	env := newEnv(t)
 	env.OnActivity(core.LoadJob, mock.Anything, jobID).Return(plan(true, false, "node1", "node2", "node3"), nil).Once()
-	env.OnActivity(node.ApplyJobs, mock.Anything, mock.Anything).Return(unitmgr.Report{Reloads: 1}, nil).Times(3)
-	env.OnActivity(core.SetJobStatus, mock.Anything, jobID, int64(7), "active", "").Return(true, nil).Once()
-	signalAndRun(env, Change{Action: "create", Version: 7})
+	env.OnActivity(node.ApplyJobs, mock.Anything, mock.Anything).Return(wire.NodeReport{Reloads: 1}, nil).Times(3)
+	env.OnActivity(core.SetJobStatus, mock.Anything, jobID, int64(7), wire.StatusActive, "").Return(true, nil).Once()
+	signalAndRun(env, Change{Action: wire.ActionCreate, Version: 7})
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatal(err)
 	}
@@ -66,18 +65,18 @@ func TestJobWorkflowFailedNamesTheNode(t *testing.T) {
 	env.OnActivity(core.LoadJob, mock.Anything, jobID).Return(plan(true, false, "node1", "node2"), nil)
 	var msg string
 	env.OnActivity(node.ApplyJobs, mock.Anything, mock.Anything).Return(
-		func(ctx context.Context, jobs []desired.Job) (unitmgr.Report, error) {
+		func(ctx context.Context, jobs []wire.Job) (wire.NodeReport, error) {
 			if strings.HasSuffix(activityTaskQueue(ctx), "id-node2") {
-				return unitmgr.Report{}, temporal.NewNonRetryableApplicationError("node2 is down", "Down", nil)
+				return wire.NodeReport{}, temporal.NewNonRetryableApplicationError("node2 is down", "Down", nil)
 			}
-			return unitmgr.Report{}, nil
+			return wire.NodeReport{}, nil
 		})
-	env.OnActivity(core.SetJobStatus, mock.Anything, jobID, int64(7), "failed", mock.Anything).Return(
-		func(ctx context.Context, id string, v int64, status, message string) (bool, error) {
+	env.OnActivity(core.SetJobStatus, mock.Anything, jobID, int64(7), wire.StatusFailed, mock.Anything).Return(
+		func(ctx context.Context, id string, v int64, status wire.Status, message string) (bool, error) {
 			msg = message
 			return true, nil
 		}).Once()
-	signalAndRun(env, Change{Action: "create", Version: 7})
+	signalAndRun(env, Change{Action: wire.ActionCreate, Version: 7})
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatal(err)
 	}
@@ -89,10 +88,10 @@ func TestJobWorkflowFailedNamesTheNode(t *testing.T) {
 func TestJobWorkflowDisabledJob(t *testing.T) {
 	env := newEnv(t)
 	env.OnActivity(core.LoadJob, mock.Anything, jobID).Return(plan(false, false, "node1"), nil)
-	env.OnActivity(node.ApplyJobs, mock.Anything, mock.MatchedBy(func(j []desired.Job) bool { return len(j) == 1 && !j[0].Enabled })).
-		Return(unitmgr.Report{}, nil).Once()
-	env.OnActivity(core.SetJobStatus, mock.Anything, jobID, int64(7), "disabled", "").Return(true, nil).Once()
-	signalAndRun(env, Change{Action: "disable", Version: 7})
+	env.OnActivity(node.ApplyJobs, mock.Anything, mock.MatchedBy(func(j []wire.Job) bool { return len(j) == 1 && !j[0].Enabled })).
+		Return(wire.NodeReport{}, nil).Once()
+	env.OnActivity(core.SetJobStatus, mock.Anything, jobID, int64(7), wire.StatusDisabled, "").Return(true, nil).Once()
+	signalAndRun(env, Change{Action: wire.ActionDisable, Version: 7})
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatal(err)
 	}
@@ -102,9 +101,9 @@ func TestJobWorkflowDisabledJob(t *testing.T) {
 func TestJobWorkflowDelete(t *testing.T) {
 	env := newEnv(t)
 	env.OnActivity(core.LoadJob, mock.Anything, jobID).Return(plan(false, true, "node1", "node2"), nil)
-	env.OnActivity(node.RemoveUnits, mock.Anything, []string{"cron-acme-" + jobID}).Return(unitmgr.Report{}, nil).Times(2)
+	env.OnActivity(node.RemoveUnits, mock.Anything, []string{"cron-acme-" + jobID}).Return(wire.NodeReport{}, nil).Times(2)
 	env.OnActivity(core.FinishDelete, mock.Anything, jobID).Return(nil).Once()
-	signalAndRun(env, Change{Action: "delete", Version: 7})
+	signalAndRun(env, Change{Action: wire.ActionDelete, Version: 7})
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatal(err)
 	}
@@ -116,9 +115,9 @@ func TestJobWorkflowDelete(t *testing.T) {
 func TestJobWorkflowCoalescesQueuedChanges(t *testing.T) {
 	env := newEnv(t)
 	env.OnActivity(core.LoadJob, mock.Anything, jobID).Return(plan(true, false, "node1"), nil).Once()
-	env.OnActivity(node.ApplyJobs, mock.Anything, mock.Anything).Return(unitmgr.Report{}, nil).Once()
-	env.OnActivity(core.SetJobStatus, mock.Anything, jobID, int64(7), "active", "").Return(true, nil).Once()
-	signalAndRun(env, Change{Action: "enable", Version: 5}, Change{Action: "disable", Version: 6}, Change{Action: "enable", Version: 7})
+	env.OnActivity(node.ApplyJobs, mock.Anything, mock.Anything).Return(wire.NodeReport{}, nil).Once()
+	env.OnActivity(core.SetJobStatus, mock.Anything, jobID, int64(7), wire.StatusActive, "").Return(true, nil).Once()
+	signalAndRun(env, Change{Action: wire.ActionEnable, Version: 5}, Change{Action: wire.ActionDisable, Version: 6}, Change{Action: wire.ActionEnable, Version: 7})
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatal(err)
 	}
@@ -128,10 +127,10 @@ func TestJobWorkflowCoalescesQueuedChanges(t *testing.T) {
 func TestJobWorkflowRunNow(t *testing.T) {
 	env := newEnv(t)
 	env.OnActivity(core.LoadJob, mock.Anything, jobID).Return(plan(true, false, "node1", "node2"), nil)
-	env.OnActivity(node.ApplyJobs, mock.Anything, mock.Anything).Return(unitmgr.Report{}, nil)
-	env.OnActivity(core.SetJobStatus, mock.Anything, jobID, int64(7), "active", "").Return(true, nil)
+	env.OnActivity(node.ApplyJobs, mock.Anything, mock.Anything).Return(wire.NodeReport{}, nil)
+	env.OnActivity(core.SetJobStatus, mock.Anything, jobID, int64(7), wire.StatusActive, "").Return(true, nil)
 	env.OnActivity(node.RunNow, mock.Anything, "cron-acme-"+jobID).Return(nil).Once()
-	signalAndRun(env, Change{Action: "run_now", Version: 7})
+	signalAndRun(env, Change{Action: wire.ActionRunNow, Version: 7})
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatal(err)
 	}
@@ -140,9 +139,9 @@ func TestJobWorkflowRunNow(t *testing.T) {
 
 func TestConvergeNodeReconcilesOnce(t *testing.T) {
 	env := newEnv(t)
-	jobs := []desired.Job{{ID: "a", Tenant: "acme"}, {ID: "b", Tenant: "acme"}}
+	jobs := []wire.Job{{ID: "a", Tenant: "acme"}, {ID: "b", Tenant: "acme"}}
 	env.OnActivity(core.DesiredForNode, mock.Anything, "n1").Return(jobs, nil).Once()
-	env.OnActivity(node.Reconcile, mock.Anything, jobs).Return(unitmgr.Report{Written: []string{"x.timer"}, Reloads: 1}, nil).Once()
+	env.OnActivity(node.Reconcile, mock.Anything, jobs).Return(wire.NodeReport{Written: []string{"x.timer"}, Reloads: 1}, nil).Once()
 	env.ExecuteWorkflow(ConvergeNode, ConvergeInput{NodeID: "n1"})
 	var res ConvergeResult
 	if err := env.GetWorkflowResult(&res); err != nil {
@@ -156,8 +155,8 @@ func TestConvergeNodeReconcilesOnce(t *testing.T) {
 
 func TestConvergeNodeFailsWhenNodeUnreachable(t *testing.T) {
 	env := newEnv(t)
-	env.OnActivity(core.DesiredForNode, mock.Anything, "n1").Return([]desired.Job{}, nil)
-	env.OnActivity(node.Reconcile, mock.Anything, mock.Anything).Return(unitmgr.Report{}, errors.New("unreachable"))
+	env.OnActivity(core.DesiredForNode, mock.Anything, "n1").Return([]wire.Job{}, nil)
+	env.OnActivity(node.Reconcile, mock.Anything, mock.Anything).Return(wire.NodeReport{}, errors.New("unreachable"))
 	env.ExecuteWorkflow(ConvergeNode, ConvergeInput{NodeID: "n1", NodeTimeout: 5 * time.Second})
 	if err := env.GetWorkflowError(); err == nil {
 		t.Error("converge of an unreachable node succeeded")

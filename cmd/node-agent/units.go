@@ -12,10 +12,10 @@ import (
 	sd "github.com/coreos/go-systemd/v22/dbus"
 	"github.com/spf13/cobra"
 
-	"github.com/hostcron/hostcron/internal/desired"
 	"github.com/hostcron/hostcron/internal/nodeconf"
 	"github.com/hostcron/hostcron/internal/unitmgr"
 	"github.com/hostcron/hostcron/internal/units"
+	"github.com/hostcron/hostcron/internal/wire"
 )
 
 // openManager connects to systemd over D-Bus (its private socket when root,
@@ -40,7 +40,7 @@ func loadConfig(path string) (nodeconf.Config, error) {
 	return cfg, err
 }
 
-func readJobs(path string) ([]desired.Job, error) {
+func readJobs(path string) ([]wire.Job, error) {
 	f := os.Stdin
 	if path != "-" {
 		var err error
@@ -49,7 +49,7 @@ func readJobs(path string) ([]desired.Job, error) {
 		}
 		defer f.Close()
 	}
-	var jobs []desired.Job
+	var jobs []wire.Job
 	if err := json.NewDecoder(f).Decode(&jobs); err != nil {
 		return nil, fmt.Errorf("decode desired jobs: %w", err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/hostcron/hostcron/internal/pgtest"
 	"github.com/hostcron/hostcron/internal/store"
+	"github.com/hostcron/hostcron/internal/wire"
 )
 
 const adminKey = "test-admin-key"
@@ -165,7 +166,7 @@ func (v *env) activate(id string) {
 	if err != nil {
 		v.t.Fatal(err)
 	}
-	if ok, err := v.store.SetProvisioned(context.Background(), id, j.Version, store.StatusActive, ""); err != nil || !ok {
+	if ok, err := v.store.SetProvisioned(context.Background(), id, j.Version, wire.StatusActive, ""); err != nil || !ok {
 		v.t.Fatalf("SetProvisioned: %v %v", ok, err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/hostcron/hostcron/internal/jobspec"
 	"github.com/hostcron/hostcron/internal/schedule"
 	"github.com/hostcron/hostcron/internal/store"
+	"github.com/hostcron/hostcron/internal/wire"
 )
 
 // jobRequest is the body of create and update. Pointers tell "absent"
@@ -98,7 +99,7 @@ func (s *Server) respondJob(c echo.Context, status int, j store.CronJob) error {
 // deleted.
 func (s *Server) withNext(j store.CronJob) jobResponse {
 	resp := jobResponse{CronJob: j}
-	if !j.Enabled || j.Status == store.StatusDeleting {
+	if !j.Enabled || j.Status == wire.StatusDeleting {
 		return resp
 	}
 	if sched, err := schedule.ParseWithSeconds(j.Schedule, j.Timezone); err == nil { // tolerant of operator-made 6-field jobs

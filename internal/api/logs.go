@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/hostcron/hostcron/internal/logship"
 	"github.com/hostcron/hostcron/internal/store"
+	"github.com/hostcron/hostcron/internal/wire"
 )
 
 // LogQuerier runs LogQL queries (Loki's query_range).
@@ -26,10 +28,10 @@ type LogQuerier interface {
 // reach another tenant's streams.
 func cronLogQuery(tenantName, jobID, contains string) string {
 	var b strings.Builder
-	b.WriteString(`{log_type="cron", tenant_id=`)
+	fmt.Fprintf(&b, `{%s=%q, %s=`, wire.LabelLogType, wire.LogTypeCron, wire.LabelTenant)
 	b.WriteString(strconv.Quote(tenantName))
 	if jobID != "" {
-		b.WriteString(`, cron_job_id=`)
+		b.WriteString(`, ` + wire.LabelCronJobID + `=`)
 		b.WriteString(strconv.Quote(jobID))
 	}
 	b.WriteString(`}`)
@@ -52,7 +54,7 @@ func (s *Server) tenantLogs(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if lt := c.QueryParam("log_type"); lt != "" && lt != "cron" {
+	if lt := c.QueryParam("log_type"); lt != "" && lt != wire.LogTypeCron {
 		return invalid("log_type", "only \"cron\" is supported")
 	}
 	jobID := c.QueryParam("cron_job_id")

@@ -6,6 +6,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hostcron/hostcron/internal/wire"
 )
 
 type metrics struct {
@@ -36,8 +38,8 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	return m
 }
 
-func (m *metrics) observeOutcome(result string, finished *time.Time, now time.Time) {
-	m.runs.WithLabelValues(result).Inc()
+func (m *metrics) observeOutcome(result wire.Result, finished *time.Time, now time.Time) {
+	m.runs.WithLabelValues(string(result)).Inc()
 	if finished != nil {
 		m.lag.Observe(now.Sub(*finished).Seconds())
 	}

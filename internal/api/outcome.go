@@ -6,9 +6,9 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/hostcron/hostcron/internal/outcome"
 	"github.com/hostcron/hostcron/internal/runkey"
 	"github.com/hostcron/hostcron/internal/store"
+	"github.com/hostcron/hostcron/internal/wire"
 )
 
 func (s *Server) outcome(c echo.Context) error {
@@ -16,7 +16,7 @@ func (s *Server) outcome(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	var req outcome.Report // what cron-outcome posts
+	var req wire.Outcome // what cron-outcome posts
 	if err := decodeStrict(c, &req); err != nil {
 		return err
 	}
@@ -28,7 +28,7 @@ func (s *Server) outcome(c echo.Context) error {
 		return invalid("run_key", "names job %s, not %s", keyJob, jobID)
 	case !slot.Equal(req.ScheduledAt):
 		return invalid("scheduled_at", "does not match the run key's slot %s", slot.Format(time.RFC3339))
-	case !store.ValidResult(req.Result):
+	case !req.Result.ReportedByNode():
 		return invalid("result", "unknown result %q", req.Result)
 	case len(req.FailureReason) > 2048:
 		return invalid("failure_reason", "at most 2048 bytes")

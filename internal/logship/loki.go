@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strconv"
 	"time"
+
+	"github.com/hostcron/hostcron/internal/wire"
 )
 
 // Client talks to Loki's HTTP API.
@@ -45,7 +47,8 @@ func (c *Client) Push(ctx context.Context, node string, entries []Entry) error {
 		s, ok := streams[k]
 		if !ok {
 			s = &pushStream{Stream: map[string]string{
-				"log_type": "cron", "job": "cron", "node": node, "tenant_id": e.Tenant, "cron_job_id": e.JobID,
+				wire.LabelLogType: wire.LogTypeCron, wire.LabelJob: wire.LogTypeCron, wire.LabelNode: node,
+				wire.LabelTenant: e.Tenant, wire.LabelCronJobID: e.JobID,
 			}}
 			streams[k] = s
 			keys = append(keys, k)
@@ -127,7 +130,7 @@ func (c *Client) QueryRange(ctx context.Context, query string, start, end time.T
 			if err != nil {
 				continue
 			}
-			out = append(out, Line{Timestamp: time.Unix(0, ns).UTC(), Node: r.Stream["node"], CronJobID: r.Stream["cron_job_id"], Line: v[1]})
+			out = append(out, Line{Timestamp: time.Unix(0, ns).UTC(), Node: r.Stream[wire.LabelNode], CronJobID: r.Stream[wire.LabelCronJobID], Line: v[1]})
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Timestamp.After(out[j].Timestamp) })

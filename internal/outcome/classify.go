@@ -11,19 +11,8 @@ import (
 	"time"
 
 	"github.com/hostcron/hostcron/internal/runner"
+	"github.com/hostcron/hostcron/internal/wire"
 )
-
-// Report is the body of POST /internal/v1/cron-jobs/{id}/outcome.
-type Report struct {
-	RunKey        string     `json:"run_key"`
-	ScheduledAt   time.Time  `json:"scheduled_at"`
-	StartedAt     *time.Time `json:"started_at"`
-	FinishedAt    *time.Time `json:"finished_at"`
-	Result        string     `json:"result"`
-	ExitCode      *int       `json:"exit_code"`
-	Signal        *string    `json:"signal"`
-	FailureReason string     `json:"failure_reason"`
-}
 
 // Service is what systemd tells ExecStopPost about the run.
 type Service struct {
@@ -43,14 +32,14 @@ func ServiceFromEnv() Service {
 
 // Classify decides what to report. It returns silent=true for lock
 // contention: another node ran, or runs, this slot and reports it.
-func Classify(svc Service, rec runner.Record, haveRecord bool, now time.Time) (r Report, silent bool) {
+func Classify(svc Service, rec runner.Record, haveRecord bool, now time.Time) (r wire.Outcome, silent bool) {
 	if haveRecord && rec.Kind == runner.KindContention {
-		return Report{}, true
+		return wire.Outcome{}, true
 	}
 	if !haveRecord && svc.Result == "success" && svc.ExitStatus == strconv.Itoa(runner.ExitSkip) {
-		return Report{}, true // a skip whose record was lost: nothing ran
+		return wire.Outcome{}, true // a skip whose record was lost: nothing ran
 	}
-	r = Report{RunKey: rec.RunKey, ScheduledAt: rec.Slot, StartedAt: rec.StartedAt, FinishedAt: rec.FinishedAt,
+	r = wire.Outcome{RunKey: rec.RunKey, ScheduledAt: rec.Slot, StartedAt: rec.StartedAt, FinishedAt: rec.FinishedAt,
 		ExitCode: rec.ExitCode}
 	if r.FinishedAt == nil && r.StartedAt != nil {
 		end := now.UTC()
@@ -62,27 +51,27 @@ func Classify(svc Service, rec runner.Record, haveRecord bool, now time.Time) (r
 	}
 	switch {
 	case svc.Result == "timeout":
-		r.Result, r.FailureReason = "timeout", "killed after the job's timeout"
+		r.Result, r.FailureReason = wire.ResultTimeout, "killed after the job's timeout"
 	case svc.Result == "oom-kill" || rec.OOMKilled || (svc.OOMKills > 0 && svc.Result != "success"):
-		r.Result, r.FailureReason = "oom", "killed for exceeding the job's memory limit"
+		r.Result, r.FailureReason = wire.ResultOOM, "killed for exceeding the job's memory limit"
 	case rec.Kind == runner.KindOverlap:
-		r.Result, r.FailureReason = "overlap_skipped", "the previous run was still running"
+		r.Result, r.FailureReason = wire.ResultOverlapSkipped, "the previous run was still running"
 	case rec.Kind == runner.KindSetupError:
-		r.Result, r.FailureReason = "failed", rec.Reason
+		r.Result, r.FailureReason = wire.ResultFailed, rec.Reason
 	case svc.Result == "success":
-		r.Result = "success"
+		r.Result = wire.ResultSuccess
 	case rec.Signal != "":
-		r.Result, r.FailureReason = "signal", "killed by "+rec.Signal
+		r.Result, r.FailureReason = wire.ResultSignal, "killed by "+rec.Signal
 	case svc.Result == "signal" || svc.Result == "core-dump":
 		sig := "SIG" + strings.TrimPrefix(svc.ExitStatus, "SIG")
-		r.Result, r.Signal, r.FailureReason = "signal", &sig, "killed by "+sig
+		r.Result, r.Signal, r.FailureReason = wire.ResultSignal, &sig, "killed by "+sig
 	case svc.Result == "exit-code" && haveRecord && rec.Kind == runner.KindRan:
-		r.Result = "exit_code"
+		r.Result = wire.ResultExitCode
 		if r.ExitCode != nil {
 			r.FailureReason = fmt.Sprintf("exited with status %d", *r.ExitCode)
 		}
 	default:
-		r.Result = "failed"
+		r.Result = wire.ResultFailed
 		r.FailureReason = fmt.Sprintf("service result %q (%s %s) before the command ran", svc.Result, svc.ExitCode, svc.ExitStatus)
 	}
 	return r, false

@@ -16,12 +16,13 @@ import (
 	"time"
 
 	"github.com/hostcron/hostcron/internal/atomicfile"
+	"github.com/hostcron/hostcron/internal/wire"
 )
 
 // Spooled is one undelivered report on disk.
 type Spooled struct {
-	JobID  string `json:"job_id"`
-	Report Report `json:"report"`
+	JobID  string       `json:"job_id"`
+	Report wire.Outcome `json:"report"`
 }
 
 // ErrPermanent marks an answer that will not change on retry (400, 404):
@@ -36,7 +37,7 @@ type Client struct {
 }
 
 // Post delivers one report.
-func (c Client) Post(ctx context.Context, jobID string, r Report) error {
+func (c Client) Post(ctx context.Context, jobID string, r wire.Outcome) error {
 	body, err := json.Marshal(r)
 	if err != nil {
 		return fmt.Errorf("encode outcome: %w", err)
@@ -69,7 +70,7 @@ func (c Client) Post(ctx context.Context, jobID string, r Report) error {
 
 // Spool stores a report durably for later delivery. Its file name derives
 // from the run key, so spooling the same report twice keeps one copy.
-func Spool(dir, jobID string, r Report) error {
+func Spool(dir, jobID string, r wire.Outcome) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("spool: %w", err)
 	}

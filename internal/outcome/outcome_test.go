@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hostcron/hostcron/internal/runner"
+	"github.com/hostcron/hostcron/internal/wire"
 )
 
 func TestClassify(t *testing.T) {
@@ -26,7 +27,7 @@ func TestClassify(t *testing.T) {
 		svc        Service
 		rec        runner.Record
 		haveRecord bool
-		want       string // "" = silent
+		want       wire.Result // "" = silent
 	}{
 		{"success", Service{Result: "success", ExitStatus: "0"}, ran(new(int), ""), true, "success"},
 		{"contention", Service{Result: "success", ExitStatus: "75"}, runner.Record{Kind: runner.KindContention}, true, ""},
@@ -77,7 +78,7 @@ func TestSpoolAndRedeliver(t *testing.T) {
 			http.Error(w, "who", http.StatusUnauthorized)
 			return
 		}
-		var rep Report
+		var rep wire.Outcome
 		_ = json.NewDecoder(r.Body).Decode(&rep)
 		if rep.Result == "bogus" {
 			http.Error(w, "bad", http.StatusBadRequest)
@@ -89,14 +90,14 @@ func TestSpoolAndRedeliver(t *testing.T) {
 	c := Client{BaseURL: srv.URL, Credential: "secret"}
 	dir := t.TempDir()
 	for i, key := range []string{"a", "b", "bad", "c"} {
-		res := "success"
+		res := wire.ResultSuccess
 		if key == "bad" {
 			res = "bogus"
 		}
-		if err := c.Post(context.Background(), "job", Report{RunKey: key, Result: res}); err == nil {
+		if err := c.Post(context.Background(), "job", wire.Outcome{RunKey: key, Result: res}); err == nil {
 			t.Fatal("post succeeded while the API is down")
 		}
-		if err := Spool(dir, "job", Report{RunKey: key, Result: res}); err != nil {
+		if err := Spool(dir, "job", wire.Outcome{RunKey: key, Result: res}); err != nil {
 			t.Fatal(err)
 		}
 		// distinct mtimes so the order is defined
@@ -108,7 +109,7 @@ func TestSpoolAndRedeliver(t *testing.T) {
 			}
 		}
 	}
-	_ = Spool(dir, "job", Report{RunKey: "a", Result: "success"}) // same run key: one copy
+	_ = Spool(dir, "job", wire.Outcome{RunKey: "a", Result: "success"}) // same run key: one copy
 	if n, err := Redeliver(context.Background(), c, dir); err == nil || n != 0 {
 		t.Fatalf("redeliver while down: %d, %v", n, err)
 	}

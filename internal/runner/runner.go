@@ -17,6 +17,7 @@ import (
 	"github.com/hostcron/hostcron/internal/jobspec"
 	"github.com/hostcron/hostcron/internal/runkey"
 	"github.com/hostcron/hostcron/internal/schedule"
+	"github.com/hostcron/hostcron/internal/wire"
 )
 
 // Env is what a run needs from its environment; Main fills it from
@@ -41,7 +42,7 @@ func manualSlot(dir string, spec jobspec.Spec, now time.Time) (time.Time, bool) 
 	if dir == "" {
 		return time.Time{}, false
 	}
-	at, ok := readStamp(filepath.Join(dir, "cron-"+spec.Tenant+"-"+spec.ID))
+	at, ok := readStamp(filepath.Join(dir, wire.UnitName(spec.Tenant, spec.ID)))
 	if !ok || at.After(now) || now.Sub(at) > 5*time.Minute {
 		return time.Time{}, false
 	}
@@ -57,7 +58,7 @@ func Main() int {
 		StampWait:  time.Second,
 
 		KernelMemoryLimit: kernelEnforcesMemory(),
-		ManualDir:         "/run/hostcron/manual",
+		ManualDir:         wire.RunNowDir,
 	}
 	if env.RuntimeDir == "" || os.Getenv("CREDENTIALS_DIRECTORY") == "" {
 		fmt.Fprintln(os.Stderr, "cron-run: must run from a hostcron service (no RUNTIME_DIRECTORY or CREDENTIALS_DIRECTORY)")
@@ -80,10 +81,10 @@ func Run(env Env) int {
 	// for it, at most the random delay (under half the interval) ago. A
 	// pending run-now request names its own slot instead.
 	slot := sched.Prev(env.Now())
-	stamp := filepath.Join(spec.LockDir, "cron-"+spec.ID+".slot")
+	stamp := filepath.Join(spec.LockDir, wire.SlotStampName(spec.ID))
 	// Run-now requests keep their own stamp, so they never stand in for a
 	// scheduled slot or the other way round.
-	manualStamp := filepath.Join(spec.LockDir, "cron-"+spec.ID+".manual")
+	manualStamp := filepath.Join(spec.LockDir, wire.ManualStampName(spec.ID))
 	if manual, ok := manualSlot(env.ManualDir, spec, env.Now()); ok {
 		if last, ok := readStamp(manualStamp); !ok || last.Before(manual) {
 			slot, stamp = manual, manualStamp
@@ -135,7 +136,7 @@ func openLock(dir, id string) (*os.File, error) {
 	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("lock dir %s is missing or not a directory (the node agent creates it): %v", dir, err)
 	}
-	p := filepath.Join(dir, "cron-"+id+".lock")
+	p := filepath.Join(dir, wire.LockFileName(id))
 	fd, err := unix.Open(p, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open lock %s: %w", p, err)

@@ -6,7 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/hostcron/hostcron/internal/desired"
+	"github.com/hostcron/hostcron/internal/wire"
 )
 
 const desiredQuery = `
@@ -15,18 +15,18 @@ const desiredQuery = `
 	FROM cron_jobs j JOIN tenants t ON t.id = j.tenant_id JOIN webroots w ON w.id = j.webroot_id
 	JOIN shards s ON s.id = t.shard_id`
 
-func scanDesired(row pgx.CollectableRow) (desired.Job, error) {
-	var d desired.Job
+func scanDesired(row pgx.CollectableRow) (wire.Job, error) {
+	var d wire.Job
 	err := row.Scan(&d.ID, &d.Tenant, &d.Version, &d.Enabled, &d.User, &d.Group, &d.Webroot, &d.WebStorageDir,
 		&d.Schedule, &d.Timezone, &d.Command, &d.WorkingDirectory, &d.TimeoutSec, &d.MemoryMaxMB)
 	return d, err
 }
 
 // DesiredJob is one job as its shard's nodes must have it.
-func (s *Store) DesiredJob(ctx context.Context, id string) (desired.Job, string, error) {
+func (s *Store) DesiredJob(ctx context.Context, id string) (wire.Job, string, error) {
 	rows, err := s.pool.Query(ctx, desiredQuery+` WHERE j.id = $1`, id)
 	if err != nil {
-		return desired.Job{}, "", fmt.Errorf("desired job: %w", err)
+		return wire.Job{}, "", fmt.Errorf("desired job: %w", err)
 	}
 	d, err := pgx.CollectExactlyOneRow(rows, scanDesired)
 	if err != nil {
@@ -41,7 +41,7 @@ func (s *Store) DesiredJob(ctx context.Context, id string) (desired.Job, string,
 
 // DesiredJobs is every job a node of the shard must have: all but those
 // being deleted. Disabled jobs are included, so their timers are stopped.
-func (s *Store) DesiredJobs(ctx context.Context, shardID string) ([]desired.Job, error) {
+func (s *Store) DesiredJobs(ctx context.Context, shardID string) ([]wire.Job, error) {
 	rows, err := s.pool.Query(ctx, desiredQuery+` WHERE t.shard_id = $1 AND j.status <> 'deleting' ORDER BY j.id`, shardID)
 	if err != nil {
 		return nil, fmt.Errorf("desired jobs: %w", err)

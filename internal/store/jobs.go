@@ -7,37 +7,31 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/hostcron/hostcron/internal/wire"
 )
 
 // Job statuses.
-const (
-	StatusPending      = "pending"
-	StatusActive       = "active"
-	StatusDisabled     = "disabled"
-	StatusAutoDisabled = "auto_disabled"
-	StatusFailed       = "failed"
-	StatusDeleting     = "deleting"
-)
 
 // CronJob is a tenant's cron job as stored.
 type CronJob struct {
-	ID                  string    `json:"id"`
-	TenantID            string    `json:"tenant_id"`
-	WebrootID           string    `json:"webroot_id"`
-	Schedule            string    `json:"schedule"`
-	Timezone            string    `json:"timezone"`
-	Command             string    `json:"command"`
-	WorkingDirectory    string    `json:"working_directory"`
-	Enabled             bool      `json:"enabled"`
-	TimeoutSeconds      int       `json:"timeout_seconds"`
-	MaxMemoryMB         int       `json:"max_memory_mb"`
-	MaxFailures         int       `json:"max_failures"`
-	ConsecutiveFailures int       `json:"consecutive_failures"`
-	Status              string    `json:"status"`
-	StatusMessage       string    `json:"status_message"`
-	Version             int64     `json:"version"`
-	CreatedAt           time.Time `json:"created_at"`
-	UpdatedAt           time.Time `json:"updated_at"`
+	ID                  string      `json:"id"`
+	TenantID            string      `json:"tenant_id"`
+	WebrootID           string      `json:"webroot_id"`
+	Schedule            string      `json:"schedule"`
+	Timezone            string      `json:"timezone"`
+	Command             string      `json:"command"`
+	WorkingDirectory    string      `json:"working_directory"`
+	Enabled             bool        `json:"enabled"`
+	TimeoutSeconds      int         `json:"timeout_seconds"`
+	MaxMemoryMB         int         `json:"max_memory_mb"`
+	MaxFailures         int         `json:"max_failures"`
+	ConsecutiveFailures int         `json:"consecutive_failures"`
+	Status              wire.Status `json:"status"`
+	StatusMessage       string      `json:"status_message"`
+	Version             int64       `json:"version"`
+	CreatedAt           time.Time   `json:"created_at"`
+	UpdatedAt           time.Time   `json:"updated_at"`
 }
 
 // JobSpec is what a tenant sets on a cron job; the API validates it.
@@ -66,7 +60,7 @@ func scanJob(row pgx.Row) (CronJob, error) {
 }
 
 // queueTask adds an outbox row for the workflows, inside tx.
-func queueTask(ctx context.Context, tx pgx.Tx, jobID, action string, version int64) error {
+func queueTask(ctx context.Context, tx pgx.Tx, jobID string, action wire.Action, version int64) error {
 	_, err := tx.Exec(ctx, `INSERT INTO cron_job_tasks (cron_job_id, action, version) VALUES ($1, $2, $3)`,
 		jobID, action, version)
 	if err != nil {
@@ -91,7 +85,7 @@ func (s *Store) CreateJob(ctx context.Context, tenantID string, spec JobSpec) (C
 		if err != nil {
 			return notFound(err, "create cron job: webroot")
 		}
-		return queueTask(ctx, tx, job.ID, "create", job.Version)
+		return queueTask(ctx, tx, job.ID, wire.ActionCreate, job.Version)
 	})
 	return job, err
 }
@@ -114,7 +108,7 @@ func (s *Store) ListJobs(ctx context.Context, tenantID string) ([]CronJob, error
 // transition locks a job, lets decide check and change it, and stores the
 // result with a bumped version and a queued task, all in one transaction.
 // decide returns the task action, or "" to store nothing.
-func (s *Store) transition(ctx context.Context, id string, decide func(j *CronJob) (string, error)) (CronJob, error) {
+func (s *Store) transition(ctx context.Context, id string, decide func(j *CronJob) (wire.Action, error)) (CronJob, error) {
 	var job CronJob
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
@@ -143,7 +137,7 @@ func (s *Store) transition(ctx context.Context, id string, decide func(j *CronJo
 }
 
 func notDeleting(j *CronJob) error {
-	if j.Status == StatusDeleting {
+	if j.Status == wire.StatusDeleting {
 		return conflict("cron job is being deleted")
 	}
 	return nil
@@ -152,7 +146,7 @@ func notDeleting(j *CronJob) error {
 // UpdateJob replaces the tenant-settable fields. The webroot must belong to
 // the job's tenant. An auto-disabled job stays disabled until enabled.
 func (s *Store) UpdateJob(ctx context.Context, id string, spec JobSpec) (CronJob, error) {
-	return s.transition(ctx, id, func(j *CronJob) (string, error) {
+	return s.transition(ctx, id, func(j *CronJob) (wire.Action, error) {
 		if err := notDeleting(j); err != nil {
 			return "", err
 		}
@@ -167,66 +161,66 @@ func (s *Store) UpdateJob(ctx context.Context, id string, spec JobSpec) (CronJob
 			}
 		}
 		enabled := spec.Enabled
-		if j.Status == StatusAutoDisabled {
+		if j.Status == wire.StatusAutoDisabled {
 			enabled = false // only enable and retry lift an auto-disable
 		} else {
-			j.Status, j.StatusMessage = StatusPending, ""
+			j.Status, j.StatusMessage = wire.StatusPending, ""
 		}
 		j.WebrootID, j.Schedule, j.Timezone, j.Command = spec.WebrootID, spec.Schedule, spec.Timezone, spec.Command
 		j.WorkingDirectory, j.Enabled, j.TimeoutSeconds = spec.WorkingDirectory, enabled, spec.TimeoutSeconds
 		j.MaxMemoryMB, j.MaxFailures = spec.MaxMemoryMB, spec.MaxFailures
-		return "update", nil
+		return wire.ActionUpdate, nil
 	})
 }
 
 // DeleteJob marks a job for deletion; the delete workflow removes its units
 // and then the row. Deleting twice is not an error.
 func (s *Store) DeleteJob(ctx context.Context, id string) (CronJob, error) {
-	return s.transition(ctx, id, func(j *CronJob) (string, error) {
-		if j.Status == StatusDeleting {
+	return s.transition(ctx, id, func(j *CronJob) (wire.Action, error) {
+		if j.Status == wire.StatusDeleting {
 			return "", nil
 		}
-		j.Status, j.StatusMessage, j.Enabled = StatusDeleting, "", false
-		return "delete", nil
+		j.Status, j.StatusMessage, j.Enabled = wire.StatusDeleting, "", false
+		return wire.ActionDelete, nil
 	})
 }
 
 // EnableJob enables a job; it lifts an auto-disable and resets the failure
 // counter.
 func (s *Store) EnableJob(ctx context.Context, id string) (CronJob, error) {
-	return s.transition(ctx, id, func(j *CronJob) (string, error) {
+	return s.transition(ctx, id, func(j *CronJob) (wire.Action, error) {
 		if err := notDeleting(j); err != nil {
 			return "", err
 		}
-		j.Enabled, j.ConsecutiveFailures, j.Status, j.StatusMessage = true, 0, StatusPending, ""
-		return "enable", nil
+		j.Enabled, j.ConsecutiveFailures, j.Status, j.StatusMessage = true, 0, wire.StatusPending, ""
+		return wire.ActionEnable, nil
 	})
 }
 
 // DisableJob disables a job on all nodes.
 func (s *Store) DisableJob(ctx context.Context, id string) (CronJob, error) {
-	return s.transition(ctx, id, func(j *CronJob) (string, error) {
+	return s.transition(ctx, id, func(j *CronJob) (wire.Action, error) {
 		if err := notDeleting(j); err != nil {
 			return "", err
 		}
-		j.Enabled, j.Status, j.StatusMessage = false, StatusPending, ""
-		return "disable", nil
+		j.Enabled, j.Status, j.StatusMessage = false, wire.StatusPending, ""
+		return wire.ActionDisable, nil
 	})
 }
 
 // RetryJob re-runs provisioning of a failed, pending or auto-disabled job;
 // an auto-disabled job is enabled again with its counter reset.
 func (s *Store) RetryJob(ctx context.Context, id string) (CronJob, error) {
-	return s.transition(ctx, id, func(j *CronJob) (string, error) {
+	return s.transition(ctx, id, func(j *CronJob) (wire.Action, error) {
 		switch j.Status {
-		case StatusFailed, StatusPending:
-		case StatusAutoDisabled:
+		case wire.StatusFailed, wire.StatusPending:
+		case wire.StatusAutoDisabled:
 			j.Enabled = true
 		default:
 			return "", conflict("only a failed, pending or auto_disabled cron job can be retried; this one is %s", j.Status)
 		}
-		j.ConsecutiveFailures, j.Status, j.StatusMessage = 0, StatusPending, ""
-		return "retry", nil
+		j.ConsecutiveFailures, j.Status, j.StatusMessage = 0, wire.StatusPending, ""
+		return wire.ActionRetry, nil
 	})
 }
 
@@ -240,10 +234,10 @@ func (s *Store) RunNow(ctx context.Context, id string) (CronJob, error) {
 		if err != nil {
 			return notFound(err, "cron job")
 		}
-		if job.Status != StatusActive && job.Status != StatusDisabled {
+		if job.Status != wire.StatusActive && job.Status != wire.StatusDisabled {
 			return conflict("cron job is %s; it can run now once it is provisioned (active or disabled)", job.Status)
 		}
-		return queueTask(ctx, tx, id, "run_now", job.Version)
+		return queueTask(ctx, tx, id, wire.ActionRunNow, job.Version)
 	})
 	return job, err
 }
@@ -252,7 +246,7 @@ func (s *Store) RunNow(ctx context.Context, id string) (CronJob, error) {
 // changes nothing if the job has moved on (another version) or left
 // pending, so a slow workflow cannot overwrite a newer state such as
 // auto_disabled.
-func (s *Store) SetProvisioned(ctx context.Context, id string, version int64, status, message string) (bool, error) {
+func (s *Store) SetProvisioned(ctx context.Context, id string, version int64, status wire.Status, message string) (bool, error) {
 	tag, err := s.pool.Exec(ctx, `
 		UPDATE cron_jobs SET status = $3, status_message = $4, updated_at = now()
 		WHERE id = $1 AND version = $2 AND status = 'pending'`, id, version, status, message)
@@ -264,11 +258,11 @@ func (s *Store) SetProvisioned(ctx context.Context, id string, version int64, st
 
 // Task is an outbox entry for the workflows.
 type Task struct {
-	ID        int64     `json:"id"`
-	CronJobID string    `json:"cron_job_id"`
-	Action    string    `json:"action"`
-	Version   int64     `json:"version"`
-	CreatedAt time.Time `json:"created_at"`
+	ID        int64       `json:"id"`
+	CronJobID string      `json:"cron_job_id"`
+	Action    wire.Action `json:"action"`
+	Version   int64       `json:"version"`
+	CreatedAt time.Time   `json:"created_at"`
 }
 
 // PendingTasks returns undispatched tasks in order.

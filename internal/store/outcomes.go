@@ -7,52 +7,33 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-)
 
-// Run results. overlap_skipped is reported but is neither a success nor a
-// failure: it leaves the failure counter alone. lost is a slot for which no
-// node reported anything within timeout + grace.
-const (
-	ResultSuccess        = "success"
-	ResultExitCode       = "exit_code"
-	ResultSignal         = "signal"
-	ResultTimeout        = "timeout"
-	ResultOOM            = "oom"
-	ResultOverlapSkipped = "overlap_skipped"
-	ResultFailed         = "failed"
-	ResultLost           = "lost"
+	"github.com/hostcron/hostcron/internal/wire"
 )
-
-// ValidResult reports whether r is a result a node may report.
-func ValidResult(r string) bool {
-	switch r {
-	case ResultSuccess, ResultExitCode, ResultSignal, ResultTimeout, ResultOOM, ResultOverlapSkipped, ResultFailed:
-		return true
-	}
-	return false
-}
 
 // IsFailure reports whether a result counts towards auto-disable.
-func IsFailure(r string) bool {
-	return r != ResultSuccess && r != ResultOverlapSkipped
+// overlap_skipped is reported but is neither a success nor a failure: it
+// leaves the failure counter alone.
+func IsFailure(r wire.Result) bool {
+	return r != wire.ResultSuccess && r != wire.ResultOverlapSkipped
 }
 
 // Run is one recorded execution (or skip) of a cron job.
 type Run struct {
-	ID            int64      `json:"id"`
-	RunKey        string     `json:"run_key"`
-	CronJobID     string     `json:"cron_job_id"`
-	Version       int64      `json:"version"`
-	NodeID        *string    `json:"node_id"`
-	ScheduledAt   time.Time  `json:"scheduled_at"`
-	StartedAt     *time.Time `json:"started_at"`
-	FinishedAt    *time.Time `json:"finished_at"`
-	DurationMS    *int64     `json:"duration_ms"`
-	Result        string     `json:"result"`
-	ExitCode      *int       `json:"exit_code"`
-	Signal        *string    `json:"signal"`
-	FailureReason string     `json:"failure_reason"`
-	ReceivedAt    time.Time  `json:"received_at"`
+	ID            int64       `json:"id"`
+	RunKey        string      `json:"run_key"`
+	CronJobID     string      `json:"cron_job_id"`
+	Version       int64       `json:"version"`
+	NodeID        *string     `json:"node_id"`
+	ScheduledAt   time.Time   `json:"scheduled_at"`
+	StartedAt     *time.Time  `json:"started_at"`
+	FinishedAt    *time.Time  `json:"finished_at"`
+	DurationMS    *int64      `json:"duration_ms"`
+	Result        wire.Result `json:"result"`
+	ExitCode      *int        `json:"exit_code"`
+	Signal        *string     `json:"signal"`
+	FailureReason string      `json:"failure_reason"`
+	ReceivedAt    time.Time   `json:"received_at"`
 }
 
 // Outcome is what a node reports after a run.
@@ -62,7 +43,7 @@ type Outcome struct {
 	ScheduledAt   time.Time
 	StartedAt     *time.Time
 	FinishedAt    *time.Time
-	Result        string
+	Result        wire.Result
 	ExitCode      *int
 	Signal        *string
 	FailureReason string
@@ -127,9 +108,9 @@ func (s *Store) RecordOutcome(ctx context.Context, node Node, jobID string, o Ou
 }
 
 // countResult applies one run result to the job's failure counter.
-func countResult(ctx context.Context, tx pgx.Tx, job CronJob, result string) (CronJob, bool, error) {
+func countResult(ctx context.Context, tx pgx.Tx, job CronJob, result wire.Result) (CronJob, bool, error) {
 	switch {
-	case result == ResultOverlapSkipped:
+	case result == wire.ResultOverlapSkipped:
 		return job, false, nil
 	case !IsFailure(result):
 		if job.ConsecutiveFailures == 0 {
@@ -141,7 +122,7 @@ func countResult(ctx context.Context, tx pgx.Tx, job CronJob, result string) (Cr
 	}
 	job.ConsecutiveFailures++
 	trip := job.MaxFailures > 0 && job.ConsecutiveFailures >= job.MaxFailures &&
-		job.Enabled && job.Status != StatusAutoDisabled && job.Status != StatusDeleting
+		job.Enabled && job.Status != wire.StatusAutoDisabled && job.Status != wire.StatusDeleting
 	if !trip {
 		_, err := tx.Exec(ctx, `UPDATE cron_jobs SET consecutive_failures = $2 WHERE id = $1`, job.ID, job.ConsecutiveFailures)
 		return job, false, wrap(err, "count failure")
@@ -154,7 +135,7 @@ func countResult(ctx context.Context, tx pgx.Tx, job CronJob, result string) (Cr
 	if err != nil {
 		return job, false, wrap(err, "auto-disable")
 	}
-	return job, true, queueTask(ctx, tx, job.ID, "auto_disable", job.Version)
+	return job, true, queueTask(ctx, tx, job.ID, wire.ActionAutoDisable, job.Version)
 }
 
 func wrap(err error, what string) error {

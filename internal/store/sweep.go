@@ -9,6 +9,7 @@ import (
 
 	"github.com/hostcron/hostcron/internal/runkey"
 	"github.com/hostcron/hostcron/internal/schedule"
+	"github.com/hostcron/hostcron/internal/wire"
 )
 
 // maxLostPerSweep bounds the work one sweep does for one job.
@@ -82,7 +83,7 @@ func (s *Store) sweepJob(ctx context.Context, id string, now time.Time, grace ti
 			}
 			lost++
 			var tripped bool
-			if job, tripped, err = countResult(ctx, tx, job, ResultLost); err != nil {
+			if job, tripped, err = countResult(ctx, tx, job, wire.ResultLost); err != nil {
 				return err
 			}
 			auto = auto || tripped

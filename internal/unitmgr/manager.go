@@ -21,6 +21,7 @@ import (
 	"github.com/hostcron/hostcron/internal/desired"
 	"github.com/hostcron/hostcron/internal/jobspec"
 	"github.com/hostcron/hostcron/internal/units"
+	"github.com/hostcron/hostcron/internal/wire"
 )
 
 // Manager manages cron-* units in UnitDir.
@@ -36,23 +37,6 @@ func New(conn *sd.Conn, unitDir string, paths units.Paths, log *slog.Logger) *Ma
 	return &Manager{conn: conn, unitDir: unitDir, paths: paths, log: log}
 }
 
-// Report says what a call changed.
-type Report struct {
-	Written  []string `json:"written"`  // unit files (re)written
-	Specs    []string `json:"specs"`    // job specs (re)written
-	Removed  []string `json:"removed"`  // units removed
-	Enabled  []string `json:"enabled"`  // timers enabled
-	Disabled []string `json:"disabled"` // timers disabled
-	Reloads  int      `json:"reloads"`  // daemon-reloads issued (0 or 1)
-	Failed   []string `json:"failed"`   // jobs that could not be applied, with the reason
-	Kept     []string `json:"kept"`     // jobs the node has in a newer version
-}
-
-// Changed reports whether the call changed anything on the node.
-func (r Report) Changed() bool {
-	return len(r.Written)+len(r.Specs)+len(r.Removed)+len(r.Enabled)+len(r.Disabled) > 0
-}
-
 // Reconcile makes the node's cron units exactly jobs: it adds and rewrites
 // what differs, removes orphaned cron-* units and stops timers of disabled
 // jobs, with at most one daemon-reload.
@@ -60,10 +44,10 @@ func (r Report) Changed() bool {
 // An orphan younger than minOrphanAge is left alone: the desired set is a
 // snapshot, and a job created after it may already have been written by
 // its own workflow. The next reconcile removes it if it is still unwanted.
-func (m *Manager) Reconcile(ctx context.Context, jobs []desired.Job, minOrphanAge time.Duration) (Report, error) {
+func (m *Manager) Reconcile(ctx context.Context, jobs []wire.Job, minOrphanAge time.Duration) (wire.NodeReport, error) {
 	existing, err := m.existing()
 	if err != nil {
-		return Report{}, err
+		return wire.NodeReport{}, err
 	}
 	want := map[string]bool{}
 	for _, j := range jobs {
@@ -84,18 +68,18 @@ func (m *Manager) Reconcile(ctx context.Context, jobs []desired.Job, minOrphanAg
 }
 
 // Apply adds or updates the given jobs and leaves every other unit alone.
-func (m *Manager) Apply(ctx context.Context, jobs []desired.Job) (Report, error) {
+func (m *Manager) Apply(ctx context.Context, jobs []wire.Job) (wire.NodeReport, error) {
 	return m.sync(ctx, jobs, nil)
 }
 
 // Remove stops and removes the units of the named jobs (cron-{tenant}-{id}).
-func (m *Manager) Remove(ctx context.Context, names []string) (Report, error) {
+func (m *Manager) Remove(ctx context.Context, names []string) (wire.NodeReport, error) {
 	return m.sync(ctx, nil, names)
 }
 
 // existing lists the cron units that have a timer file in the unit dir.
 func (m *Manager) existing() (map[string]bool, error) {
-	matches, err := filepath.Glob(filepath.Join(m.unitDir, "cron-*.timer"))
+	matches, err := filepath.Glob(filepath.Join(m.unitDir, wire.UnitPrefix + "*.timer"))
 	if err != nil {
 		return nil, fmt.Errorf("list cron units: %w", err)
 	}
@@ -108,10 +92,10 @@ func (m *Manager) existing() (map[string]bool, error) {
 
 // sync is the one path every operation takes: write, remove, (dis)enable,
 // reload once, then start and stop timers.
-func (m *Manager) sync(ctx context.Context, jobs []desired.Job, remove []string) (Report, error) {
-	var rep Report
+func (m *Manager) sync(ctx context.Context, jobs []wire.Job, remove []string) (wire.NodeReport, error) {
+	var rep wire.NodeReport
 	changedTimers := map[string]bool{}
-	var applied []desired.Job
+	var applied []wire.Job
 	for _, j := range jobs {
 		timerChanged, err := m.writeJob(j, &rep)
 		if err != nil {
@@ -142,8 +126,8 @@ func (m *Manager) sync(ctx context.Context, jobs []desired.Job, remove []string)
 // writeJob writes a job's spec and unit files where they differ and reports
 // whether its timer file changed. A job older than what the node has (a
 // converge snapshot racing the job's own workflow) is not written back.
-func (m *Manager) writeJob(j desired.Job, rep *Report) (bool, error) {
-	uj, spec, err := j.Translate()
+func (m *Manager) writeJob(j wire.Job, rep *wire.NodeReport) (bool, error) {
+	uj, spec, err := desired.Translate(j)
 	if err != nil {
 		return false, err
 	}
@@ -189,13 +173,13 @@ func (m *Manager) writeJob(j desired.Job, rep *Report) (bool, error) {
 
 // removeUnits stops, disables and deletes units. A running service is left
 // to finish; systemd keeps it loaded until then.
-func (m *Manager) removeUnits(ctx context.Context, names []string, rep *Report) error {
+func (m *Manager) removeUnits(ctx context.Context, names []string, rep *wire.NodeReport) error {
 	if len(names) == 0 {
 		return nil
 	}
 	var timers []string
 	for _, n := range names {
-		if !strings.HasPrefix(n, "cron-") || strings.ContainsAny(n, "/\x00") {
+		if !strings.HasPrefix(n, wire.UnitPrefix) || strings.ContainsAny(n, "/\x00") {
 			return fmt.Errorf("remove: %q is not a cron unit name", n)
 		}
 		if _, err := m.conn.StopUnitContext(ctx, n+".timer", "replace", nil); err != nil {
@@ -227,7 +211,7 @@ func (m *Manager) removeUnits(ctx context.Context, names []string, rep *Report) 
 
 // setEnablement enables the timers of enabled jobs and disables the others,
 // one D-Bus call each, only for timers whose state differs.
-func (m *Manager) setEnablement(ctx context.Context, jobs []desired.Job, rep *Report) error {
+func (m *Manager) setEnablement(ctx context.Context, jobs []wire.Job, rep *wire.NodeReport) error {
 	if len(jobs) == 0 {
 		return nil
 	}
@@ -272,7 +256,7 @@ func (m *Manager) enabledTimers() (map[string]bool, error) {
 	}
 	out := map[string]bool{}
 	for _, e := range entries {
-		if name, ok := strings.CutSuffix(e.Name(), ".timer"); ok && strings.HasPrefix(name, "cron-") {
+		if name, ok := strings.CutSuffix(e.Name(), ".timer"); ok && strings.HasPrefix(name, wire.UnitPrefix) {
 			out[name] = true
 		}
 	}
@@ -282,11 +266,11 @@ func (m *Manager) enabledTimers() (map[string]bool, error) {
 // setActivity starts the timers of enabled jobs, restarts those whose
 // calendar changed (Persistent=no, so a restart never fires the job) and
 // stops the timers of disabled jobs.
-func (m *Manager) setActivity(ctx context.Context, jobs []desired.Job, changed map[string]bool) error {
+func (m *Manager) setActivity(ctx context.Context, jobs []wire.Job, changed map[string]bool) error {
 	if len(jobs) == 0 {
 		return nil
 	}
-	loaded, err := m.conn.ListUnitsByPatternsContext(ctx, nil, []string{"cron-*.timer"})
+	loaded, err := m.conn.ListUnitsByPatternsContext(ctx, nil, []string{wire.UnitPrefix + "*.timer"})
 	if err != nil {
 		return fmt.Errorf("list timers: %w", err)
 	}
@@ -311,19 +295,8 @@ func (m *Manager) setActivity(ctx context.Context, jobs []desired.Job, changed m
 	return nil
 }
 
-// UnitState is what the node reports about one cron job's units.
-type UnitState struct {
-	Name          string `json:"name"`
-	Hash          string `json:"hash"` // sha256 of timer + service files
-	TimerEnabled  bool   `json:"timer_enabled"`
-	TimerActive   bool   `json:"timer_active"`
-	NextElapseUS  uint64 `json:"next_elapse_usec"` // realtime, 0 if none
-	ServiceActive string `json:"service_active"`
-	LastResult    string `json:"last_result"` // the service's Result property
-}
-
 // State lists the node's cron units.
-func (m *Manager) State(ctx context.Context) ([]UnitState, error) {
+func (m *Manager) State(ctx context.Context) ([]wire.UnitState, error) {
 	names, err := m.existing()
 	if err != nil {
 		return nil, err
@@ -332,7 +305,7 @@ func (m *Manager) State(ctx context.Context) ([]UnitState, error) {
 	if err != nil {
 		return nil, err
 	}
-	loaded, err := m.conn.ListUnitsByPatternsContext(ctx, nil, []string{"cron-*"})
+	loaded, err := m.conn.ListUnitsByPatternsContext(ctx, nil, []string{wire.UnitPrefix + "*"})
 	if err != nil {
 		return nil, fmt.Errorf("list units: %w", err)
 	}
@@ -340,9 +313,9 @@ func (m *Manager) State(ctx context.Context) ([]UnitState, error) {
 	for _, u := range loaded {
 		activeState[u.Name] = u.ActiveState
 	}
-	var out []UnitState
+	var out []wire.UnitState
 	for name := range names {
-		st := UnitState{Name: name, TimerEnabled: enabled[name], TimerActive: activeState[name+".timer"] == "active",
+		st := wire.UnitState{Name: name, TimerEnabled: enabled[name], TimerActive: activeState[name+".timer"] == "active",
 			ServiceActive: activeState[name+".service"]}
 		h := sha256.New()
 		for _, ext := range []string{".timer", ".service"} {

@@ -7,26 +7,23 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
-)
 
-// ManualDir holds run-now requests: one file per unit with the manual
-// slot. The runner reads it (world-readable, not secret) and the slot
-// stamp keeps it from running twice.
-const ManualDir = "/run/hostcron/manual"
+	"github.com/hostcron/hostcron/internal/wire"
+)
 
 // RunNow starts one run of a job's service outside its schedule.
 func (m *Manager) RunNow(ctx context.Context, unit string) error {
-	if !strings.HasPrefix(unit, "cron-") || strings.ContainsAny(unit, "/\x00") {
+	if !strings.HasPrefix(unit, wire.UnitPrefix) || strings.ContainsAny(unit, "/\x00") {
 		return fmt.Errorf("run now: %q is not a cron unit", unit)
 	}
 	if _, err := os.Stat(filepath.Join(m.unitDir, unit+".service")); err != nil {
 		return fmt.Errorf("run now: %s is not on this node: %w", unit, err)
 	}
-	if err := os.MkdirAll(ManualDir, 0o755); err != nil {
+	if err := os.MkdirAll(wire.RunNowDir, 0o755); err != nil {
 		return fmt.Errorf("run now: %w", err)
 	}
 	slot := time.Now().UTC().Truncate(time.Second).Format(time.RFC3339) + "\n"
-	if _, err := writeIfChanged(filepath.Join(ManualDir, unit), []byte(slot), 0o644); err != nil {
+	if _, err := writeIfChanged(filepath.Join(wire.RunNowDir, unit), []byte(slot), 0o644); err != nil {
 		return fmt.Errorf("run now: %w", err)
 	}
 	if _, err := m.conn.StartUnitContext(ctx, unit+".service", "replace", nil); err != nil {

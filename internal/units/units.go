@@ -15,6 +15,7 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/hostcron/hostcron/internal/wire"
 	unittemplates "github.com/hostcron/hostcron/templates/units"
 )
 
@@ -99,7 +100,7 @@ func ValidPath(p string) bool {
 }
 
 // Name is the unit name without suffix: cron-{tenant}-{id}.
-func Name(tenant, id string) string { return "cron-" + tenant + "-" + id }
+func Name(tenant, id string) string { return wire.UnitName(tenant, id) }
 
 // Name is the job's unit name without suffix.
 func (j *Job) Name() string { return Name(j.Tenant, j.ID) }

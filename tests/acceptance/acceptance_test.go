@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hostcron/hostcron/internal/desired"
 	"github.com/hostcron/hostcron/internal/store"
+	"github.com/hostcron/hostcron/internal/wire"
 	"github.com/hostcron/hostcron/tests/harness"
 )
 
@@ -88,7 +88,7 @@ func TestAcceptance(t *testing.T) {
 
 // checkExactlyOnce: every 10-second slot from the first to the last has
 // exactly one successful run, and the command ran once per recorded run.
-func checkExactlyOnce(t *testing.T, j desired.Job) {
+func checkExactlyOnce(t *testing.T, j wire.Job) {
 	runs, err := c.Store.ListRuns(context.Background(), j.ID, 10000)
 	if err != nil {
 		t.Fatal(err)
@@ -119,7 +119,7 @@ func checkExactlyOnce(t *testing.T, j desired.Job) {
 
 // apiOutage stops the core API for two minutes: the nodes spool the
 // outcomes and deliver every one of them, once, when it is back.
-func apiOutage(t *testing.T, steady desired.Job) {
+func apiOutage(t *testing.T, steady wire.Job) {
 	time.Sleep(30 * time.Second)
 	before, _ := c.Store.ListRuns(context.Background(), steady.ID, 10000)
 	down := time.Now()

@@ -17,9 +17,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/hostcron/hostcron/internal/desired"
 	"github.com/hostcron/hostcron/internal/store"
-	"github.com/hostcron/hostcron/internal/unitmgr"
+	"github.com/hostcron/hostcron/internal/wire"
 	"github.com/hostcron/hostcron/tests/harness"
 )
 
@@ -36,18 +35,18 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func jobs(n int) []desired.Job {
-	out := make([]desired.Job, n)
+func jobs(n int) []wire.Job {
+	out := make([]wire.Job, n)
 	for i := range out {
-		out[i] = desired.Job{ID: uuid.NewString(), Tenant: "acme", Version: 1, Enabled: true, User: "acme", Group: "acme",
+		out[i] = wire.Job{ID: uuid.NewString(), Tenant: "acme", Version: 1, Enabled: true, User: "acme", Group: "acme",
 			Webroot: "/srv/shared/www/acme/public", WebStorageDir: "/srv/shared/www", Schedule: "0 3 * * *", Timezone: "UTC",
 			Command: "true", TimeoutSec: 60, MemoryMaxMB: 64}
 	}
 	return out
 }
 
-func timed(t *testing.T, node string, js []desired.Job, args ...string) (time.Duration, unitmgr.Report) {
-	var rep unitmgr.Report
+func timed(t *testing.T, node string, js []wire.Job, args ...string) (time.Duration, wire.NodeReport) {
+	var rep wire.NodeReport
 	start := time.Now()
 	c.Agent(t, node, js, &rep, args...)
 	return time.Since(start), rep
@@ -61,7 +60,7 @@ func TestConvergeVsNaive(t *testing.T) {
 	if rep.Reloads != 1 || len(rep.Enabled) != n {
 		t.Fatalf("reconcile report: %d enabled, %d reloads", len(rep.Enabled), rep.Reloads)
 	}
-	timed(t, "node1", []desired.Job{}, "reconcile")
+	timed(t, "node1", []wire.Job{}, "reconcile")
 	// The naive loop, as a shell script inside the node: one unit pair,
 	// one daemon-reload and one enable --now per job.
 	script := fmt.Sprintf(`set -e
@@ -95,7 +94,7 @@ func TestNoopReconcileAt10k(t *testing.T) {
 		runs = append(runs, d)
 	}
 	sort.Slice(runs, func(i, j int) bool { return runs[i] < runs[j] })
-	timed(t, "node2", []desired.Job{}, "reconcile")
+	timed(t, "node2", []wire.Job{}, "reconcile")
 	fmt.Printf("BENCH noop_reconcile timers=%d first_s=%.2f noop_median_s=%.2f\n", n, first.Seconds(), runs[1].Seconds())
 }
 
@@ -105,7 +104,7 @@ func TestElectionLatency(t *testing.T) {
 	slots := envInt("BENCH_SLOTS", 20)
 	j := c.NewJob(t, "acme", "*/10 * * * * *", "true", 30, 64, 0)
 	for _, n := range c.Nodes {
-		c.Agent(t, n, []desired.Job{j}, nil, "apply")
+		c.Agent(t, n, []wire.Job{j}, nil, "apply")
 	}
 	runs := c.WaitRuns(t, j.ID, time.Duration(slots+3)*10*time.Second, func(r []store.Run) bool { return len(r) >= slots })
 	for _, n := range c.Nodes {

@@ -11,9 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hostcron/hostcron/internal/desired"
 	"github.com/hostcron/hostcron/internal/store"
-	"github.com/hostcron/hostcron/internal/unitmgr"
+	"github.com/hostcron/hostcron/internal/wire"
 )
 
 // TestUnitsAndReconcile: an agent call puts the units on every node; a
@@ -23,9 +22,9 @@ func TestUnitsAndReconcile(t *testing.T) {
 	a := c.NewJob(t, "acme", "0 3 29 2 *", "echo a", 60, 64, 5)
 	b := c.NewJob(t, "acme", "0 4 29 2 *", "echo b", 60, 64, 5)
 	cj := c.NewJob(t, "globex", "0 5 29 2 *", "echo c", 60, 64, 5)
-	jobs := []desired.Job{a, b, cj}
+	jobs := []wire.Job{a, b, cj}
 	for _, n := range c.Nodes {
-		var rep unitmgr.Report
+		var rep wire.NodeReport
 		c.Agent(t, n, jobs, &rep, "apply")
 		if len(rep.Written) != 6 || rep.Reloads != 1 || len(rep.Enabled) != 3 || len(rep.Failed) != 0 {
 			t.Errorf("%s: first apply %+v", n, rep)
@@ -42,8 +41,8 @@ func TestUnitsAndReconcile(t *testing.T) {
 		}
 	}
 	b.Enabled = false
-	var rep unitmgr.Report
-	c.Agent(t, "node1", []desired.Job{a, b}, &rep, "reconcile")
+	var rep wire.NodeReport
+	c.Agent(t, "node1", []wire.Job{a, b}, &rep, "reconcile")
 	if rep.Reloads != 1 || strings.Join(rep.Removed, ",") != cj.UnitName() || strings.Join(rep.Disabled, ",") != b.UnitName()+".timer" {
 		t.Errorf("reconcile report %+v", rep)
 	}
@@ -75,7 +74,7 @@ func TestUnitsAndReconcile(t *testing.T) {
 	}
 	// Leave the nodes empty for the tests that follow.
 	for _, n := range c.Nodes {
-		c.Agent(t, n, []desired.Job{}, &rep, "reconcile")
+		c.Agent(t, n, []wire.Job{}, &rep, "reconcile")
 		if len(c.State(t, n)) != 0 {
 			t.Errorf("%s: units left after reconcile to nothing", n)
 		}
@@ -91,13 +90,13 @@ func TestExactlyOncePerSlot(t *testing.T) {
 	marker := filepath.Join(c.Shared, "www/acme/public/runs.log")
 	job := c.NewJob(t, "acme", "*/10 * * * * *", `echo "ran on $(hostname)"; echo "$(hostname)" >> runs.log; sleep 1`, 30, 64, 5)
 	for _, n := range c.Nodes {
-		c.Agent(t, n, []desired.Job{job}, nil, "apply")
+		c.Agent(t, n, []wire.Job{job}, nil, "apply")
 	}
 	start := time.Now()
 	runs := c.WaitRuns(t, job.ID, slots*10*time.Second+90*time.Second, func(r []store.Run) bool { return len(r) >= slots })
 	job.Enabled = false
 	for _, n := range c.Nodes {
-		c.Agent(t, n, []desired.Job{job}, nil, "apply")
+		c.Agent(t, n, []wire.Job{job}, nil, "apply")
 	}
 	time.Sleep(3 * time.Second) // a run started before the disable reports
 	runs, _ = c.Store.ListRuns(t.Context(), job.ID, 1000)
@@ -157,14 +156,14 @@ func TestFailureClassification(t *testing.T) {
 	cases := []struct {
 		command        string
 		timeout, memMB int
-		want           string
+		want           wire.Result
 	}{
 		{"echo failing; exit 3", 30, 64, "exit_code"},
 		{"sleep 30", 2, 64, "timeout"},
 		{`x=$(head -c 200000000 /dev/zero | tr '\0' x); echo survived`, 30, 32, "oom"},
 		{"exit 75", 30, 64, "exit_code"},
 	}
-	var jobs []desired.Job
+	var jobs []wire.Job
 	for _, tc := range cases {
 		jobs = append(jobs, c.NewJob(t, "globex", "*/10 * * * * *", tc.command, tc.timeout, tc.memMB, 0))
 	}

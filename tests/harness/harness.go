@@ -30,13 +30,12 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/hostcron/hostcron/internal/api"
-	"github.com/hostcron/hostcron/internal/desired"
 	"github.com/hostcron/hostcron/internal/dispatch"
 	"github.com/hostcron/hostcron/internal/housekeeping"
 	"github.com/hostcron/hostcron/internal/logship"
 	"github.com/hostcron/hostcron/internal/nodeconf"
 	"github.com/hostcron/hostcron/internal/store"
-	"github.com/hostcron/hostcron/internal/unitmgr"
+	"github.com/hostcron/hostcron/internal/wire"
 	"github.com/hostcron/hostcron/workflows"
 )
 
@@ -475,7 +474,7 @@ func (c *Cluster) Exec(node string, stdin []byte, args ...string) (string, error
 
 // Agent runs a node-agent subcommand on a node with jobs on stdin and
 // decodes its JSON answer into out.
-func (c *Cluster) Agent(t testing.TB, node string, jobs []desired.Job, out any, args ...string) {
+func (c *Cluster) Agent(t testing.TB, node string, jobs []wire.Job, out any, args ...string) {
 	t.Helper()
 	var stdin []byte
 	if jobs != nil {
@@ -495,11 +494,11 @@ func (c *Cluster) Agent(t testing.TB, node string, jobs []desired.Job, out any, 
 }
 
 // State returns a node's cron units by name (node-agent state).
-func (c *Cluster) State(t testing.TB, node string) map[string]unitmgr.UnitState {
+func (c *Cluster) State(t testing.TB, node string) map[string]wire.UnitState {
 	t.Helper()
-	var st []unitmgr.UnitState
+	var st []wire.UnitState
 	c.Agent(t, node, nil, &st, "state")
-	out := map[string]unitmgr.UnitState{}
+	out := map[string]wire.UnitState{}
 	for _, s := range st {
 		out[s.Name] = s
 	}
@@ -508,7 +507,7 @@ func (c *Cluster) State(t testing.TB, node string) map[string]unitmgr.UnitState 
 
 // NewJob stores a job in the core (bypassing API validation, so tests may
 // use a seconds field) and returns it as the nodes must have it.
-func (c *Cluster) NewJob(t testing.TB, tenant, schedule, command string, timeout, memMB, maxFailures int) desired.Job {
+func (c *Cluster) NewJob(t testing.TB, tenant, schedule, command string, timeout, memMB, maxFailures int) wire.Job {
 	t.Helper()
 	j, err := c.Store.CreateJob(context.Background(), c.Tenants[tenant].ID, store.JobSpec{
 		WebrootID: c.Webroots[tenant].ID, Schedule: schedule, Timezone: "UTC", Command: command,

@@ -1,0 +1,181 @@
+// Package wire is the vocabulary the core and the nodes share: run results,
+// job statuses, triggers, provisioning actions, the desired job, what a
+// node reports back, the outcome body, log label names and well-known
+// paths. It is a leaf: it imports nothing of hostcron, so both processes
+// (and every package on either side) can import it, and a name that is
+// spelled here cannot drift between them.
+package wire
+
+import "time"
+
+// Result is what became of one run (or one slot).
+type Result string
+
+// Results a node reports, and the ones the core records itself.
+const (
+	ResultSuccess        Result = "success"
+	ResultExitCode       Result = "exit_code"
+	ResultSignal         Result = "signal"
+	ResultTimeout        Result = "timeout"
+	ResultOOM            Result = "oom"
+	ResultOverlapSkipped Result = "overlap_skipped"
+	ResultFailed         Result = "failed"
+	// ResultLost is recorded by the core's sweeper for a slot no node
+	// reported within timeout + grace; no node sends it.
+	ResultLost Result = "lost"
+)
+
+// NodeResults are the results a node may report.
+var NodeResults = []Result{
+	ResultSuccess, ResultExitCode, ResultSignal, ResultTimeout, ResultOOM,
+	ResultOverlapSkipped, ResultFailed,
+}
+
+// ReportedByNode reports whether a node may send r.
+func (r Result) ReportedByNode() bool {
+	for _, v := range NodeResults {
+		if r == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Status is a cron job's provisioning state as the API shows it.
+type Status string
+
+// Job statuses.
+const (
+	StatusPending      Status = "pending"
+	StatusActive       Status = "active"
+	StatusDisabled     Status = "disabled"
+	StatusAutoDisabled Status = "auto_disabled"
+	StatusFailed       Status = "failed"
+	StatusDeleting     Status = "deleting"
+)
+
+// Action is what an outbox task asks the job's workflow to do.
+type Action string
+
+// Provisioning actions.
+const (
+	ActionCreate      Action = "create"
+	ActionUpdate      Action = "update"
+	ActionEnable      Action = "enable"
+	ActionDisable     Action = "disable"
+	ActionAutoDisable Action = "auto_disable"
+	ActionRetry       Action = "retry"
+	ActionDelete      Action = "delete"
+	ActionRunNow      Action = "run_now"
+)
+
+// Trigger says why a run started.
+type Trigger string
+
+// Triggers.
+const (
+	TriggerScheduled Trigger = "scheduled"
+	TriggerManual    Trigger = "manual"
+)
+
+// Job is one cron job as a node must have it: what the core sends, what
+// the node agent turns into a unit pair and a run spec.
+type Job struct {
+	ID               string `json:"id"`
+	Tenant           string `json:"tenant"`
+	Version          int64  `json:"version"`
+	Enabled          bool   `json:"enabled"`
+	User             string `json:"user"`
+	Group            string `json:"group"`
+	Webroot          string `json:"webroot"`
+	WebStorageDir    string `json:"web_storage_dir"` // the shard's shared storage; locks live below it
+	Schedule         string `json:"schedule"`
+	Timezone         string `json:"timezone"`
+	Command          string `json:"command"`
+	WorkingDirectory string `json:"working_directory"`
+	TimeoutSec       int    `json:"timeout_seconds"`
+	MemoryMaxMB      int    `json:"max_memory_mb"`
+}
+
+// UnitName is cron-{tenant}-{id}.
+func (j Job) UnitName() string { return UnitName(j.Tenant, j.ID) }
+
+// LockDir is {webStorageDir}/{tenant}/.locks.
+func (j Job) LockDir() string { return j.WebStorageDir + "/" + j.Tenant + "/.locks" }
+
+// UnitName is the name of a job's unit pair without suffix:
+// cron-{tenant}-{id}. Log shipping and the runner parse it back.
+func UnitName(tenant, id string) string { return UnitPrefix + tenant + "-" + id }
+
+// UnitPrefix starts the name of every unit hostcron manages.
+const UnitPrefix = "cron-"
+
+// NodeReport says what one call changed on a node.
+type NodeReport struct {
+	Written  []string `json:"written"`  // unit files (re)written
+	Specs    []string `json:"specs"`    // run specs (re)written
+	Removed  []string `json:"removed"`  // units removed
+	Enabled  []string `json:"enabled"`  // timers enabled
+	Disabled []string `json:"disabled"` // timers disabled
+	Reloads  int      `json:"reloads"`  // daemon-reloads issued (0 or 1)
+	Failed   []string `json:"failed"`   // jobs that could not be applied, with the reason
+	Kept     []string `json:"kept"`     // jobs the node has in a newer version
+}
+
+// Changed reports whether the call changed anything on the node.
+func (r NodeReport) Changed() bool {
+	return len(r.Written)+len(r.Specs)+len(r.Removed)+len(r.Enabled)+len(r.Disabled) > 0
+}
+
+// UnitState is what a node reports about one cron job's units.
+type UnitState struct {
+	Name          string `json:"name"`
+	Hash          string `json:"hash"` // sha256 of timer + service files
+	TimerEnabled  bool   `json:"timer_enabled"`
+	TimerActive   bool   `json:"timer_active"`
+	NextElapseUS  uint64 `json:"next_elapse_usec"` // realtime, 0 if none
+	ServiceActive string `json:"service_active"`
+	LastResult    string `json:"last_result"` // the service's Result property
+}
+
+// Outcome is the body of POST /internal/v1/cron-jobs/{id}/outcome: what a
+// node's outcome hook reports about one run or skip.
+type Outcome struct {
+	RunKey        string     `json:"run_key"`
+	ScheduledAt   time.Time  `json:"scheduled_at"`
+	StartedAt     *time.Time `json:"started_at"`
+	FinishedAt    *time.Time `json:"finished_at"`
+	Result        Result     `json:"result"`
+	ExitCode      *int       `json:"exit_code"`
+	Signal        *string    `json:"signal"`
+	FailureReason string     `json:"failure_reason"`
+}
+
+// Loki stream labels of cron output. The API's log queries select by the
+// same names the node agent pushes.
+const (
+	LabelLogType   = "log_type"
+	LabelJob       = "job"
+	LabelNode      = "node"
+	LabelTenant    = "tenant_id" // the tenant's name
+	LabelCronJobID = "cron_job_id"
+
+	LogTypeCron = "cron" // value of LabelLogType and LabelJob
+)
+
+// Files of one job in its tenant's lock directory on shared storage. Every
+// node's runner opens the same names; the election depends on it.
+func LockFileName(jobID string) string { return UnitPrefix + jobID + ".lock" }
+
+// SlotStampName holds the last scheduled slot that was started.
+func SlotStampName(jobID string) string { return UnitPrefix + jobID + ".slot" }
+
+// ManualStampName holds the last run-now request that was started.
+func ManualStampName(jobID string) string { return UnitPrefix + jobID + ".manual" }
+
+// Well-known paths on a node.
+const (
+	// RunNowDir holds run-now requests, one file per unit: written by the
+	// node agent, read by the runner (world-readable, not secret).
+	RunNowDir = "/run/hostcron/manual"
+)
