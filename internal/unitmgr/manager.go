@@ -79,7 +79,7 @@ func (m *Manager) Remove(ctx context.Context, names []string) (wire.NodeReport, 
 
 // existing lists the cron units that have a timer file in the unit dir.
 func (m *Manager) existing() (map[string]bool, error) {
-	matches, err := filepath.Glob(filepath.Join(m.unitDir, wire.UnitPrefix + "*.timer"))
+	matches, err := filepath.Glob(filepath.Join(m.unitDir, wire.UnitPrefix+"*.timer"))
 	if err != nil {
 		return nil, fmt.Errorf("list cron units: %w", err)
 	}
