@@ -80,7 +80,7 @@ func slotFromSpec(path string) (runner.Record, error) {
 		return runner.Record{}, err
 	}
 	slot := sched.Prev(time.Now()).UTC()
-	return runner.Record{Slot: slot, Version: spec.Version, RunKey: runkey.New(spec.ID, slot, spec.Version)}, nil
+	return runner.Record{Slot: slot, Version: spec.Version, RunKey: runkey.Scheduled(spec.ID, slot)}, nil
 }
 
 func envOr(k, def string) string {

@@ -270,14 +270,16 @@ func TestOutcomesIdempotentAndAutoDisable(t *testing.T) {
 	}
 	otherShard := v.mustJSON("POST", "/api/v1/admin/shards", adminKey, `{"name":"web-2","web_storage_dir":"/srv/shared/www2"}`, 201)["id"].(string)
 	otherNode := v.mustJSON("POST", "/api/v1/admin/shards/"+otherShard+"/nodes", adminKey, `{"name":"node9"}`, 201)["credential"].(string)
-	body := fmt.Sprintf(`{"run_key":"%s#%s#1","scheduled_at":"%s","result":"success"}`, id, at(0).Format(time.RFC3339), at(0).Format(time.RFC3339))
+	body := fmt.Sprintf(`{"run_key":"%s#scheduled#%s","version":1,"scheduled_at":"%s","result":"success"}`, id, at(0).Format(time.RFC3339), at(0).Format(time.RFC3339))
 	if code, _ := v.do("POST", "/internal/v1/cron-jobs/"+id+"/outcome", otherNode, body); code != 404 {
 		t.Errorf("node of another shard = %d, want 404", code)
 	}
 	for _, bad := range []string{
 		`{"run_key":"x","scheduled_at":"2026-11-21T10:00:00Z","result":"success"}`,
-		fmt.Sprintf(`{"run_key":"%s#2026-11-21T10:00:00Z#1","scheduled_at":"2026-11-21T10:05:00Z","result":"success"}`, id),
-		fmt.Sprintf(`{"run_key":"%s#2026-11-21T10:00:00Z#1","scheduled_at":"2026-11-21T10:00:00Z","result":"great"}`, id),
+		fmt.Sprintf(`{"run_key":"%s#scheduled#2026-11-21T10:00:00Z","version":1,"scheduled_at":"2026-11-21T10:05:00Z","result":"success"}`, id),
+		fmt.Sprintf(`{"run_key":"%s#scheduled#2026-11-21T10:00:00Z","version":1,"scheduled_at":"2026-11-21T10:00:00Z","result":"great"}`, id),
+		fmt.Sprintf(`{"run_key":"%s#scheduled#2026-11-21T10:00:00Z","scheduled_at":"2026-11-21T10:00:00Z","result":"success"}`, id),
+		fmt.Sprintf(`{"run_key":"%s#2026-11-21T10:00:00Z#1","version":1,"scheduled_at":"2026-11-21T10:00:00Z","result":"success"}`, id),
 	} {
 		if code, _ := v.do("POST", "/internal/v1/cron-jobs/"+id+"/outcome", v.node, bad); code != 400 {
 			t.Errorf("bad outcome %s = %d, want 400", bad, code)

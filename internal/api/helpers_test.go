@@ -175,7 +175,7 @@ func (v *env) activate(id string) {
 func (v *env) outcome(jobID string, slot time.Time, version int, result string) (int, map[string]any) {
 	v.t.Helper()
 	body := map[string]any{
-		"run_key": jobID + "#" + slot.UTC().Format(time.RFC3339) + "#" + itoa(version), "scheduled_at": slot.UTC(),
+		"run_key": jobID + "#scheduled#" + slot.UTC().Format(time.RFC3339), "version": version, "scheduled_at": slot.UTC(),
 		"started_at": slot.Add(time.Second), "finished_at": slot.Add(3 * time.Second), "result": result,
 	}
 	if result == "exit_code" {

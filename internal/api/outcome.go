@@ -20,14 +20,16 @@ func (s *Server) outcome(c echo.Context) error {
 	if err := decodeStrict(c, &req); err != nil {
 		return err
 	}
-	keyJob, slot, version, err := runkey.Parse(req.RunKey)
+	key, err := runkey.Parse(req.RunKey)
 	switch {
 	case err != nil:
 		return invalid("run_key", "%v", err)
-	case keyJob != jobID:
-		return invalid("run_key", "names job %s, not %s", keyJob, jobID)
-	case !slot.Equal(req.ScheduledAt):
-		return invalid("scheduled_at", "does not match the run key's slot %s", slot.Format(time.RFC3339))
+	case key.JobID != jobID:
+		return invalid("run_key", "names job %s, not %s", key.JobID, jobID)
+	case key.Trigger == wire.TriggerScheduled && !key.Slot.Equal(req.ScheduledAt):
+		return invalid("scheduled_at", "does not match the run key's slot %s", key.Slot.Format(time.RFC3339))
+	case req.Version < 1:
+		return invalid("version", "must be the version of the job spec the run used")
 	case !req.Result.ReportedByNode():
 		return invalid("result", "unknown result %q", req.Result)
 	case len(req.FailureReason) > 2048:
@@ -36,7 +38,7 @@ func (s *Server) outcome(c echo.Context) error {
 		return invalid("finished_at", "is before started_at")
 	}
 	res, err := s.store.RecordOutcome(c.Request().Context(), nodeOf(c), jobID, store.Outcome{
-		RunKey: req.RunKey, Version: version, ScheduledAt: slot, StartedAt: req.StartedAt, FinishedAt: req.FinishedAt,
+		RunKey: req.RunKey, Version: req.Version, ScheduledAt: req.ScheduledAt.UTC(), StartedAt: req.StartedAt, FinishedAt: req.FinishedAt,
 		Result: req.Result, ExitCode: req.ExitCode, Signal: req.Signal, FailureReason: req.FailureReason,
 	})
 	if err != nil {

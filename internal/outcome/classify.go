@@ -39,7 +39,7 @@ func Classify(svc Service, rec runner.Record, haveRecord bool, now time.Time) (r
 	if !haveRecord && svc.Result == "success" && svc.ExitStatus == strconv.Itoa(runner.ExitSkip) {
 		return wire.Outcome{}, true // a skip whose record was lost: nothing ran
 	}
-	r = wire.Outcome{RunKey: rec.RunKey, ScheduledAt: rec.Slot, StartedAt: rec.StartedAt, FinishedAt: rec.FinishedAt,
+	r = wire.Outcome{RunKey: rec.RunKey, Version: rec.Version, ScheduledAt: rec.Slot, StartedAt: rec.StartedAt, FinishedAt: rec.FinishedAt,
 		ExitCode: rec.ExitCode}
 	if r.FinishedAt == nil && r.StartedAt != nil {
 		end := now.UTC()

@@ -85,12 +85,14 @@ func Run(env Env) int {
 	// Run-now requests keep their own stamp, so they never stand in for a
 	// scheduled slot or the other way round.
 	manualStamp := filepath.Join(spec.LockDir, wire.ManualStampName(spec.ID))
+	key := runkey.Scheduled(spec.ID, slot)
 	if manual, ok := manualSlot(env.ManualDir, spec, env.Now()); ok {
 		if last, ok := readStamp(manualStamp); !ok || last.Before(manual) {
 			slot, stamp = manual, manualStamp
+			key = runkey.Manual(spec.ID, manual.UTC().Format("20060102T150405Z"))
 		}
 	}
-	rec := Record{Slot: slot.UTC(), Version: spec.Version, RunKey: runkey.New(spec.ID, slot, spec.Version)}
+	rec := Record{Slot: slot.UTC(), Version: spec.Version, RunKey: key}
 
 	lock, err := openLock(spec.LockDir, spec.ID)
 	if err != nil {

@@ -50,7 +50,7 @@ func TestRunRecordsSlotAndExit(t *testing.T) {
 		t.Fatalf("exit %d, want 3", code)
 	}
 	r := record(t, env)
-	if r.Kind != KindRan || r.ExitCode == nil || *r.ExitCode != 3 || r.RunKey != id+"#2026-11-21T12:00:10Z#4" || r.StartedAt == nil || r.FinishedAt == nil {
+	if r.Kind != KindRan || r.ExitCode == nil || *r.ExitCode != 3 || r.RunKey != id+"#scheduled#2026-11-21T12:00:10Z" || r.StartedAt == nil || r.FinishedAt == nil {
 		t.Errorf("record %+v", r)
 	}
 	if b, _ := os.ReadFile(filepath.Join(filepath.Dir(locks), "www", "out")); string(b) != filepath.Join(filepath.Dir(locks), "www")+"\n" {
@@ -120,7 +120,7 @@ func TestBusyLockOlderSlotIsOverlap(t *testing.T) {
 		t.Fatalf("exit %d", code)
 	}
 	r := record(t, env)
-	if r.Kind != KindOverlap || r.RunKey != id+"#2026-11-21T12:00:10Z#4" {
+	if r.Kind != KindOverlap || r.RunKey != id+"#scheduled#2026-11-21T12:00:10Z" {
 		t.Errorf("record %+v", r)
 	}
 	if _, err := os.Stat(filepath.Join(filepath.Dir(locks), "www", "ran")); err == nil {
@@ -169,7 +169,7 @@ func TestRunNowRequest(t *testing.T) {
 	if code := Run(env); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	if r := record(t, env); r.Kind != KindRan || r.RunKey != id+"#"+manual+"#4" {
+	if r := record(t, env); r.Kind != KindRan || r.RunKey != id+"#manual#20261121T120012Z" {
 		t.Errorf("record %+v", r)
 	}
 	// A second start: the request already ran, so the scheduled slot
@@ -177,7 +177,7 @@ func TestRunNowRequest(t *testing.T) {
 	if code := Run(env); code != 0 {
 		t.Errorf("start after the request ran: exit %d, want the scheduled slot to run", code)
 	}
-	if r := record(t, env); r.RunKey != id+"#2026-11-21T12:00:10Z#4" {
+	if r := record(t, env); r.RunKey != id+"#scheduled#2026-11-21T12:00:10Z" {
 		t.Errorf("record %+v", r)
 	}
 	if code := Run(env); code != ExitSkip {
@@ -191,7 +191,7 @@ func TestRunNowRequest(t *testing.T) {
 	if code := Run(env2); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	if r := record(t, env2); r.RunKey != id+"#2026-11-21T12:10:10Z#4" {
+	if r := record(t, env2); r.RunKey != id+"#scheduled#2026-11-21T12:10:10Z" {
 		t.Errorf("stale request was used: %+v", r)
 	}
 }

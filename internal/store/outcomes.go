@@ -15,7 +15,7 @@ import (
 // overlap_skipped is reported but is neither a success nor a failure: it
 // leaves the failure counter alone.
 func IsFailure(r wire.Result) bool {
-	return r != wire.ResultSuccess && r != wire.ResultOverlapSkipped
+	return r != wire.ResultSuccess && r != wire.ResultOverlapSkipped && r != wire.ResultPlatformError
 }
 
 // Run is one recorded execution (or skip) of a cron job.

@@ -77,7 +77,7 @@ func (s *Store) sweepJob(ctx context.Context, id string, now time.Time, grace ti
 			if _, err := tx.Exec(ctx, `
 				INSERT INTO cron_job_runs (run_key, cron_job_id, version, scheduled_at, result, failure_reason)
 				VALUES ($1, $2, $3, $4, 'lost', $5) ON CONFLICT (run_key) DO NOTHING`,
-				runkey.New(id, slot, job.Version), id, job.Version, slot,
+				runkey.Scheduled(id, slot), id, job.Version, slot,
 				fmt.Sprintf("no node reported an outcome within timeout + %s; the node running it may have died", grace)); err != nil {
 				return fmt.Errorf("sweep %s: record lost run: %w", id, err)
 			}

@@ -23,12 +23,16 @@ const (
 	// ResultLost is recorded by the core's sweeper for a slot no node
 	// reported within timeout + grace; no node sends it.
 	ResultLost Result = "lost"
+	// ResultPlatformError is a run the platform could not start or finish
+	// (shared storage missing, hung or failing, a stamp that cannot be
+	// written): recorded and alerted on, never counted against the tenant.
+	ResultPlatformError Result = "platform_error"
 )
 
 // NodeResults are the results a node may report.
 var NodeResults = []Result{
 	ResultSuccess, ResultExitCode, ResultSignal, ResultTimeout, ResultOOM,
-	ResultOverlapSkipped, ResultFailed,
+	ResultOverlapSkipped, ResultFailed, ResultPlatformError,
 }
 
 // ReportedByNode reports whether a node may send r.
@@ -81,20 +85,23 @@ const (
 // Job is one cron job as a node must have it: what the core sends, what
 // the node agent turns into a unit pair and a run spec.
 type Job struct {
-	ID               string `json:"id"`
-	Tenant           string `json:"tenant"`
-	Version          int64  `json:"version"`
-	Enabled          bool   `json:"enabled"`
-	User             string `json:"user"`
-	Group            string `json:"group"`
-	Webroot          string `json:"webroot"`
-	WebStorageDir    string `json:"web_storage_dir"` // the shard's shared storage; locks live below it
-	Schedule         string `json:"schedule"`
-	Timezone         string `json:"timezone"`
-	Command          string `json:"command"`
-	WorkingDirectory string `json:"working_directory"`
-	TimeoutSec       int    `json:"timeout_seconds"`
-	MemoryMaxMB      int    `json:"max_memory_mb"`
+	ID      string `json:"id"`
+	Tenant  string `json:"tenant"`
+	Version int64  `json:"version"`
+	Enabled bool   `json:"enabled"`
+	// NotBefore is when the job was last enabled or had its schedule
+	// changed: no slot before it ever runs, whatever systemd does.
+	NotBefore        time.Time `json:"not_before"`
+	User             string    `json:"user"`
+	Group            string    `json:"group"`
+	Webroot          string    `json:"webroot"`
+	WebStorageDir    string    `json:"web_storage_dir"` // the shard's shared storage; locks live below it
+	Schedule         string    `json:"schedule"`
+	Timezone         string    `json:"timezone"`
+	Command          string    `json:"command"`
+	WorkingDirectory string    `json:"working_directory"`
+	TimeoutSec       int       `json:"timeout_seconds"`
+	MemoryMaxMB      int       `json:"max_memory_mb"`
 }
 
 // UnitName is cron-{tenant}-{id}.
@@ -142,6 +149,7 @@ type UnitState struct {
 // node's outcome hook reports about one run or skip.
 type Outcome struct {
 	RunKey        string     `json:"run_key"`
+	Version       int64      `json:"version"` // of the job spec the run used
 	ScheduledAt   time.Time  `json:"scheduled_at"`
 	StartedAt     *time.Time `json:"started_at"`
 	FinishedAt    *time.Time `json:"finished_at"`
