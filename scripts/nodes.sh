@@ -20,13 +20,13 @@
 set -euo pipefail
 
 CACHE=${HOSTCRON_CACHE:-/var/cache/hostcron}
-ROOTFS=$CACHE/rootfs-bookworm-v1
+ROOTFS=$CACHE/rootfs-bookworm-v2
 NODES_DIR=${NODES_DIR:-/run/hostcron-nodes}
 SHARED=${SHARED:-$NODES_DIR/shared}
 BOOT_TIMEOUT=${BOOT_TIMEOUT:-60}
 # Packages every node needs: systemd and D-Bus, tzdata for OnCalendar zones,
 # util-linux for flock/nsenter, ca-certificates for the agent's TLS.
-PACKAGES=systemd,systemd-sysv,dbus,util-linux,tzdata,ca-certificates,procps
+PACKAGES=systemd,systemd-sysv,dbus,util-linux,tzdata,ca-certificates,procps,faketime,iptables
 if [ -f /sys/fs/cgroup/unified/cgroup.procs ]; then   # hybrid host
   CG1=/sys/fs/cgroup/systemd; CG2=/sys/fs/cgroup/unified
   V1_CONTROLLERS="memory pids"
