@@ -25,7 +25,8 @@ NODES_DIR=${NODES_DIR:-/run/hostcron-nodes}
 SHARED=${SHARED:-$NODES_DIR/shared}
 BOOT_TIMEOUT=${BOOT_TIMEOUT:-60}
 # Packages every node needs: systemd and D-Bus, tzdata for OnCalendar zones,
-# util-linux for flock/nsenter, ca-certificates for the agent's TLS.
+# util-linux for flock/nsenter, ca-certificates for the agent's TLS,
+# faketime and iptables for the fault tier (clock skew, dropped traffic).
 PACKAGES=systemd,systemd-sysv,dbus,util-linux,tzdata,ca-certificates,procps,faketime,iptables
 if [ -f /sys/fs/cgroup/unified/cgroup.procs ]; then   # hybrid host
   CG1=/sys/fs/cgroup/systemd; CG2=/sys/fs/cgroup/unified

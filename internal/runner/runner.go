@@ -171,7 +171,7 @@ func runCommand(env Env, spec jobspec.Spec, rec Record) int {
 	cmd.Dir = spec.Dir()
 	cmd.Stdin = nil
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	cmd.Env = childEnv()
+	cmd.Env = append(childEnv(), runEnv(rec)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // one group to signal and measure
 	started := env.Now().UTC()
 	rec.Kind, rec.StartedAt = KindRan, &started
@@ -228,6 +228,16 @@ func runCommand(env Env, spec jobspec.Spec, rec Record) int {
 		code = 1
 	}
 	return finish(env, rec, code)
+}
+
+// runEnv tells the command which run it is: a script can make itself
+// idempotent per run with HOSTCRON_RUN_KEY, and HOSTCRON_SLOT is the fire
+// time it stands for (which may lie a few seconds before now).
+func runEnv(rec Record) []string {
+	return []string{
+		"HOSTCRON_RUN_KEY=" + rec.RunKey,
+		"HOSTCRON_SLOT=" + rec.Slot.UTC().Format(time.RFC3339),
+	}
 }
 
 // childEnv is the runner's environment without hostcron's plumbing.

@@ -195,3 +195,14 @@ func TestRunNowRequest(t *testing.T) {
 		t.Errorf("stale request was used: %+v", r)
 	}
 }
+
+// The command learns its run key and slot from its environment.
+func TestCommandSeesItsRun(t *testing.T) {
+	rec := Record{RunKey: "k#scheduled#2026-11-21T12:00:10Z", Slot: time.Date(2026, 11, 21, 12, 0, 10, 0, time.UTC)}
+	got := strings.Join(runEnv(rec), "\n")
+	for _, want := range []string{"HOSTCRON_RUN_KEY=" + rec.RunKey, "HOSTCRON_SLOT=2026-11-21T12:00:10Z"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("run env %q lacks %q", got, want)
+		}
+	}
+}
