@@ -2,45 +2,50 @@ package workflows
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/hostcron/hostcron/internal/store"
-	"github.com/hostcron/hostcron/internal/unitmgr"
 	"github.com/hostcron/hostcron/internal/wire"
 )
 
+// The activities take the two sides through these small interfaces, not
+// the concrete store and unit manager: the core API and the node agent
+// both link this package, and neither must link the other's side (the
+// database driver on the nodes, D-Bus in the core). cmd/core-api's deps
+// test guards it.
+
+// CoreStore is what the core's activities need of the database;
+// *store.Store has it.
+type CoreStore interface {
+	JobPlan(ctx context.Context, jobID string) (wire.JobPlan, error)
+	SetProvisioned(ctx context.Context, jobID string, version int64, status wire.Status, message string) (bool, error)
+	FinishDelete(ctx context.Context, jobID string) error
+	NodeDesiredJobs(ctx context.Context, nodeID string) (jobs []wire.Job, ok bool, err error)
+	ShardNodeIDs(ctx context.Context, shardID string) ([]string, error)
+	ShardIDs(ctx context.Context) ([]string, error)
+}
+
+// NodeUnits is the node's unit manager as the node activities use it;
+// *unitmgr.Manager has it.
+type NodeUnits interface {
+	Apply(ctx context.Context, jobs []wire.Job) (wire.NodeReport, error)
+	Remove(ctx context.Context, names []string) (wire.NodeReport, error)
+	Reconcile(ctx context.Context, jobs []wire.Job, minOrphanAge time.Duration) (wire.NodeReport, error)
+	RunNow(ctx context.Context, unit string) error
+	State(ctx context.Context) ([]wire.UnitState, error)
+}
+
 // CoreActivities read and write the core's database.
 type CoreActivities struct {
-	Store *store.Store
+	Store CoreStore
 }
 
 // LoadJob returns the job's current state and its shard's nodes. A job
 // that no longer exists yields Exists=false.
 func (a *CoreActivities) LoadJob(ctx context.Context, jobID string) (JobPlan, error) {
-	job, err := a.Store.GetJob(ctx, jobID)
-	if errors.Is(err, store.ErrNotFound) {
-		return JobPlan{}, nil
-	}
-	if err != nil {
-		return JobPlan{}, err
-	}
-	d, shardID, err := a.Store.DesiredJob(ctx, jobID)
-	if err != nil {
-		return JobPlan{}, err
-	}
-	nodes, err := a.Store.ListNodes(ctx, shardID)
-	if err != nil {
-		return JobPlan{}, err
-	}
-	plan := JobPlan{Exists: true, Deleting: job.Status == wire.StatusDeleting, Version: job.Version, Job: d}
-	for _, n := range nodes {
-		plan.Nodes = append(plan.Nodes, NodeRef{ID: n.ID, Name: n.Name})
-	}
-	return plan, nil
+	return a.Store.JobPlan(ctx, jobID)
 }
 
 // SetJobStatus records provisioning's verdict for a version; it changes
@@ -56,24 +61,20 @@ func (a *CoreActivities) FinishDelete(ctx context.Context, jobID string) error {
 
 // DesiredForNode is every job the node's shard has.
 func (a *CoreActivities) DesiredForNode(ctx context.Context, nodeID string) ([]wire.Job, error) {
-	n, err := a.Store.GetNode(ctx, nodeID)
+	jobs, ok, err := a.Store.NodeDesiredJobs(ctx, nodeID)
 	if err != nil {
-		return nil, temporal.NewNonRetryableApplicationError("unknown node", "NotFound", err)
+		return nil, err // the database may come back: retried
 	}
-	return a.Store.DesiredJobs(ctx, n.ShardID)
+	if !ok {
+		// A node that is not registered will not become so by retrying.
+		return nil, temporal.NewNonRetryableApplicationError("unknown node "+nodeID, "NotFound", nil)
+	}
+	return jobs, nil
 }
 
 // ShardNodes lists the nodes of a shard.
 func (a *CoreActivities) ShardNodes(ctx context.Context, shardID string) ([]string, error) {
-	nodes, err := a.Store.ListNodes(ctx, shardID)
-	if err != nil {
-		return nil, err
-	}
-	ids := make([]string, len(nodes))
-	for i, n := range nodes {
-		ids[i] = n.ID
-	}
-	return ids, nil
+	return a.Store.ShardNodeIDs(ctx, shardID)
 }
 
 // AllShards lists every shard.
@@ -84,7 +85,7 @@ func (a *CoreActivities) AllShards(ctx context.Context) ([]string, error) {
 // NodeActivities change one node's units; each node agent registers them
 // on its own task queue. Every operation is idempotent.
 type NodeActivities struct {
-	Units *unitmgr.Manager
+	Units NodeUnits
 	// MinOrphanAge protects units written after a converge's snapshot.
 	MinOrphanAge time.Duration
 }

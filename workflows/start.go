@@ -12,8 +12,6 @@ import (
 	tlog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
-
-	"github.com/hostcron/hostcron/internal/store"
 )
 
 // Dial connects to Temporal, retrying until ctx ends: a process that
@@ -36,7 +34,7 @@ func Dial(ctx context.Context, addr, namespace string, log *slog.Logger) (client
 
 // StartCoreWorker runs the core's workflows and activities on
 // CoreTaskQueue.
-func StartCoreWorker(c client.Client, st *store.Store) (worker.Worker, error) {
+func StartCoreWorker(c client.Client, st CoreStore) (worker.Worker, error) {
 	w := worker.New(c, CoreTaskQueue, worker.Options{})
 	RegisterCore(w, &CoreActivities{Store: st})
 	if err := w.Start(); err != nil {

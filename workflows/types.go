@@ -50,20 +50,11 @@ type JobInput struct {
 }
 
 // NodeRef is a node a job must be on.
-type NodeRef struct {
-	ID   string `json:"id"`
-	Name string `json:"name"`
-}
+type NodeRef = wire.NodeRef
 
 // JobPlan is what LoadJob returns: the job as nodes must have it and the
-// nodes of its shard.
-type JobPlan struct {
-	Exists   bool      `json:"exists"`
-	Deleting bool      `json:"deleting"`
-	Version  int64     `json:"version"`
-	Job      wire.Job  `json:"job"`
-	Nodes    []NodeRef `json:"nodes"`
-}
+// nodes of its shard. The store builds it in one query.
+type JobPlan = wire.JobPlan
 
 // ConvergeInput starts a node's converge.
 type ConvergeInput struct {

@@ -17,8 +17,12 @@ import (
 	"github.com/hostcron/hostcron/internal/logship"
 	"github.com/hostcron/hostcron/internal/nodeconf"
 	"github.com/hostcron/hostcron/internal/outcome"
+	"github.com/hostcron/hostcron/internal/unitmgr"
 	"github.com/hostcron/hostcron/workflows"
 )
+
+// The unit manager is what the workflows' node activities need.
+var _ workflows.NodeUnits = (*unitmgr.Manager)(nil)
 
 // runCmd is the agent's daemon until SIGTERM: a Temporal worker on the
 // node's task queue applying the core's changes to the node's units, the
