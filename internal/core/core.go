@@ -1,0 +1,225 @@
+// Package core wires the core API process: the store, the HTTP API, and,
+// with Temporal, the core's worker, the periodic converge and the outbox
+// dispatcher; and the lost-run sweeper. cmd/core-api and the end-to-end
+// harness both start the core through it, so the tests run the wiring
+// that is deployed.
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/hostcron/hostcron/internal/api"
+	"github.com/hostcron/hostcron/internal/dispatch"
+	"github.com/hostcron/hostcron/internal/housekeeping"
+	"github.com/hostcron/hostcron/internal/logship"
+	"github.com/hostcron/hostcron/internal/store"
+	"github.com/hostcron/hostcron/workflows"
+)
+
+// The store is what the workflows' core activities need.
+var _ workflows.CoreStore = (*store.Store)(nil)
+
+// Config is what the core runs with; the zero value of an optional part
+// leaves that part off.
+type Config struct {
+	DatabaseURL string
+	MaxConns    int32  // database pool size (default 32)
+	Listen      string // host:port; port 0 picks one, Addr tells which
+	AdminKey    string // bootstrap admin key; empty: none
+	Log         *slog.Logger
+
+	// TemporalAddress empty: changes wait in the outbox, nodes that
+	// announce themselves are answered 503.
+	TemporalAddress   string
+	TemporalNamespace string        // default "default"
+	NodeTimeout       time.Duration // provisioning's bound per node (default 2m)
+	// ConvergeEvery is how often every shard is converged; 0 creates no
+	// schedule (one that exists keeps running).
+	ConvergeEvery time.Duration
+
+	LokiURL, LokiOrgID string // empty URL: the logs endpoint answers 503
+
+	// Housekeeping runs the lost-run sweeper and retention; nil: off.
+	Housekeeping *housekeeping.Config
+}
+
+// Core is a running core API. Stop ends it.
+type Core struct {
+	log      *slog.Logger
+	store    *store.Store
+	temporal client.Client
+	worker   worker.Worker
+	http     *http.Server
+	addr     string
+	cancel   context.CancelFunc // ends the background loops
+	loops    sync.WaitGroup
+	served   chan error // Serve's end
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// Start brings the core up: it migrates the schema, connects to Temporal
+// (waiting for it while ctx lasts), and serves HTTP. ctx bounds the start
+// only; the core runs until Stop. On error, what was started is stopped.
+func Start(ctx context.Context, cfg Config) (*Core, error) {
+	cfg = cfg.withDefaults()
+	c := &Core{log: cfg.Log, served: make(chan error, 1)}
+	bg, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	if err := c.start(ctx, bg, cfg); err != nil {
+		stopCtx, done := context.WithTimeout(context.Background(), 5*time.Second)
+		defer done()
+		_ = c.Stop(stopCtx)
+		return nil, err
+	}
+	return c, nil
+}
+
+func (cfg Config) withDefaults() Config {
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = 32
+	}
+	if cfg.TemporalNamespace == "" {
+		cfg.TemporalNamespace = "default"
+	}
+	if cfg.NodeTimeout <= 0 {
+		cfg.NodeTimeout = 2 * time.Minute
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	return cfg
+}
+
+// start brings the parts up in dependency order; bg is the background
+// loops' context.
+func (c *Core) start(ctx, bg context.Context, cfg Config) error {
+	var err error
+	if c.store, err = store.Open(ctx, cfg.DatabaseURL, cfg.MaxConns); err != nil {
+		return err
+	}
+	if err := c.store.Migrate(ctx); err != nil {
+		return err
+	}
+	apiCfg := api.Config{AdminKey: cfg.AdminKey, Logger: cfg.Log}
+	if cfg.LokiURL != "" {
+		apiCfg.Logs = &logship.Client{URL: cfg.LokiURL, OrgID: cfg.LokiOrgID}
+	}
+	if cfg.TemporalAddress != "" {
+		if apiCfg.Converger, err = c.startTemporal(ctx, bg, cfg); err != nil {
+			return err
+		}
+	}
+	if cfg.Housekeeping != nil {
+		c.goLoop(func() { housekeeping.Run(bg, c.store, *cfg.Housekeeping, c.log) })
+	}
+	return c.serve(cfg.Listen, apiCfg)
+}
+
+// startTemporal starts the core's worker, the periodic converge and the
+// outbox dispatcher, and returns what the API's announce endpoint uses.
+func (c *Core) startTemporal(ctx, bg context.Context, cfg Config) (api.Converger, error) {
+	var err error
+	if c.temporal, err = workflows.Dial(ctx, cfg.TemporalAddress, cfg.TemporalNamespace, c.log); err != nil {
+		return nil, err
+	}
+	if c.worker, err = workflows.StartCoreWorker(c.temporal, c.store); err != nil {
+		return nil, err
+	}
+	if cfg.ConvergeEvery > 0 {
+		if err := workflows.EnsureConvergeSchedule(ctx, c.temporal, cfg.ConvergeEvery); err != nil {
+			// Announce-time converges still work; drift waits for the next start.
+			c.log.Warn("no periodic converge", "err", err)
+		}
+	}
+	d := &dispatch.Dispatcher{Store: c.store, Temporal: c.temporal, Log: c.log, NodeTimeout: cfg.NodeTimeout}
+	c.goLoop(func() { d.Run(bg) })
+	return workflows.Converger{Client: c.temporal, NodeTimeout: cfg.NodeTimeout}, nil
+}
+
+// serve listens before it returns, so a taken address fails Start and a
+// port 0 is known to the caller.
+func (c *Core) serve(listen string, apiCfg api.Config) error {
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", listen, err)
+	}
+	c.addr = ln.Addr().String()
+	e, _ := api.New(c.store, apiCfg)
+	c.http = &http.Server{Handler: e, ReadHeaderTimeout: 10 * time.Second}
+	go func() { c.served <- c.http.Serve(ln) }()
+	c.log.Info("core-api listening", "addr", c.addr)
+	return nil
+}
+
+func (c *Core) goLoop(f func()) {
+	c.loops.Add(1)
+	go func() { defer c.loops.Done(); f() }()
+}
+
+// Addr is the address the API listens on.
+func (c *Core) Addr() string { return c.addr }
+
+// Failed delivers the error that ended the HTTP server on its own (not
+// through Stop); the process should then stop.
+func (c *Core) Failed() <-chan error { return c.served }
+
+// Stop ends the core in reverse order of its start: no new requests (those
+// in flight finish while ctx lasts), then the loops, the worker (its
+// running activities finish), Temporal, the database. It is safe on a
+// partly started core, and a second call returns the first one's result.
+func (c *Core) Stop(ctx context.Context) error {
+	c.stopOnce.Do(func() { c.stopErr = c.stop(ctx) })
+	return c.stopErr
+}
+
+func (c *Core) stop(ctx context.Context) error {
+	var errs []error
+	if c.http != nil {
+		if err := c.http.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("shut down HTTP: %w", err))
+		}
+	}
+	c.cancel()
+	c.loops.Wait()
+	if c.worker != nil {
+		c.worker.Stop()
+	}
+	if c.temporal != nil {
+		c.temporal.Close()
+	}
+	if c.store != nil {
+		c.store.Close()
+	}
+	return errors.Join(errs...)
+}
+
+// Run starts the core and runs it until ctx ends (SIGTERM in the command)
+// or the HTTP server fails, then stops it within shutdownTimeout.
+func Run(ctx context.Context, cfg Config, shutdownTimeout time.Duration) error {
+	c, err := Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	var served error
+	select {
+	case <-ctx.Done():
+	case served = <-c.Failed():
+		served = fmt.Errorf("serve: %w", served)
+	}
+	c.log.Info("shutting down")
+	stopCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	return errors.Join(served, c.Stop(stopCtx))
+}
