@@ -2,9 +2,11 @@
 
 // Package harness runs hostcron for the end-to-end tiers: real systemd
 // nodes booted with systemd-nspawn (scripts/nodes.sh) on shared storage, a
-// real PostgreSQL (scripts/with-pg.sh), the core API in process and,
-// optionally, the embedded Temporal server with the core's worker and
-// outbox dispatcher. Node agents run inside the nodes as systemd services.
+// real PostgreSQL (scripts/with-pg.sh, a database from pgtest), the core
+// in process, started by internal/core as core-api starts it, and,
+// optionally, the embedded Temporal server. Node agents run inside the
+// nodes as systemd services, installed by scripts/node-install.sh as
+// `make dev` installs them.
 package harness
 
 import (
@@ -16,7 +18,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,23 +25,26 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
-	"go.temporal.io/sdk/worker"
 
-	"github.com/hostcron/hostcron/internal/api"
-	"github.com/hostcron/hostcron/internal/dispatch"
+	"github.com/hostcron/hostcron/internal/core"
 	"github.com/hostcron/hostcron/internal/housekeeping"
-	"github.com/hostcron/hostcron/internal/logship"
 	"github.com/hostcron/hostcron/internal/nodeconf"
+	"github.com/hostcron/hostcron/internal/pgtest"
 	"github.com/hostcron/hostcron/internal/store"
 	"github.com/hostcron/hostcron/internal/wire"
-	"github.com/hostcron/hostcron/workflows"
 )
 
 // AdminKey is the bootstrap admin key of the harness's API.
 const AdminKey = "e2e-admin"
+
+// tenants are the shard's tenants with their Linux uid (and gid), the same
+// on every node.
+var tenants = []struct {
+	name string
+	uid  int
+}{{"acme", 2001}, {"globex", 2002}}
 
 // Options choose what runs.
 type Options struct {
@@ -57,29 +61,26 @@ type Cluster struct {
 	Repo     string
 	Shared   string // host path of /srv/shared
 	Nodes    []string
-	Store    *store.Store
+	Store    *store.Store // the tests' own connection; it outlives StopAPI
 	APIURL   string
 	ShardID  string
 	NodeIDs  map[string]string
 	Tenants  map[string]store.Tenant
 	Webroots map[string]store.Webroot
-	Temporal client.Client
+	Temporal client.Client // the tests' own client (nil without Temporal)
 	LokiURL  string
 
 	opts     Options
-	env      []string // NODES_DIR and SHARED for scripts/nodes.sh
+	env      []string // NODES_DIR, SHARED and TENANTS for the scripts
 	base     string
 	bin      string
+	db       *pgtest.DB
 	temporal *exec.Cmd
 	loki     *exec.Cmd
 	// temporalAddr is the embedded server's frontend ("" without Temporal).
 	temporalAddr string
-	worker       worker.Worker
-	cancel       context.CancelFunc
-	http         *http.Server
+	core         *core.Core // nil while the API is stopped
 	apiAddr      string
-	// coreCancel stops what runs with the core API (housekeeping).
-	coreCancel context.CancelFunc
 }
 
 // Start brings everything up; on error it tears down what it started.
@@ -95,7 +96,11 @@ func Start(opts Options) (*Cluster, error) {
 		Tenants: map[string]store.Tenant{}, Webroots: map[string]store.Webroot{}}
 	c.base = fmt.Sprintf("/run/hostcron-e2e-%d", os.Getpid())
 	c.Shared, c.bin = c.base+"-shared", c.base+"-bin"
-	c.env = []string{"NODES_DIR=" + c.base, "SHARED=" + c.Shared}
+	var users []string
+	for _, t := range tenants {
+		users = append(users, fmt.Sprintf("%s:%d", t.name, t.uid))
+	}
+	c.env = []string{"NODES_DIR=" + c.base, "SHARED=" + c.Shared, "TENANTS=" + strings.Join(users, " ")}
 	if err := c.start(); err != nil {
 		c.Stop()
 		return nil, err
@@ -104,8 +109,7 @@ func Start(opts Options) (*Cluster, error) {
 }
 
 func (c *Cluster) start() error {
-	ctx, cancel := context.WithCancel(context.Background())
-	c.cancel = cancel
+	ctx := context.Background()
 	// The nodes get hostcron the way web nodes do: the Debian package.
 	if out, err := c.run(nil, "make", "packages", "BIN="+c.bin, "DIST="+c.bin+"/dist"); err != nil {
 		return fmt.Errorf("make packages: %v\n%s", err, out)
@@ -117,7 +121,7 @@ func (c *Cluster) start() error {
 		return err
 	}
 	if c.opts.Temporal {
-		if err := c.startTemporal(ctx); err != nil {
+		if err := c.startTemporal(); err != nil {
 			return err
 		}
 	}
@@ -141,15 +145,7 @@ func (c *Cluster) Stop() {
 	if out, err := c.NodesSh("down"); err != nil {
 		fmt.Fprintf(os.Stderr, "nodes down: %v\n%s", err, out)
 	}
-	if c.http != nil {
-		c.StopAPI()
-	}
-	if c.cancel != nil {
-		c.cancel()
-	}
-	if c.worker != nil {
-		c.worker.Stop()
-	}
+	c.StopAPI()
 	if c.Temporal != nil {
 		c.Temporal.Close()
 	}
@@ -159,58 +155,53 @@ func (c *Cluster) Stop() {
 			_ = p.Wait()
 		}
 	}
-	if c.Store != nil {
-		c.Store.Close()
+	if c.db != nil {
+		c.db.Drop()
 	}
 	os.RemoveAll(c.Shared)
 	os.RemoveAll(c.bin)
 	os.RemoveAll(c.base + "-loki")
 }
 
+// startStore makes the cluster's database, the way unit tests get theirs,
+// and registers the shard, its tenants and their webroots, whose
+// directories on the shared storage belong to the tenants.
 func (c *Cluster) startStore(ctx context.Context) error {
-	dsn := os.Getenv("HOSTCRON_TEST_DATABASE_URL")
-	if dsn == "" {
-		return fmt.Errorf("HOSTCRON_TEST_DATABASE_URL not set; run under scripts/with-pg.sh")
-	}
-	admin, err := pgx.Connect(ctx, dsn)
-	if err != nil {
+	var err error
+	if c.db, err = pgtest.Create(ctx, "hc_e2e", 10); err != nil {
 		return err
 	}
-	defer admin.Close(ctx)
-	name := fmt.Sprintf("hc_e2e_%d", os.Getpid())
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		return err
-	}
-	u, _ := url.Parse(dsn)
-	u.Path = "/" + name
-	if c.Store, err = store.Open(ctx, u.String(), 20); err != nil {
-		return err
-	}
-	if err := c.Store.Migrate(ctx); err != nil {
-		return err
-	}
+	c.Store = c.db.Store
 	sh, err := c.Store.CreateShard(ctx, "web-e2e", "/srv/shared/www")
 	if err != nil {
 		return err
 	}
 	c.ShardID = sh.ID
-	for _, t := range []string{"acme", "globex"} {
-		tn, err := c.Store.CreateTenant(ctx, store.Tenant{Name: t, ShardID: sh.ID, LinuxUser: t, LinuxGroup: t})
+	for _, t := range tenants {
+		tn, err := c.Store.CreateTenant(ctx, store.Tenant{Name: t.name, ShardID: sh.ID, LinuxUser: t.name, LinuxGroup: t.name})
 		if err != nil {
 			return err
 		}
-		wr, err := c.Store.CreateWebroot(ctx, tn.ID, "/srv/shared/www/"+t+"/public")
+		wr, err := c.Store.CreateWebroot(ctx, tn.ID, "/srv/shared/www/"+t.name+"/public")
 		if err != nil {
 			return err
 		}
-		c.Tenants[t], c.Webroots[t] = tn, wr
+		c.Tenants[t.name], c.Webroots[t.name] = tn, wr
+		if err := os.MkdirAll(filepath.Join(c.Shared, "www", t.name, "public"), 0o755); err != nil {
+			return err
+		}
+		for _, p := range []string{"www/" + t.name, "www/" + t.name + "/public"} {
+			if err := os.Chown(filepath.Join(c.Shared, p), t.uid, t.uid); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
 
 // startTemporal builds (cached) and runs the embedded Temporal server from
-// its own module, then the core's worker and the outbox dispatcher.
-func (c *Cluster) startTemporal(ctx context.Context) error {
+// its own module; the core connects to it when it starts.
+func (c *Cluster) startTemporal() error {
 	tbin := filepath.Join(c.bin, "temporal-dev")
 	build := exec.Command("go", "build", "-o", tbin, ".")
 	build.Dir = filepath.Join(c.Repo, "devtools/temporal")
@@ -246,16 +237,8 @@ func (c *Cluster) startTemporal(ctx context.Context) error {
 	}
 	c.temporalAddr = fmt.Sprintf("127.0.0.1:%d", port)
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	if c.Temporal, err = client.Dial(client.Options{HostPort: c.temporalAddr, Logger: tlog.NewStructuredLogger(quiet)}); err != nil {
-		return err
-	}
-	if c.worker, err = workflows.StartCoreWorker(c.Temporal, c.Store); err != nil {
-		return err
-	}
-	d := &dispatch.Dispatcher{Store: c.Store, Temporal: c.Temporal, NodeTimeout: c.opts.NodeTimeout,
-		Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))}
-	go d.Run(ctx)
-	return nil
+	c.Temporal, err = client.Dial(client.Options{HostPort: c.temporalAddr, Logger: tlog.NewStructuredLogger(quiet)})
+	return err
 }
 
 // startLoki runs a real Loki built from devtools/loki (cached).
@@ -296,46 +279,47 @@ func (c *Cluster) startLoki() error {
 	}
 }
 
-// StopAPI stops the core API (HTTP and housekeeping), as a crash or a
-// deploy would; StartAPI brings it back on the same address.
+// StopAPI stops the core (API, worker, outbox dispatcher, sweeper), as a
+// crash or a deploy would; StartAPI brings it back on the same address.
 func (c *Cluster) StopAPI() {
-	if c.coreCancel != nil {
-		c.coreCancel()
+	if c.core == nil {
+		return
 	}
-	_ = c.http.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := c.core.Stop(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "stop core: %v\n", err)
+	}
+	c.core = nil
 }
 
-// StartAPI restarts a stopped core API.
+// StartAPI restarts a stopped core.
 func (c *Cluster) StartAPI() error { return c.startAPI() }
 
-// startAPI serves the core API on 127.0.0.1, which the nodes share.
+// startAPI starts the core as core-api serve does, on 127.0.0.1, which
+// the nodes share. It converges no shard periodically: the tiers decide
+// when a converge runs (a node's announce).
 func (c *Cluster) startAPI() error {
-	cfg := api.Config{AdminKey: AdminKey, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
-	if c.Temporal != nil {
-		cfg.Converger = workflows.Converger{Client: c.Temporal, NodeTimeout: c.opts.NodeTimeout}
-	}
-	if c.LokiURL != "" {
-		cfg.Logs = &logship.Client{URL: c.LokiURL}
-	}
-	e, _ := api.New(c.Store, cfg)
 	addr := c.apiAddr
 	if addr == "" {
 		addr = "127.0.0.1:0"
 	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return err
+	cfg := core.Config{
+		DatabaseURL: c.db.DSN, MaxConns: 20, Listen: addr, AdminKey: AdminKey,
+		Log:             slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		TemporalAddress: c.temporalAddr, NodeTimeout: c.opts.NodeTimeout, LokiURL: c.LokiURL,
 	}
-	c.apiAddr = ln.Addr().String()
-	c.http = &http.Server{Handler: e}
-	go c.http.Serve(ln)
-	c.APIURL = "http://" + c.apiAddr
 	if c.opts.OutcomeGrace > 0 {
-		ctx, cancel := context.WithCancel(context.Background())
-		c.coreCancel = cancel
-		go housekeeping.Run(ctx, c.Store, housekeeping.Config{Interval: 5 * time.Second, Grace: c.opts.OutcomeGrace},
-			slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+		cfg.Housekeeping = &housekeeping.Config{Interval: 5 * time.Second, Grace: c.opts.OutcomeGrace}
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	k, err := core.Start(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("start core: %w", err)
+	}
+	c.core, c.apiAddr = k, k.Addr()
+	c.APIURL = "http://" + c.apiAddr
 	return nil
 }
 
@@ -390,39 +374,13 @@ ExecStart=/usr/local/bin/node-agent run --config /etc/hostcron/node.json --redel
 RestartSec=1
 `
 
-// prepareNode installs the node-agent package with dpkg, creates the
-// tenants' users with the same ids on every node, writes the node config
-// and starts the agent.
+// prepareNode registers the node in the shard and installs it with
+// scripts/node-install.sh: the node-agent package by dpkg, the tenants'
+// users, the node config and agentDropIn; the agent starts.
 func (c *Cluster) prepareNode(n string) error {
-	root := c.Root(n)
 	debs, _ := filepath.Glob(filepath.Join(c.bin, "dist", "hostcron-node-agent_*.deb"))
 	if len(debs) != 1 {
 		return fmt.Errorf("want one node-agent package in %s/dist, found %v", c.bin, debs)
-	}
-	deb, err := os.ReadFile(debs[0])
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(root, "var/tmp/hostcron-node-agent.deb"), deb, 0o644); err != nil {
-		return err
-	}
-	if out, err := c.Exec(n, nil, "dpkg", "-i", "/var/tmp/hostcron-node-agent.deb"); err != nil {
-		return fmt.Errorf("dpkg -i: %v\n%s", err, out)
-	}
-	for i, t := range []string{"acme", "globex"} {
-		id := fmt.Sprint(2001 + i)
-		if out, err := c.Exec(n, nil, "sh", "-c", "getent passwd "+t+" >/dev/null || { groupadd -g "+id+" "+t+
-			" && useradd -u "+id+" -g "+id+" -M -d /srv/shared/www/"+t+" -s /bin/sh "+t+"; }"); err != nil {
-			return fmt.Errorf("users: %v %s", err, out)
-		}
-		if err := os.MkdirAll(filepath.Join(c.Shared, "www", t, "public"), 0o755); err != nil {
-			return err
-		}
-		for _, p := range []string{"www/" + t, "www/" + t + "/public"} {
-			if err := os.Chown(filepath.Join(c.Shared, p), 2001+i, 2001+i); err != nil {
-				return err
-			}
-		}
 	}
 	node, token, err := c.Store.CreateNode(context.Background(), c.ShardID, n)
 	if err != nil {
@@ -431,19 +389,19 @@ func (c *Cluster) prepareNode(n string) error {
 	c.NodeIDs[n] = node.ID
 	cfg := nodeconf.Config{APIURL: c.APIURL, Credential: token, NodeName: n, NodeID: node.ID}
 	cfg.TemporalAddress, cfg.LokiURL = c.temporalAddr, c.LokiURL
-	b, _ := json.Marshal(cfg)
-	for path, content := range map[string][]byte{
-		"etc/hostcron/node.json": b, "etc/systemd/system/hostcron-node-agent.service.d/e2e.conf": []byte(agentDropIn),
-	} {
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, path)), 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(root, path), content, 0o600); err != nil {
-			return err
-		}
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		return err
 	}
-	if out, err := c.Exec(n, nil, "sh", "-c", "systemctl daemon-reload && systemctl enable --now hostcron-node-agent.service"); err != nil {
-		return fmt.Errorf("start agent: %v %s", err, out)
+	conf, dropIn := filepath.Join(c.bin, n+".json"), filepath.Join(c.bin, "agent-e2e.conf")
+	if err := os.WriteFile(conf, b, 0o600); err != nil {
+		return err
+	}
+	if err := os.WriteFile(dropIn, []byte(agentDropIn), 0o644); err != nil {
+		return err
+	}
+	if out, err := c.run(nil, filepath.Join(c.Repo, "scripts/node-install.sh"), n, debs[0], conf, dropIn); err != nil {
+		return fmt.Errorf("node-install.sh: %v\n%s", err, out)
 	}
 	return nil
 }
