@@ -33,18 +33,25 @@ func main() {
 	port := flag.Int("port", 7233, "frontend gRPC port")
 	dbFile := flag.String("db-file", "", "SQLite file (empty: in memory)")
 	namespace := flag.String("namespace", "default", "namespace to create")
+	var tlsFiles tlsFiles
+	flag.StringVar(&tlsFiles.cert, "tls-cert", "", "frontend certificate (PEM); with --tls-key and --tls-ca the frontend serves mutual TLS only")
+	flag.StringVar(&tlsFiles.key, "tls-key", "", "frontend private key (PEM)")
+	flag.StringVar(&tlsFiles.ca, "tls-ca", "", "CA (PEM) that signs the frontend and every client certificate")
 	flag.Parse()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "temporal-dev")
-	if err := run(*ip, *port, *dbFile, *namespace, log); err != nil {
+	if err := run(*ip, *port, *dbFile, *namespace, tlsFiles, log); err != nil {
 		log.Error("temporal-dev failed", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(ip string, port int, dbFile, namespace string, log *slog.Logger) error {
+func run(ip string, port int, dbFile, namespace string, tf tlsFiles, log *slog.Logger) error {
 	start := time.Now()
 	cfg, err := serverConfig(ip, port, dbFile, namespace)
 	if err != nil {
+		return err
+	}
+	if err := tf.apply(cfg); err != nil {
 		return err
 	}
 	hosts := map[primitives.ServiceName]static.Hosts{}
@@ -70,7 +77,7 @@ func run(ip string, port int, dbFile, namespace string, log *slog.Logger) error 
 	if err := srv.Start(); err != nil {
 		return fmt.Errorf("start server: %w", err)
 	}
-	log.Info("temporal ready", "address", net.JoinHostPort(ip, strconv.Itoa(port)), "namespace", namespace,
+	log.Info("temporal ready", "address", net.JoinHostPort(ip, strconv.Itoa(port)), "namespace", namespace, "mtls", tf.enabled(),
 		"startup", time.Since(start).Round(time.Millisecond).String())
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, os.Interrupt)
@@ -147,4 +154,30 @@ func freePort(ip string) (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// tlsFiles are the --tls-* flags: all three or none.
+type tlsFiles struct{ cert, key, ca string }
+
+func (t tlsFiles) enabled() bool { return t.cert != "" || t.key != "" || t.ca != "" }
+
+// apply makes the frontend serve mutual TLS: every client, the server's
+// own system worker included, must present a certificate signed by the CA.
+// The system worker presents the frontend's certificate, so that one must
+// allow client authentication too (scripts/certs.sh issues it so).
+// Internode traffic stays plain; it binds to the same address.
+func (t tlsFiles) apply(cfg *config.Config) error {
+	if !t.enabled() {
+		return nil
+	}
+	if t.cert == "" || t.key == "" || t.ca == "" {
+		return fmt.Errorf("--tls-cert, --tls-key and --tls-ca go together")
+	}
+	client := config.ClientTLS{ServerName: "localhost", RootCAFiles: []string{t.ca}}
+	cfg.Global.TLS.Frontend = config.GroupTLS{
+		Server: config.ServerTLS{CertFile: t.cert, KeyFile: t.key, ClientCAFiles: []string{t.ca}, RequireClientAuth: true},
+		Client: client,
+	}
+	cfg.Global.TLS.SystemWorker = config.WorkerTLS{CertFile: t.cert, KeyFile: t.key, Client: client}
+	return nil
 }

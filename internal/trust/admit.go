@@ -1,0 +1,180 @@
+package trust
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+
+	"github.com/hostcron/hostcron/internal/units"
+	"github.com/hostcron/hostcron/internal/wire"
+)
+
+// DefaultDeniedNames are users and groups a cron job never runs as, even
+// with a uid or gid above the floor: each one is root or close to it.
+var DefaultDeniedNames = []string{"root", "sudo", "adm", "wheel", "shadow", "disk", "docker", "systemd-journal", "lxd"}
+
+// DefaultIDFloor is the lowest uid and gid a cron job may run as (Debian's
+// first regular user).
+const DefaultIDFloor = 1000
+
+// Policy is what a node admits, whatever a signed payload says: the last
+// line if the core, its key or its database is wrong.
+type Policy struct {
+	// StorageDir is this node's shard storage dir; every webroot and lock
+	// dir must be below {StorageDir}/{tenant}/.
+	StorageDir string
+	// MinUID and MinGID are the floors (0 means DefaultIDFloor; root can
+	// never be admitted).
+	MinUID, MinGID uint32
+	// Denied overrides DefaultDeniedNames when non-nil.
+	Denied []string
+	// LookupUID and LookupGID resolve names (os/user on a node, fakes in
+	// tests).
+	LookupUID func(name string) (uint32, error)
+	LookupGID func(name string) (uint32, error)
+}
+
+// ErrNotAdmitted is wrapped by every refusal of Admit and AdmitUnit.
+var ErrNotAdmitted = errors.New("not admitted")
+
+// Admit reports why the node must not apply job, or nil.
+func Admit(job wire.Job, p Policy) error {
+	if err := AdmitUnit(job.UnitName()); err != nil {
+		return err
+	}
+	if err := admitAccount(job.User, p.minUID(), p.LookupUID, p.denied()); err != nil {
+		return refuse(job, "user", err)
+	}
+	if err := admitAccount(job.Group, p.minGID(), p.LookupGID, p.denied()); err != nil {
+		return refuse(job, "group", err)
+	}
+	if err := admitPaths(job, p.StorageDir); err != nil {
+		return refuse(job, "paths", err)
+	}
+	return nil
+}
+
+// AdmitUnit accepts only a name the node would have rendered,
+// cron-{tenant}-{uuid}: RemoveUnits and RunNow receive bare names.
+func AdmitUnit(name string) error {
+	rest, ok := strings.CutPrefix(name, wire.UnitPrefix)
+	const idLen = 36
+	if !ok || len(rest) < idLen+2 || rest[len(rest)-idLen-1] != '-' {
+		return fmt.Errorf("unit %q: %w: not cron-{tenant}-{uuid}", name, ErrNotAdmitted)
+	}
+	tenant, id := rest[:len(rest)-idLen-1], rest[len(rest)-idLen:]
+	if !units.ValidTenant(tenant) || !units.ValidID(id) || wire.UnitName(tenant, id) != name {
+		return fmt.Errorf("unit %q: %w: invalid tenant or job id", name, ErrNotAdmitted)
+	}
+	return nil
+}
+
+func refuse(job wire.Job, what string, err error) error {
+	return fmt.Errorf("job %s of tenant %q: %s: %w: %v", job.ID, job.Tenant, what, ErrNotAdmitted, err)
+}
+
+func admitAccount(name string, floor uint32, lookup func(string) (uint32, error), denied []string) error {
+	if !units.ValidUser(name) {
+		return fmt.Errorf("%q is not a valid name", name)
+	}
+	for _, d := range denied {
+		if name == d {
+			return fmt.Errorf("%q is a privileged account", name)
+		}
+	}
+	if lookup == nil {
+		return fmt.Errorf("no lookup configured for %q", name)
+	}
+	id, err := lookup(name)
+	if err != nil {
+		return fmt.Errorf("look up %q: %v", name, err)
+	}
+	if id == 0 || id < floor {
+		return fmt.Errorf("%q has id %d, below the floor %d", name, id, floor)
+	}
+	return nil
+}
+
+// admitPaths requires the job's storage dir to be the node's own, and the
+// webroot to be the tenant's directory there or below it; the lock dir
+// is derived from both, so it follows.
+func admitPaths(job wire.Job, storageDir string) error {
+	if storageDir == "" || !units.ValidPath(storageDir) {
+		return fmt.Errorf("node storage dir %q is not configured or invalid", storageDir)
+	}
+	if path.Clean(job.WebStorageDir) != path.Clean(storageDir) {
+		return fmt.Errorf("storage dir %q is not this node's %q", job.WebStorageDir, storageDir)
+	}
+	tenantDir := path.Clean(storageDir) + "/" + job.Tenant + "/"
+	if !units.ValidPath(job.Webroot) || !strings.HasPrefix(job.Webroot+"/", tenantDir) {
+		return fmt.Errorf("webroot %q is outside %s", job.Webroot, tenantDir)
+	}
+	if lock := job.LockDir(); !units.ValidPath(lock) || !strings.HasPrefix(lock, tenantDir) {
+		return fmt.Errorf("lock dir %q is outside %s", lock, tenantDir)
+	}
+	return nil
+}
+
+func (p Policy) minUID() uint32 { return floorOr(p.MinUID) }
+func (p Policy) minGID() uint32 { return floorOr(p.MinGID) }
+
+func floorOr(v uint32) uint32 {
+	if v == 0 {
+		return DefaultIDFloor
+	}
+	return v
+}
+
+func (p Policy) denied() []string {
+	if p.Denied != nil {
+		return p.Denied
+	}
+	return DefaultDeniedNames
+}
+
+// Partition splits an ApplyJobs batch into the jobs the node admits and
+// the reasons for the others, so one refused job neither blocks nor rides
+// along with the rest.
+func Partition(jobs []wire.Job, p Policy) (admitted []wire.Job, refused []string) {
+	for _, j := range jobs {
+		if err := Admit(j, p); err != nil {
+			refused = append(refused, err.Error())
+			continue
+		}
+		admitted = append(admitted, j)
+	}
+	return admitted, refused
+}
+
+// AdmitUnits checks every name of a RemoveUnits call.
+func AdmitUnits(names []string) error {
+	var errs []error
+	for _, n := range names {
+		errs = append(errs, AdmitUnit(n))
+	}
+	return errors.Join(errs...)
+}
+
+// AdmitAll is for Reconcile, which removes every unit not in its set: a
+// refused job fails the whole call rather than count as absent, so a core
+// that is wrong (or a node policy that is) cannot wipe a node by sending
+// jobs the node refuses.
+func AdmitAll(jobs []wire.Job, p Policy) error {
+	if _, refused := Partition(jobs, p); len(refused) > 0 {
+		return fmt.Errorf("reconcile refused, nothing changed: %s", strings.Join(refused, "; "))
+	}
+	return nil
+}
+
+// Validate checks the policy itself; a node agent calls it at start so a
+// missing storage dir fails loudly instead of refusing every job.
+func (p Policy) Validate() error {
+	if p.StorageDir == "" || !units.ValidPath(p.StorageDir) {
+		return fmt.Errorf("admission policy: storage dir %q is not a clean absolute path", p.StorageDir)
+	}
+	if p.LookupUID == nil || p.LookupGID == nil {
+		return fmt.Errorf("admission policy: uid and gid lookups are required")
+	}
+	return nil
+}

@@ -1,0 +1,39 @@
+package trust
+
+import (
+	"fmt"
+	"os/user"
+	"strconv"
+)
+
+// NodePolicy is the policy a node agent uses: its shard's storage dir,
+// the default floors and deny list, the system's user and group database.
+func NodePolicy(storageDir string) Policy {
+	return Policy{StorageDir: storageDir, LookupUID: LookupUID, LookupGID: LookupGID}
+}
+
+// LookupUID resolves a user name through the system (NSS).
+func LookupUID(name string) (uint32, error) {
+	u, err := user.Lookup(name)
+	if err != nil {
+		return 0, fmt.Errorf("user %q: %w", name, err)
+	}
+	return parseID(u.Uid)
+}
+
+// LookupGID resolves a group name through the system (NSS).
+func LookupGID(name string) (uint32, error) {
+	g, err := user.LookupGroup(name)
+	if err != nil {
+		return 0, fmt.Errorf("group %q: %w", name, err)
+	}
+	return parseID(g.Gid)
+}
+
+func parseID(s string) (uint32, error) {
+	v, err := strconv.ParseUint(s, 10, 32)
+	if err != nil {
+		return 0, fmt.Errorf("id %q: %w", s, err)
+	}
+	return uint32(v), nil
+}
