@@ -75,10 +75,11 @@ func reconcileOn(n string) converter.ActivitySerializationContext {
 var sampleJobs = []wire.Job{{ID: "0b7c6a4e-1f2d-4c3b-9a8e-7d6c5b4a3f21", Tenant: "acme", User: "acme",
 	Command: "php artisan schedule:run --secret=hunter2"}}
 
-// send encodes v as the core does for an activity on node n.
+// send encodes v as the core does for an activity on node n (the client
+// wraps every converter with MakeTransferAware, so the tests do too).
 func send(t *testing.T, f fixture, n string, v any) *commonpb.Payloads {
 	t.Helper()
-	dc := converter.WithDataConverterSerializationContext(CoreDataConverter(f.coreCodec), reconcileOn(n))
+	dc := converter.WithDataConverterSerializationContext(converter.MakeTransferAware(CoreDataConverter(f.coreCodec)), reconcileOn(n))
 	p, err := dc.ToPayloads(v)
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +89,7 @@ func send(t *testing.T, f fixture, n string, v any) *commonpb.Payloads {
 
 // receive decodes as node n's activity worker does.
 func receive(f fixture, n string, p *commonpb.Payloads) ([]wire.Job, error) {
-	dc := converter.WithDataConverterSerializationContext(NodeDataConverter(f.nodeCodec), reconcileOn(n))
+	dc := converter.WithDataConverterSerializationContext(converter.MakeTransferAware(NodeDataConverter(f.nodeCodec)), reconcileOn(n))
 	var jobs []wire.Job
 	err := dc.FromPayloads(p, &jobs)
 	return jobs, err
@@ -169,7 +170,8 @@ func TestNodeRefuses(t *testing.T) {
 			return p
 		}, "n1", ErrUnknownKey},
 		{"replayed onto another node's queue", func() *commonpb.Payloads { return send(t, f, "n1", sampleJobs) }, "n2", ErrBinding},
-		{"no payload at all (would be Reconcile(nil))", func() *commonpb.Payloads { return &commonpb.Payloads{} }, "n1", ErrUnsigned},
+		{"empty input (would be Reconcile(nil))", func() *commonpb.Payloads { return &commonpb.Payloads{} }, "n1", ErrUnsigned},
+		{"no input at all", func() *commonpb.Payloads { return nil }, "n1", ErrUnsigned},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
