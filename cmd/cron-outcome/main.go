@@ -50,12 +50,12 @@ func run(ctx context.Context, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("no run record, nothing to report: %w", err)
 	}
-	if rec.RunKey == "" {
-		return fmt.Errorf("run record names no run (%s: %s), nothing to report", rec.Kind, rec.Reason)
-	}
 	report, silent := outcome.Classify(outcome.ServiceFromEnv(), rec, true, time.Now())
 	if silent {
 		return nil
+	}
+	if rec.RunKey == "" {
+		return fmt.Errorf("run record names no run (%s: %s), nothing to report", rec.Kind, rec.Reason)
 	}
 	client := outcome.Client{BaseURL: cfg.APIURL, Credential: cfg.Credential, HTTP: &http.Client{Timeout: deadline / 2}}
 	err = client.Post(ctx, jobID, report)
