@@ -99,7 +99,7 @@ func classifyBusy(d decision, st Stamp, haveStamp bool, now time.Time) busy {
 	switch {
 	case haveStamp && st.covers(d):
 		return busy{Kind: KindContention}
-	case haveStamp && !st.Heartbeat.IsZero() && now.Sub(st.Heartbeat) > LeaseTTL:
+	case haveStamp && !st.Released && !st.Heartbeat.IsZero() && now.Sub(st.Heartbeat) > LeaseTTL:
 		return busy{Kind: KindPlatformError, Reason: fmt.Sprintf("lock holder node %s stopped heart-beating at %s (run %s)",
 			orUnknown(st.Holder), st.Heartbeat.UTC().Format(time.RFC3339), orUnknown(st.RunKey))}
 	default:

@@ -90,6 +90,7 @@ func TestClassifyBusy(t *testing.T) {
 	}{
 		{"same slot: another node runs it", slot, Stamp{Slot: slot.Slot, Heartbeat: now}, true, KindContention, ""},
 		{"older slot, live holder", slot, Stamp{Slot: prev, Holder: "node2", Heartbeat: now.Add(-3 * time.Second)}, true, KindOverlap, ""},
+		{"released lease, lock held by someone without one", slot, Stamp{Slot: prev, Holder: "node2", Heartbeat: now.Add(-time.Hour), Released: true}, true, KindOverlap, ""},
 		{"legacy stamp without lease", slot, Stamp{Slot: prev}, true, KindOverlap, ""},
 		{"no stamp yet", slot, Stamp{}, false, KindOverlap, ""},
 		{"holder stopped heart-beating", slot, Stamp{Slot: prev, Holder: "node2", RunKey: "k-prev", Heartbeat: now.Add(-2 * time.Minute)}, true,

@@ -121,9 +121,12 @@ func TestDeadLockHolderIsPlatformError(t *testing.T) {
 	}
 }
 
-// Rule 6: the running runner refreshes its lease.
+// Rule 6: the running runner refreshes its lease, and releases it at the
+// end.
 func TestRunnerHeartbeats(t *testing.T) {
-	env, locks := setup(t, "sleep 0.35")
+	env, locks := setup(t, "true")
+	stamp := filepath.Join(locks, "cron-"+id+".slot")
+	setCommand(t, env, "sleep 0.35; cat "+stamp+" > beat")
 	var n int
 	base := env.Now()
 	env.Now = func() time.Time { n++; return base.Add(time.Duration(n) * time.Second) }
@@ -131,10 +134,30 @@ func TestRunnerHeartbeats(t *testing.T) {
 	if code := Run(env); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	st, ok, _, err := readStamp(filepath.Join(locks, "cron-"+id+".slot"), base)
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(locks), "www", "beat"))
+	var during Stamp
+	if err != nil || json.Unmarshal(b, &during) != nil {
+		t.Fatalf("stamp during the run: %q %v", b, err)
+	}
 	started := record(t, env).StartedAt // taken after the lease was first written
-	if err != nil || !ok || st.Holder != "node1" || st.RunKey != id+"#scheduled#2026-11-21T12:00:10Z" || !st.Heartbeat.After(*started) {
-		t.Errorf("stamp %+v ok=%v err=%v: want a refreshed lease", st, ok, err)
+	if during.Holder != "node1" || during.RunKey != id+"#scheduled#2026-11-21T12:00:10Z" || during.Released || !during.Heartbeat.After(*started) {
+		t.Errorf("stamp during the run %+v: want a refreshed lease", during)
+	}
+	if after, ok, _, _ := readStamp(stamp, base); !ok || !after.Released || !after.Slot.Equal(during.Slot) {
+		t.Errorf("stamp after the run %+v: want the lease released", after)
+	}
+}
+
+func setCommand(t *testing.T, env Env, command string) {
+	t.Helper()
+	spec, err := jobspec.Read(env.SpecPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Command = command
+	b, _ := spec.Marshal()
+	if err := os.WriteFile(env.SpecPath, b, 0o600); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -242,26 +242,40 @@ func openLock(dir, id string) (*os.File, error) {
 	return os.NewFile(uintptr(fd), p), nil
 }
 
-// heartbeat refreshes the lease in the stamp until stop is closed, so
-// other nodes can tell a live long run from a crashed holder whose flock
-// CephFS keeps until it evicts the session.
-func heartbeat(env Env, path string, lease Stamp, stop <-chan struct{}) {
-	if env.Heartbeat <= 0 {
-		return
+// release marks the lease as let go, once the command ended.
+func release(env Env, path string, lease Stamp) {
+	lease.Heartbeat, lease.Released = env.Now().UTC(), true
+	if err := writeStamp(path, lease); err != nil {
+		env.Log.Warn("release lease", "err", err)
 	}
-	t := time.NewTicker(env.Heartbeat)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-			lease.Heartbeat = env.Now().UTC()
-			if err := writeStamp(path, lease); err != nil {
-				env.Log.Warn("refresh lease", "err", err)
+}
+
+// startHeartbeat refreshes the lease in the stamp until the returned stop
+// is called (stop waits for a beat in progress), so other nodes can tell a
+// live long run from a crashed holder whose flock CephFS keeps until it
+// evicts the session.
+func startHeartbeat(env Env, path string, lease Stamp) (stop func()) {
+	if env.Heartbeat <= 0 {
+		return func() {}
+	}
+	quit, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(env.Heartbeat)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+				lease.Heartbeat = env.Now().UTC()
+				if err := writeStamp(path, lease); err != nil {
+					env.Log.Warn("refresh lease", "err", err)
+				}
 			}
 		}
-	}
+	}()
+	return func() { close(quit); <-stopped }
 }
 
 // runCommand runs the tenant's command with /bin/sh -c in the working
@@ -291,13 +305,15 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 		}
 	}()
 	done := make(chan struct{})
-	go heartbeat(env, stampPath, lease, done)
+	stopBeat := startHeartbeat(env, stampPath, lease)
 	var oom <-chan bool
 	if spec.MemoryMaxMB > 0 && !env.KernelMemoryLimit {
 		oom = watchMemory(cmd.Process.Pid, int64(spec.MemoryMaxMB)<<20, done)
 	}
 	err := cmd.Wait()
 	close(done)
+	stopBeat() // before the release, so no late beat overwrites it
+	release(env, stampPath, lease)
 	signal.Stop(sigs)
 	close(sigs)
 	if oom != nil {

@@ -26,6 +26,10 @@ type Stamp struct {
 	Holder    string    `json:"holder"`    // node of the run holding the lock
 	RunKey    string    `json:"run_key"`   // the run holding the lock
 	Heartbeat time.Time `json:"heartbeat"` // refreshed every HeartbeatEvery while it runs
+	// Released: the run ended and let go of the lock, so a later holder
+	// without a lease (a runner between lock and stamp, an operator's
+	// flock) is not mistaken for a dead node.
+	Released bool `json:"released,omitempty"`
 }
 
 // readStamp loads the stamp. A missing stamp is ok=false; a stamp that
