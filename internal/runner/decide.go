@@ -30,6 +30,13 @@ const (
 	HeartbeatEvery = 5 * time.Second
 )
 
+// Start is what systemd tells the service about why it started
+// ($TRIGGER_UNIT, $TRIGGER_TIMER_REALTIME_USEC, systemd 251 and later).
+type Start struct {
+	ByTimer bool      // a timer started it
+	TimerAt time.Time // when that timer elapsed; zero if unknown
+}
+
 // Request is a pending run-now request the node agent left in RunNowDir.
 type Request struct {
 	ID string
@@ -51,15 +58,16 @@ type decision struct {
 
 // decideSlot names what this start of the service is for. A timely fire
 // of a slot at or after NotBefore runs the slot; a pending request runs
-// when the start is not such a fire, or when its slot already ran. The
-// caller decides the election; this only names the run.
-func decideSlot(now time.Time, sched *schedule.Schedule, spec jobspec.Spec, req *Request) decision {
-	d := scheduled(now, sched, spec)
+// when the start is not such a fire (or not by the timer at all), or when
+// its slot already ran. The caller decides the election; this only names
+// the run.
+func decideSlot(now time.Time, sched *schedule.Schedule, spec jobspec.Spec, start Start, req *Request) decision {
+	d := scheduled(now, sched, spec, start)
 	if req == nil || !req.At.Before(now.Add(MaxSkew)) || now.Sub(req.At) > RequestTTL {
 		return d
 	}
 	m := decision{Trigger: wire.TriggerManual, Slot: req.At.UTC(), Request: req.ID, Key: runkey.Manual(spec.ID, req.ID)}
-	if d.Skip != "" {
+	if d.Skip != "" || !start.ByTimer {
 		return m
 	}
 	d.Fallback = &m
@@ -67,7 +75,7 @@ func decideSlot(now time.Time, sched *schedule.Schedule, spec jobspec.Spec, req 
 }
 
 // scheduled names the slot of a timer fire, or why it is not one to run.
-func scheduled(now time.Time, sched *schedule.Schedule, spec jobspec.Spec) decision {
+func scheduled(now time.Time, sched *schedule.Schedule, spec jobspec.Spec, start Start) decision {
 	prev := sched.Prev(now)
 	if prev.IsZero() {
 		return decision{Trigger: wire.TriggerScheduled, Skip: KindLateFire, Reason: "no slot of the schedule before now"}
@@ -81,6 +89,11 @@ func scheduled(now time.Time, sched *schedule.Schedule, spec jobspec.Spec) decis
 	case now.Sub(slot) > window && spec.CatchUp == jobspec.CatchUpNone:
 		d.Skip, d.Reason = KindLateFire, fmt.Sprintf("late fire: started %s after slot %s, outside its window of %s (a restarted timer or an overrun; no catch-up)",
 			now.Sub(slot).Round(time.Second), slot.Format(time.RFC3339), window)
+	case !start.TimerAt.IsZero() && now.Sub(start.TimerAt) > FireMargin && spec.CatchUp == jobspec.CatchUpNone:
+		// systemd queued this start while the previous run still ran and
+		// started it when that run ended: the slot belongs to the others.
+		d.Skip, d.Reason = KindLateFire, fmt.Sprintf("late fire: started %s after the timer elapsed at %s (queued behind the previous run; no catch-up)",
+			now.Sub(start.TimerAt).Round(time.Second), start.TimerAt.UTC().Format(time.RFC3339))
 	}
 	return d
 }

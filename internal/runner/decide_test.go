@@ -23,6 +23,7 @@ func TestDecideSlot(t *testing.T) {
 		delay     int
 		notBefore time.Time
 		req       *Request
+		start     Start
 		wantKey   string // "" when it skips
 		wantSkip  string
 		fallback  string // key of the fallback request, if any
@@ -38,8 +39,15 @@ func TestDecideSlot(t *testing.T) {
 		{name: "slot at not-before", schedule: minutely, now: at(12, 1, 5), notBefore: at(12, 1, 0), wantKey: id + "#scheduled#2026-11-21T12:01:00Z"},
 		{name: "request on a start that is no fire", schedule: noon, now: at(14, 0, 1), req: req, wantKey: id + "#manual#42"},
 		{name: "request before not-before still runs", schedule: minutely, now: at(14, 0, 1), notBefore: at(14, 0, 30), req: req, wantKey: id + "#manual#42"},
-		{name: "request never replaces a timely fire", schedule: minutely, now: at(14, 0, 1), req: req,
+		{name: "request never replaces a timely timer fire", schedule: minutely, now: at(14, 0, 1), req: req, start: Start{ByTimer: true},
 			wantKey: id + "#scheduled#2026-11-21T14:00:00Z", fallback: id + "#manual#42"},
+		{name: "request on a start not by the timer, inside a window", schedule: minutely, now: at(14, 0, 1), req: req, wantKey: id + "#manual#42"},
+		// Defect (b) as systemd 252 tells it: the timer elapsed while the
+		// previous run ran, and the start came when that run ended.
+		{name: "start queued behind a run", schedule: minutely, now: at(12, 1, 25), delay: 15,
+			start: Start{ByTimer: true, TimerAt: at(12, 1, 3)}, wantSkip: KindLateFire},
+		{name: "start right after its timer", schedule: minutely, now: at(12, 1, 5), delay: 15,
+			start: Start{ByTimer: true, TimerAt: at(12, 1, 4)}, wantKey: id + "#scheduled#2026-11-21T12:01:00Z"},
 		{name: "expired request", schedule: noon, now: at(14, 6, 0), req: req, wantSkip: KindLateFire},
 		{name: "request from the far future", schedule: noon, now: at(13, 0, 0), req: req, wantSkip: KindLateFire},
 		// A timer re-armed in the second pass of Berlin's repeated hour fires
@@ -58,7 +66,7 @@ func TestDecideSlot(t *testing.T) {
 				t.Fatal(err)
 			}
 			spec := jobspec.Spec{ID: id, RandomizedDelaySec: tt.delay, NotBefore: tt.notBefore}
-			d := decideSlot(tt.now, sched, spec, tt.req)
+			d := decideSlot(tt.now, sched, spec, tt.start, tt.req)
 			if d.Skip != tt.wantSkip || (tt.wantSkip == "" && d.Key != tt.wantKey) {
 				t.Fatalf("decision %+v, want key %q skip %q", d, tt.wantKey, tt.wantSkip)
 			}

@@ -268,6 +268,7 @@ func TestRunNowRequestRunsOnce(t *testing.T) {
 func TestRunNowRequestAndTimerFire(t *testing.T) {
 	env, _ := setup(t, "true") // 12:00:13, slot 12:00:10 is timely
 	env.ManualDir = t.TempDir()
+	env.Start = Start{ByTimer: true, TimerAt: env.Now().Add(-time.Second)}
 	writeRequest(t, env.ManualDir, "7", env.Now().Add(-time.Second))
 	if Run(env); record(t, env).RunKey != id+"#scheduled#2026-11-21T12:00:10Z" {
 		t.Fatalf("a timely fire ran %+v, want the slot", record(t, env))

@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -38,7 +39,9 @@ type Env struct {
 	KernelMemoryLimit bool
 	// ManualDir holds run-now requests written by the node agent.
 	ManualDir string
-	Log       *slog.Logger
+	// Start is systemd's word on why the service started.
+	Start Start
+	Log   *slog.Logger
 }
 
 // Main runs one occurrence and returns the process exit status.
@@ -54,6 +57,7 @@ func Main() int {
 
 		KernelMemoryLimit: kernelEnforcesMemory(),
 		ManualDir:         wire.RunNowDir,
+		Start:             startFromEnv(),
 		Log:               slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "cron-run"),
 	}
 	if env.RuntimeDir == "" || os.Getenv("CREDENTIALS_DIRECTORY") == "" {
@@ -61,6 +65,16 @@ func Main() int {
 		return 1
 	}
 	return Run(env)
+}
+
+// startFromEnv reads why systemd started the service.
+func startFromEnv() Start {
+	var s Start
+	s.ByTimer = strings.HasSuffix(os.Getenv("TRIGGER_UNIT"), ".timer")
+	if us, err := strconv.ParseInt(os.Getenv("TRIGGER_TIMER_REALTIME_USEC"), 10, 64); err == nil && us > 0 {
+		s.TimerAt = time.UnixMicro(us)
+	}
+	return s
 }
 
 // Run names the run this start is for, elects one node for it, runs it
@@ -78,7 +92,7 @@ func Run(env Env) int {
 		return setupError(env, Record{Node: env.Node, Version: spec.Version}, fmt.Errorf("job spec schedule: %w", err))
 	}
 	req := readRequest(env.ManualDir, wire.UnitName(spec.Tenant, spec.ID))
-	d := decideSlot(env.Now(), sched, spec, req)
+	d := decideSlot(env.Now(), sched, spec, env.Start, req)
 	rec := recordFor(env, spec, d)
 	if d.Skip != "" {
 		env.Log.Info("not running: "+d.Reason, "run_key", d.Key)
