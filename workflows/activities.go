@@ -33,7 +33,7 @@ type NodeUnits interface {
 	Apply(ctx context.Context, jobs []wire.Job) (wire.NodeReport, error)
 	Remove(ctx context.Context, names []string) (wire.NodeReport, error)
 	Reconcile(ctx context.Context, jobs []wire.Job, minOrphanAge time.Duration) (wire.NodeReport, error)
-	RunNow(ctx context.Context, unit string) error
+	RunNow(ctx context.Context, req wire.RunNowRequest) error
 	State(ctx context.Context) ([]wire.UnitState, error)
 }
 
@@ -114,6 +114,6 @@ func (a *NodeActivities) Reconcile(ctx context.Context, jobs []wire.Job) (wire.N
 }
 
 // RunNow starts one run of a job outside its schedule.
-func (a *NodeActivities) RunNow(ctx context.Context, unit string) error {
-	return a.Units.RunNow(ctx, unit)
+func (a *NodeActivities) RunNow(ctx context.Context, req wire.RunNowRequest) error {
+	return a.Units.RunNow(ctx, req)
 }

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -35,15 +36,15 @@ func JobWorkflow(ctx workflow.Context, in JobInput) error {
 		if !ok {
 			return nil // idle: the next change starts a new run
 		}
-		runNow := c.Action == wire.ActionRunNow
+		runNow := runNowRequest(c, "")
 		for changes.ReceiveAsync(&c) { // coalesce what is already queued
-			runNow = runNow || c.Action == wire.ActionRunNow
+			runNow = runNowRequest(c, runNow)
 		}
 		if err := provision(ctx, in); err != nil {
 			return err
 		}
-		if runNow {
-			runOnce(ctx, in)
+		if runNow != "" {
+			runOnce(ctx, in, runNow)
 		}
 		if batch >= maxBatches && changes.Len() == 0 {
 			return workflow.NewContinueAsNewError(ctx, JobWorkflow, in)
@@ -124,15 +125,26 @@ func provision(ctx workflow.Context, in JobInput) error {
 	return workflow.ExecuteActivity(coreCtx(ctx), core.SetJobStatus, in.JobID, plan.Version, status, message).Get(ctx, nil)
 }
 
-// runOnce starts one run on the first node that takes it; the lock and
-// slot stamp make it one run even if two nodes started it.
-func runOnce(ctx workflow.Context, in JobInput) {
+// runNowRequest returns the request id of a run_now change (its outbox
+// task id: the run's key), else the one seen before. Run-now requests
+// queued together run once, as the newest.
+func runNowRequest(c Change, prev string) string {
+	if c.Action != wire.ActionRunNow {
+		return prev
+	}
+	return strconv.FormatInt(c.TaskID, 10)
+}
+
+// runOnce starts one run on the first node that takes it; the request id
+// and the shared run-now stamp make it one run even if two nodes, or a
+// retried activity, started it.
+func runOnce(ctx workflow.Context, in JobInput, request string) {
 	var plan JobPlan
 	if err := workflow.ExecuteActivity(coreCtx(ctx), core.LoadJob, in.JobID).Get(ctx, &plan); err != nil || !plan.Exists || plan.Deleting {
 		return
 	}
 	for _, n := range plan.Nodes {
-		err := workflow.ExecuteActivity(nodeCtx(ctx, n.ID, in.NodeTimeout/2), node.RunNow, plan.Job.UnitName()).Get(ctx, nil)
+		err := workflow.ExecuteActivity(nodeCtx(ctx, n.ID, in.NodeTimeout/2), node.RunNow, wire.RunNowRequest{Unit: plan.Job.UnitName(), Request: request}).Get(ctx, nil)
 		if err == nil {
 			return
 		}

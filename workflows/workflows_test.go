@@ -129,8 +129,8 @@ func TestJobWorkflowRunNow(t *testing.T) {
 	env.OnActivity(core.LoadJob, mock.Anything, jobID).Return(plan(true, false, "node1", "node2"), nil)
 	env.OnActivity(node.ApplyJobs, mock.Anything, mock.Anything).Return(wire.NodeReport{}, nil)
 	env.OnActivity(core.SetJobStatus, mock.Anything, jobID, int64(7), wire.StatusActive, "").Return(true, nil)
-	env.OnActivity(node.RunNow, mock.Anything, "cron-acme-"+jobID).Return(nil).Once()
-	signalAndRun(env, Change{Action: wire.ActionRunNow, Version: 7})
+	env.OnActivity(node.RunNow, mock.Anything, wire.RunNowRequest{Unit: "cron-acme-" + jobID, Request: "42"}).Return(nil).Once()
+	signalAndRun(env, Change{TaskID: 42, Action: wire.ActionRunNow, Version: 7})
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatal(err)
 	}

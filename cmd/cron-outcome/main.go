@@ -7,18 +7,15 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
-	"path/filepath"
 	"time"
 
-	"github.com/hostcron/hostcron/internal/jobspec"
 	"github.com/hostcron/hostcron/internal/nodeconf"
 	"github.com/hostcron/hostcron/internal/outcome"
-	"github.com/hostcron/hostcron/internal/runkey"
 	"github.com/hostcron/hostcron/internal/runner"
-	"github.com/hostcron/hostcron/internal/schedule"
 	"github.com/hostcron/hostcron/internal/units"
 )
 
@@ -44,18 +41,21 @@ func run(ctx context.Context, log *slog.Logger) error {
 	if !units.ValidID(jobID) || !units.ValidTenant(tenant) {
 		return errors.New("HOSTCRON_CRON_JOB_ID/HOSTCRON_TENANT missing: not run from a hostcron unit")
 	}
-	rec, recErr := runner.ReadRecord(os.Getenv("RUNTIME_DIRECTORY"))
-	haveRecord := recErr == nil
-	if !haveRecord {
-		// The runner never got far enough to write one: name the slot from
-		// the spec, as the runner would have.
-		if rec, err = slotFromSpec(filepath.Join(cfg.SpecDir, units.Name(tenant, jobID)+".json")); err != nil {
-			return err
-		}
+	// Only the runner's local record names the run: it writes it before
+	// it touches shared storage. Recomputing a slot from the clock here
+	// would report a hung run under another slot's key. Without a record
+	// (or a key) the runner never named a run; the core's sweeper records
+	// a slot nobody reported as lost.
+	rec, err := runner.ReadRecord(os.Getenv("RUNTIME_DIRECTORY"))
+	if err != nil {
+		return fmt.Errorf("no run record, nothing to report: %w", err)
 	}
-	report, silent := outcome.Classify(outcome.ServiceFromEnv(), rec, haveRecord, time.Now())
+	report, silent := outcome.Classify(outcome.ServiceFromEnv(), rec, true, time.Now())
 	if silent {
 		return nil
+	}
+	if rec.RunKey == "" {
+		return fmt.Errorf("run record names no run (%s: %s), nothing to report", rec.Kind, rec.Reason)
 	}
 	client := outcome.Client{BaseURL: cfg.APIURL, Credential: cfg.Credential, HTTP: &http.Client{Timeout: deadline / 2}}
 	err = client.Post(ctx, jobID, report)
@@ -68,19 +68,6 @@ func run(ctx context.Context, log *slog.Logger) error {
 	}
 	log.Warn("core API unreachable, spooling outcome", "run_key", report.RunKey, "err", err)
 	return outcome.Spool(cfg.SpoolDir, jobID, report)
-}
-
-func slotFromSpec(path string) (runner.Record, error) {
-	spec, err := jobspec.Read(path)
-	if err != nil {
-		return runner.Record{}, err
-	}
-	sched, err := schedule.ParseWithSeconds(spec.Schedule, spec.Timezone)
-	if err != nil {
-		return runner.Record{}, err
-	}
-	slot := sched.Prev(time.Now()).UTC()
-	return runner.Record{Slot: slot, Version: spec.Version, RunKey: runkey.Scheduled(spec.ID, slot)}, nil
 }
 
 func envOr(k, def string) string {

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.temporal.io/sdk/worker"
 
+	"github.com/hostcron/hostcron/internal/clockoffset"
 	"github.com/hostcron/hostcron/internal/logship"
 	"github.com/hostcron/hostcron/internal/nodeconf"
 	"github.com/hostcron/hostcron/internal/outcome"
@@ -118,9 +119,11 @@ func announce(ctx context.Context, cfg nodeconf.Config, log *slog.Logger) {
 	for {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, cfg.APIURL+"/internal/v1/nodes/announce", nil)
 		req.Header.Set("Authorization", "Bearer "+cfg.Credential)
+		sent := time.Now()
 		resp, err := hc.Do(req)
 		if err == nil {
 			resp.Body.Close()
+			recordClockOffset(cfg, sent, time.Now(), resp.Header.Get("Date"), log)
 			if resp.StatusCode == http.StatusAccepted {
 				log.Info("announced to the core; converge started")
 				return
@@ -133,5 +136,22 @@ func announce(ctx context.Context, cfg nodeconf.Config, log *slog.Logger) {
 			return
 		case <-time.After(3 * time.Second):
 		}
+	}
+}
+
+// recordClockOffset measures this node's clock against the core API's Date
+// header and keeps the reading for `node-agent state`.
+func recordClockOffset(cfg nodeconf.Config, sent, received time.Time, date string, log *slog.Logger) {
+	off, err := clockoffset.Measure(sent, received, date)
+	if err != nil {
+		log.Warn("clock offset not measured", "err", err)
+		return
+	}
+	r := clockoffset.Reading{OffsetSeconds: off.Seconds(), MeasuredAt: received.UTC(), Source: "announce"}
+	if err := clockoffset.Write(cfg.StateDir, r); err != nil {
+		log.Warn("clock offset not saved", "err", err)
+	}
+	if w := r.Warning(); w != "" {
+		log.Warn(w)
 	}
 }

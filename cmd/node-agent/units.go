@@ -120,6 +120,7 @@ func unitsCmds(configPath *string, log *slog.Logger) []*cobra.Command {
 		Short: "List this node's cron units with hash, timer state and last result",
 		Args:  cobra.NoArgs,
 		RunE: withManager(func(ctx context.Context, m *unitmgr.Manager, _ []string) (any, error) {
+			showClockOffset(*configPath, os.Stderr)
 			return m.State(ctx)
 		}),
 	}

@@ -37,6 +37,7 @@ func Translate(j wire.Job) (units.Job, jobspec.Spec, error) {
 		Tenant: j.Tenant, ID: j.ID, Version: j.Version, Schedule: j.Schedule, Timezone: j.Timezone,
 		Command: j.Command, WorkingDirectory: j.WorkingDirectory, Webroot: j.Webroot, LockDir: j.LockDir(),
 		MemoryMaxMB: j.MemoryMaxMB,
+		NotBefore:   j.NotBefore, RandomizedDelaySec: u.RandomizedDelaySec,
 	}
 	return u, spec, nil
 }

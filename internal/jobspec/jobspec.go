@@ -10,6 +10,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"time"
 	"unicode"
 )
 
@@ -25,7 +26,18 @@ type Spec struct {
 	Webroot          string `json:"webroot"`
 	LockDir          string `json:"lock_dir"`
 	MemoryMaxMB      int    `json:"max_memory_mb"` // also in the unit; see runner's memory watch
+	// RandomizedDelaySec is the timer's random delay: a fire later than
+	// slot + delay + the runner's margin is a late fire.
+	RandomizedDelaySec int `json:"randomized_delay_sec"`
+	// NotBefore: no slot before it runs (the job was enabled or its
+	// schedule changed then).
+	NotBefore time.Time `json:"not_before,omitempty"`
+	// CatchUp is what a late fire does; only CatchUpNone exists today.
+	CatchUp string `json:"catch_up,omitempty"`
 }
+
+// CatchUpNone: a late fire does not run its slot (cron never catches up).
+const CatchUpNone = ""
 
 // MaxCommandLen bounds a command like a crontab line.
 const MaxCommandLen = 4096

@@ -30,10 +30,11 @@ func ServiceFromEnv() Service {
 	}
 }
 
-// Classify decides what to report. It returns silent=true for lock
-// contention: another node ran, or runs, this slot and reports it.
+// Classify decides what to report. It returns silent=true when another
+// node reports the run (lock contention, an overlap another node decided)
+// or there was no run (a late fire, a slot before NotBefore).
 func Classify(svc Service, rec runner.Record, haveRecord bool, now time.Time) (r wire.Outcome, silent bool) {
-	if haveRecord && rec.Kind == runner.KindContention {
+	if haveRecord && runner.Silent(rec.Kind) {
 		return wire.Outcome{}, true
 	}
 	if !haveRecord && svc.Result == "success" && svc.ExitStatus == strconv.Itoa(runner.ExitSkip) {
@@ -50,6 +51,13 @@ func Classify(svc Service, rec runner.Record, haveRecord bool, now time.Time) (r
 		r.Signal = &sig
 	}
 	switch {
+	case rec.Kind == runner.KindPlatformError:
+		r.Result, r.FailureReason = wire.ResultPlatformError, rec.Reason
+	case haveRecord && rec.Kind == runner.KindStarted && svc.Result == "timeout":
+		// Killed before the election ended: shared storage hung.
+		r.Result, r.FailureReason = wire.ResultPlatformError, nodeReason(rec, "timed out before the command started (shared storage hung?)")
+	case haveRecord && rec.Kind == runner.KindStarted:
+		r.Result, r.FailureReason = wire.ResultPlatformError, nodeReason(rec, fmt.Sprintf("runner ended (%s %s %s) before the command started", svc.Result, svc.ExitCode, svc.ExitStatus))
 	case svc.Result == "timeout":
 		r.Result, r.FailureReason = wire.ResultTimeout, "killed after the job's timeout"
 	case svc.Result == "oom-kill" || rec.OOMKilled || (svc.OOMKills > 0 && svc.Result != "success"):
@@ -75,6 +83,13 @@ func Classify(svc Service, rec runner.Record, haveRecord bool, now time.Time) (r
 		r.FailureReason = fmt.Sprintf("service result %q (%s %s) before the command ran", svc.Result, svc.ExitCode, svc.ExitStatus)
 	}
 	return r, false
+}
+
+func nodeReason(rec runner.Record, why string) string {
+	if rec.Node == "" {
+		return why
+	}
+	return "node " + rec.Node + ": " + why
 }
 
 // cgroupOOMKills reads oom_kill from the memory.events of the cgroup this

@@ -41,6 +41,13 @@ func TestClassify(t *testing.T) {
 		{"oom by systemd", Service{Result: "oom-kill", ExitCode: "killed", ExitStatus: "KILL"}, ran(nil, "SIGKILL"), true, "oom"},
 		{"oom by cgroup counter", Service{Result: "exit-code", ExitStatus: "137", OOMKills: 1}, ran(nil, "SIGKILL"), true, "oom"},
 		{"setup error", Service{Result: "exit-code", ExitStatus: "1"}, runner.Record{Kind: runner.KindSetupError, RunKey: "k", Slot: slot, Reason: "lock dir missing"}, true, "failed"},
+		{"late fire", Service{Result: "success", ExitStatus: "75"}, runner.Record{Kind: runner.KindLateFire, RunKey: "k", Slot: slot}, true, ""},
+		{"slot before not-before", Service{Result: "success", ExitStatus: "75"}, runner.Record{Kind: runner.KindNotBefore, RunKey: "k", Slot: slot}, true, ""},
+		{"overlap another node reports", Service{Result: "success", ExitStatus: "75"}, runner.Record{Kind: runner.KindOverlapSeen, RunKey: "k", Slot: slot}, true, ""},
+		{"shared storage failed", Service{Result: "exit-code", ExitStatus: "1"}, runner.Record{Kind: runner.KindPlatformError, RunKey: "k", Slot: slot, Reason: "node n1: lock dir missing"}, true, "platform_error"},
+		// The mount hung until the unit's timeout: the record never reached "ran".
+		{"hung before the command", Service{Result: "timeout", ExitCode: "killed", ExitStatus: "TERM"}, runner.Record{Kind: runner.KindStarted, RunKey: "k", Slot: slot, Node: "n1"}, true, "platform_error"},
+		{"runner died before the command", Service{Result: "signal", ExitCode: "killed", ExitStatus: "KILL"}, runner.Record{Kind: runner.KindStarted, RunKey: "k", Slot: slot}, true, "platform_error"},
 		{"no record, unit never started", Service{Result: "exit-code", ExitCode: "exited", ExitStatus: "243"}, runner.Record{RunKey: "k", Slot: slot}, false, "failed"},
 	}
 	for _, tt := range tests {
@@ -55,6 +62,10 @@ func TestClassify(t *testing.T) {
 		if !silent && (r.RunKey != "k" || !r.ScheduledAt.Equal(slot)) {
 			t.Errorf("%s: run key/slot lost: %+v", tt.name, r)
 		}
+	}
+	hung := runner.Record{Kind: runner.KindStarted, RunKey: "k", Slot: slot, Node: "n1"}
+	if r, _ := Classify(Service{Result: "timeout"}, hung, true, now); r.FailureReason != "node n1: timed out before the command started (shared storage hung?)" {
+		t.Errorf("hung report %+v: want the node and the cause", r)
 	}
 	if r, _ := Classify(Service{Result: "exit-code"}, ran(&seventyFive, ""), true, now); *r.ExitCode != 75 || r.FinishedAt == nil {
 		t.Errorf("own 75 report %+v", r)

@@ -16,11 +16,29 @@ import (
 
 // Kinds of record.
 const (
+	KindStarted    = "started"     // decided the run, before touching shared storage; never a final kind
 	KindRan        = "ran"         // this node ran the command
 	KindContention = "contention"  // another node runs or ran this slot: silent
 	KindOverlap    = "overlap"     // the previous slot's run still runs: reported as overlap_skipped
 	KindSetupError = "setup_error" // the runner could not start the command: reported as failed
+	// KindOverlapSeen: another node already decided this slot an overlap
+	// skip and reports it: silent.
+	KindOverlapSeen = "overlap_seen"
+	// KindLateFire: the service started outside the slot's fire window (a
+	// restarted timer, a start queued behind an overrun): silent.
+	KindLateFire = "late_fire"
+	// KindNotBefore: the slot lies before the job's NotBefore: silent.
+	KindNotBefore = "not_before"
+	// KindPlatformError: shared storage or the node failed the run:
+	// reported as platform_error, never counted against the tenant.
+	KindPlatformError = "platform_error"
 )
+
+// Silent reports whether a record of kind k is reported by no one: the
+// run belongs to another node, or is no run at all.
+func Silent(k string) bool {
+	return k == KindContention || k == KindOverlapSeen || k == KindLateFire || k == KindNotBefore
+}
 
 // ExitSkip is the exit status of a run that did not run the command; the
 // unit's SuccessExitStatus=75 makes it a success for systemd.
@@ -38,6 +56,10 @@ type Record struct {
 	Signal     string     `json:"signal,omitempty"`
 	OOMKilled  bool       `json:"oom_killed,omitempty"` // killed by the runner's memory watch
 	Reason     string     `json:"reason,omitempty"`
+	// Added fields; the ones above keep their names.
+	Trigger string `json:"trigger,omitempty"` // scheduled or manual
+	Node    string `json:"node,omitempty"`    // the node that wrote the record
+	Warning string `json:"warning,omitempty"` // e.g. a corrupt stamp that was overwritten
 }
 
 // RecordFile is the record's name in the service's runtime directory.

@@ -3,19 +3,20 @@ package runner
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/hostcron/hostcron/internal/atomicfile"
 	"github.com/hostcron/hostcron/internal/jobspec"
-	"github.com/hostcron/hostcron/internal/runkey"
 	"github.com/hostcron/hostcron/internal/schedule"
 	"github.com/hostcron/hostcron/internal/wire"
 )
@@ -25,111 +26,220 @@ import (
 type Env struct {
 	SpecPath   string // the job spec ($CREDENTIALS_DIRECTORY/spec)
 	RuntimeDir string // where the record goes ($RUNTIME_DIRECTORY)
+	Node       string // this node's name, for records and leases
 	Now        func() time.Time
-	// StampWait is how long a loser waits for the winner's stamp before
-	// calling the busy lock an overlap.
+	// StampWait is how long a loser polls for the holder's stamp before it
+	// decides the busy lock is not its own run: seconds, since a network
+	// filesystem can take that long to show another client's write.
 	StampWait time.Duration
+	// Heartbeat is how often a running run refreshes its lease.
+	Heartbeat time.Duration
 	// KernelMemoryLimit: the kernel enforces MemoryMax= for the unit, so
 	// the runner's own memory watch stays off (see memwatch.go).
 	KernelMemoryLimit bool
 	// ManualDir holds run-now requests written by the node agent.
 	ManualDir string
-}
-
-// manualSlot returns a run-now request for this job made in the last five
-// minutes, if there is one.
-func manualSlot(dir string, spec jobspec.Spec, now time.Time) (time.Time, bool) {
-	if dir == "" {
-		return time.Time{}, false
-	}
-	at, ok := readStamp(filepath.Join(dir, wire.UnitName(spec.Tenant, spec.ID)))
-	if !ok || at.After(now) || now.Sub(at) > 5*time.Minute {
-		return time.Time{}, false
-	}
-	return at, true
+	// Start is systemd's word on why the service started.
+	Start Start
+	Log   *slog.Logger
 }
 
 // Main runs one occurrence and returns the process exit status.
 func Main() int {
+	node, _ := os.Hostname()
 	env := Env{
 		SpecPath:   filepath.Join(os.Getenv("CREDENTIALS_DIRECTORY"), "spec"),
 		RuntimeDir: os.Getenv("RUNTIME_DIRECTORY"),
+		Node:       node,
 		Now:        time.Now,
-		StampWait:  time.Second,
+		StampWait:  5 * time.Second,
+		Heartbeat:  HeartbeatEvery,
 
 		KernelMemoryLimit: kernelEnforcesMemory(),
 		ManualDir:         wire.RunNowDir,
+		Start:             startFromEnv(),
+		Log:               slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "cron-run"),
 	}
 	if env.RuntimeDir == "" || os.Getenv("CREDENTIALS_DIRECTORY") == "" {
-		fmt.Fprintln(os.Stderr, "cron-run: must run from a hostcron service (no RUNTIME_DIRECTORY or CREDENTIALS_DIRECTORY)")
+		env.Log.Error("must run from a hostcron service (no RUNTIME_DIRECTORY or CREDENTIALS_DIRECTORY)")
 		return 1
 	}
 	return Run(env)
 }
 
-// Run elects, runs and records one occurrence.
+// startFromEnv reads why systemd started the service.
+func startFromEnv() Start {
+	var s Start
+	s.ByTimer = strings.HasSuffix(os.Getenv("TRIGGER_UNIT"), ".timer")
+	if us, err := strconv.ParseInt(os.Getenv("TRIGGER_TIMER_REALTIME_USEC"), 10, 64); err == nil && us > 0 {
+		s.TimerAt = time.UnixMicro(us)
+	}
+	return s
+}
+
+// Run names the run this start is for, elects one node for it, runs it
+// and records it.
 func Run(env Env) int {
+	if env.Log == nil {
+		env.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
 	spec, err := jobspec.Read(env.SpecPath)
 	if err != nil {
-		return setupError(env, Record{}, err)
+		return setupError(env, Record{Node: env.Node}, err)
 	}
 	sched, err := schedule.ParseWithSeconds(spec.Schedule, spec.Timezone)
 	if err != nil {
-		return setupError(env, Record{}, fmt.Errorf("job spec schedule: %w", err))
+		return setupError(env, Record{Node: env.Node, Version: spec.Version}, fmt.Errorf("job spec schedule: %w", err))
 	}
-	// The slot is the latest occurrence at or before now: the timer fired
-	// for it, at most the random delay (under half the interval) ago. A
-	// pending run-now request names its own slot instead.
-	slot := sched.Prev(env.Now())
-	stamp := filepath.Join(spec.LockDir, wire.SlotStampName(spec.ID))
-	// Run-now requests keep their own stamp, so they never stand in for a
-	// scheduled slot or the other way round.
-	manualStamp := filepath.Join(spec.LockDir, wire.ManualStampName(spec.ID))
-	key := runkey.Scheduled(spec.ID, slot)
-	if manual, ok := manualSlot(env.ManualDir, spec, env.Now()); ok {
-		if last, ok := readStamp(manualStamp); !ok || last.Before(manual) {
-			slot, stamp = manual, manualStamp
-			key = runkey.Manual(spec.ID, manual.UTC().Format("20060102T150405Z"))
-		}
+	req := readRequest(env.ManualDir, wire.UnitName(spec.Tenant, spec.ID))
+	d := decideSlot(env.Now(), sched, spec, env.Start, req)
+	rec := recordFor(env, spec, d)
+	if d.Skip != "" {
+		env.Log.Info("not running: "+d.Reason, "run_key", d.Key)
+		rec.Kind, rec.Reason = d.Skip, d.Reason
+		return finish(env, rec, ExitSkip)
 	}
-	rec := Record{Slot: slot.UTC(), Version: spec.Version, RunKey: key}
+	// The local record comes first: if shared storage hangs until the
+	// timeout, the outcome hook still reports this run, under its own key.
+	if err := WriteRecord(env.RuntimeDir, rec); err != nil {
+		env.Log.Error("write run record", "err", err)
+	}
+	return elect(env, spec, d, rec)
+}
 
+func recordFor(env Env, spec jobspec.Spec, d decision) Record {
+	return Record{Kind: KindStarted, Slot: d.Slot, Version: spec.Version, RunKey: d.Key, Trigger: string(d.Trigger), Node: env.Node}
+}
+
+// elect takes the job's lock on shared storage: the holder runs, the
+// others find out why they lost.
+func elect(env Env, spec jobspec.Spec, d decision, rec Record) int {
 	lock, err := openLock(spec.LockDir, spec.ID)
 	if err != nil {
-		return setupError(env, rec, err)
+		return platformError(env, rec, err)
 	}
 	defer lock.Close()
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		if !errors.Is(err, unix.EWOULDBLOCK) {
-			return setupError(env, rec, fmt.Errorf("lock: %w", err))
+			return platformError(env, rec, fmt.Errorf("lock %s: %w", lock.Name(), err))
 		}
-		rec.Kind = busyKind(stamp, slot, env.StampWait)
+		return lost(env, spec, d, rec)
+	}
+	return won(env, spec, d, rec)
+}
+
+// won: holding the lock, run d unless the stamps show it already ran or
+// was decided a skip.
+func won(env Env, spec jobspec.Spec, d decision, rec Record) int {
+	stampPath := filepath.Join(spec.LockDir, wire.SlotStampName(spec.ID))
+	st, ok, warn, err := readStamp(stampPath, env.Now())
+	if err != nil {
+		return platformError(env, rec, fmt.Errorf("%w (not running: fail closed)", err))
+	}
+	if warn != "" {
+		env.Log.Warn(warn, "run_key", d.Key)
+		rec.Warning = warn
+	}
+	if d.Trigger == wire.TriggerScheduled && ok && st.covers(d) {
+		if d.Fallback == nil {
+			rec.Kind = KindContention
+			return finish(env, rec, ExitSkip)
+		}
+		// The slot ran elsewhere; this start was the run-now request's.
+		d = *d.Fallback
+		rec = recordFor(env, spec, d)
+		rec.Warning = warn
+		if err := WriteRecord(env.RuntimeDir, rec); err != nil {
+			env.Log.Error("write run record", "err", err)
+		}
+	}
+	if seen, err := markerExists(spec.LockDir, spec.ID, d); err != nil || seen {
+		if err != nil {
+			return platformError(env, rec, err)
+		}
+		rec.Kind = KindOverlapSeen
 		return finish(env, rec, ExitSkip)
 	}
-	// Holding the lock: if this slot already ran on another node, skip.
-	if last, ok := readStamp(stamp); ok && !last.Before(slot) {
+	if d.Trigger == wire.TriggerManual {
+		if done, err := claimRequest(spec, d); err != nil || done {
+			if err != nil {
+				return platformError(env, rec, err)
+			}
+			rec.Kind = KindContention
+			return finish(env, rec, ExitSkip)
+		}
+	}
+	lease := Stamp{Slot: st.Slot, Holder: env.Node, RunKey: d.Key, Heartbeat: env.Now().UTC()}
+	if d.Trigger == wire.TriggerScheduled {
+		lease.Slot = d.Slot
+	}
+	if err := writeStamp(stampPath, lease); err != nil {
+		return platformError(env, rec, err)
+	}
+	if d.Trigger == wire.TriggerScheduled {
+		if err := cleanMarkers(spec.LockDir, spec.ID, d.Slot, env.Now()); err != nil {
+			env.Log.Warn("clean old skip markers", "err", err)
+		}
+	}
+	return runCommand(env, spec, rec, stampPath, lease)
+}
+
+// claimRequest records a run-now request as started; done reports that it
+// already was (a re-sent signal, an activity retry, another node).
+func claimRequest(spec jobspec.Spec, d decision) (done bool, err error) {
+	p := filepath.Join(spec.LockDir, wire.ManualStampName(spec.ID))
+	ids, err := readDone(p)
+	if err != nil {
+		return false, fmt.Errorf("%w (not running: fail closed)", err)
+	}
+	if slices.Contains(ids, d.Request) {
+		return true, nil
+	}
+	return false, writeDone(p, ids, d.Request)
+}
+
+// lost: another process holds the lock. One node per run decides a skip
+// (it creates the run's marker) and reports it; the others stay silent.
+func lost(env Env, spec jobspec.Spec, d decision, rec Record) int {
+	st, ok, err := waitForStamp(env, filepath.Join(spec.LockDir, wire.SlotStampName(spec.ID)), d)
+	if err != nil {
+		return platformError(env, rec, err)
+	}
+	b := classifyBusy(d, st, ok, env.Now())
+	if b.Kind == KindContention {
 		rec.Kind = KindContention
 		return finish(env, rec, ExitSkip)
 	}
-	if err := writeStamp(stamp, slot); err != nil {
-		return setupError(env, rec, err)
+	first, err := createMarker(spec.LockDir, spec.ID, d)
+	if err != nil {
+		return platformError(env, rec, err)
 	}
-	return runCommand(env, spec, rec)
+	if !first {
+		rec.Kind = KindOverlapSeen
+		return finish(env, rec, ExitSkip)
+	}
+	env.Log.Warn("not running: "+b.Reason, "run_key", d.Key)
+	rec.Kind, rec.Reason = b.Kind, b.Reason
+	if b.Kind == KindPlatformError {
+		rec.Reason = "node " + env.Node + ": " + b.Reason
+		return finish(env, rec, 1)
+	}
+	return finish(env, rec, ExitSkip)
 }
 
-// busyKind tells, for a lock someone else holds, whether they run this
-// slot (contention, silent) or an older one (overlap). The holder writes
-// its stamp right after taking the lock, so wait briefly for it.
-func busyKind(stamp string, slot time.Time, wait time.Duration) string {
-	deadline := time.Now().Add(wait)
+// waitForStamp polls the stamp until it shows d (the holder runs the same
+// run and wrote its stamp right after taking the lock) or StampWait ends.
+func waitForStamp(env Env, path string, d decision) (Stamp, bool, error) {
+	deadline := time.Now().Add(env.StampWait)
 	for {
-		if last, ok := readStamp(stamp); ok && !last.Before(slot) {
-			return KindContention
+		st, ok, _, err := readStamp(path, env.Now())
+		if err != nil {
+			return st, ok, err
 		}
-		if time.Now().After(deadline) {
-			return KindOverlap
+		if (ok && st.covers(d)) || time.Now().After(deadline) {
+			return st, ok, nil
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
@@ -146,27 +256,45 @@ func openLock(dir, id string) (*os.File, error) {
 	return os.NewFile(uintptr(fd), p), nil
 }
 
-func readStamp(path string) (time.Time, bool) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return time.Time{}, false
+// release marks the lease as let go, once the command ended.
+func release(env Env, path string, lease Stamp) {
+	lease.Heartbeat, lease.Released = env.Now().UTC(), true
+	if err := writeStamp(path, lease); err != nil {
+		env.Log.Warn("release lease", "err", err)
 	}
-	t, err := time.Parse(time.RFC3339, strings.TrimSpace(string(b)))
-	return t, err == nil
 }
 
-// writeStamp records the slot atomically and durably: the next node that
-// gets the lock must see it.
-func writeStamp(path string, slot time.Time) error {
-	if err := atomicfile.Write(path, []byte(slot.UTC().Format(time.RFC3339)+"\n"), 0o600); err != nil {
-		return fmt.Errorf("slot stamp: %w", err)
+// startHeartbeat refreshes the lease in the stamp until the returned stop
+// is called (stop waits for a beat in progress), so other nodes can tell a
+// live long run from a crashed holder whose flock CephFS keeps until it
+// evicts the session.
+func startHeartbeat(env Env, path string, lease Stamp) (stop func()) {
+	if env.Heartbeat <= 0 {
+		return func() {}
 	}
-	return nil
+	quit, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(env.Heartbeat)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+				lease.Heartbeat = env.Now().UTC()
+				if err := writeStamp(path, lease); err != nil {
+					env.Log.Warn("refresh lease", "err", err)
+				}
+			}
+		}
+	}()
+	return func() { close(quit); <-stopped }
 }
 
 // runCommand runs the tenant's command with /bin/sh -c in the working
 // directory, forwarding SIGTERM, and records how it ended.
-func runCommand(env Env, spec jobspec.Spec, rec Record) int {
+func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease Stamp) int {
 	cmd := exec.Command("/bin/sh", "-c", spec.Command)
 	cmd.Dir = spec.Dir()
 	cmd.Stdin = nil
@@ -178,7 +306,7 @@ func runCommand(env Env, spec jobspec.Spec, rec Record) int {
 	// A record before the command starts: if the run is killed (timeout,
 	// OOM), the outcome hook still knows the slot and the start.
 	if err := WriteRecord(env.RuntimeDir, rec); err != nil {
-		fmt.Fprintln(os.Stderr, "cron-run:", err)
+		env.Log.Error("write run record", "err", err)
 	}
 	if err := cmd.Start(); err != nil {
 		return setupError(env, rec, fmt.Errorf("start command: %w", err))
@@ -191,12 +319,15 @@ func runCommand(env Env, spec jobspec.Spec, rec Record) int {
 		}
 	}()
 	done := make(chan struct{})
+	stopBeat := startHeartbeat(env, stampPath, lease)
 	var oom <-chan bool
 	if spec.MemoryMaxMB > 0 && !env.KernelMemoryLimit {
 		oom = watchMemory(cmd.Process.Pid, int64(spec.MemoryMaxMB)<<20, done)
 	}
 	err := cmd.Wait()
 	close(done)
+	stopBeat() // before the release, so no late beat overwrites it
+	release(env, stampPath, lease)
 	signal.Stop(sigs)
 	close(sigs)
 	if oom != nil {
@@ -253,14 +384,22 @@ func childEnv() []string {
 }
 
 func setupError(env Env, rec Record, err error) int {
-	fmt.Fprintln(os.Stderr, "cron-run:", err)
+	env.Log.Error("command not started: "+err.Error(), "run_key", rec.RunKey)
 	rec.Kind, rec.Reason = KindSetupError, err.Error()
+	return finish(env, rec, 1)
+}
+
+// platformError records a failure of shared storage or the node, naming
+// the node: the platform's fault, not the tenant's.
+func platformError(env Env, rec Record, err error) int {
+	env.Log.Error("platform error, not running: "+err.Error(), "run_key", rec.RunKey)
+	rec.Kind, rec.Reason = KindPlatformError, "node "+env.Node+": "+err.Error()
 	return finish(env, rec, 1)
 }
 
 func finish(env Env, rec Record, code int) int {
 	if err := WriteRecord(env.RuntimeDir, rec); err != nil {
-		fmt.Fprintln(os.Stderr, "cron-run:", err)
+		env.Log.Error("write run record", "err", err)
 	}
 	return code
 }

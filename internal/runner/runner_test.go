@@ -17,6 +17,12 @@ const id = "0b6f1d7c-3c8e-4a57-9e0a-2f4f5c9d8e71"
 // setup writes a spec for a 10-second schedule and returns an Env whose
 // clock stands 3 s after the slot 12:00:10.
 func setup(t *testing.T, command string) (Env, string) {
+	return setupWith(t, command, "*/10 * * * * *", time.Date(2026, 11, 21, 12, 0, 13, 0, time.UTC))
+}
+
+// setupWith writes a spec for schedule (with seconds) and returns an Env
+// of node1 whose clock stands at now, and the lock dir.
+func setupWith(t *testing.T, command, schedule string, now time.Time) (Env, string) {
 	dir := t.TempDir()
 	web, locks, rt := filepath.Join(dir, "www"), filepath.Join(dir, ".locks"), filepath.Join(dir, "run")
 	for _, d := range []string{web, locks, rt} {
@@ -24,15 +30,14 @@ func setup(t *testing.T, command string) (Env, string) {
 			t.Fatal(err)
 		}
 	}
-	spec := jobspec.Spec{Tenant: "acme", ID: id, Version: 4, Schedule: "*/10 * * * * *", Timezone: "UTC",
+	spec := jobspec.Spec{Tenant: "acme", ID: id, Version: 4, Schedule: schedule, Timezone: "UTC",
 		Command: command, Webroot: web, LockDir: locks}
 	b, _ := spec.Marshal()
 	specPath := filepath.Join(dir, "spec")
 	if err := os.WriteFile(specPath, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	now := time.Date(2026, 11, 21, 12, 0, 13, 0, time.UTC)
-	return Env{SpecPath: specPath, RuntimeDir: rt, Now: func() time.Time { return now }, StampWait: 200 * time.Millisecond}, locks
+	return Env{SpecPath: specPath, RuntimeDir: rt, Node: "node1", Now: func() time.Time { return now }, StampWait: 200 * time.Millisecond}, locks
 }
 
 func record(t *testing.T, env Env) Record {
@@ -86,7 +91,7 @@ func TestSignalRecorded(t *testing.T) {
 }
 
 // holdLock takes the job's lock as another node would and writes stamp.
-func holdLock(t *testing.T, locks string, stamp string) {
+func holdLock(t *testing.T, locks string, stamp string) *os.File {
 	f, err := os.OpenFile(filepath.Join(locks, "cron-"+id+".lock"), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		t.Fatal(err)
@@ -100,6 +105,7 @@ func holdLock(t *testing.T, locks string, stamp string) {
 			t.Fatal(err)
 		}
 	}
+	return f
 }
 
 func TestBusyLockSameSlotIsContention(t *testing.T) {
@@ -137,7 +143,7 @@ func TestLockDirSymlinkRefused(t *testing.T) {
 	if code := Run(env); code != 1 {
 		t.Errorf("exit %d, want 1", code)
 	}
-	if r := record(t, env); r.Kind != KindSetupError {
+	if r := record(t, env); r.Kind != KindPlatformError || !strings.Contains(r.Reason, "node node1: lock dir") {
 		t.Errorf("record %+v", r)
 	}
 }
@@ -154,45 +160,6 @@ func TestMemoryWatchKillsOverLimit(t *testing.T) {
 	}
 	if r := record(t, env); !r.OOMKilled || r.Signal != "SIGKILL" {
 		t.Errorf("record %+v", r)
-	}
-}
-
-// TestRunNowRequest: a pending run-now request names its own slot and runs
-// once; the stamp keeps a second start from running it again.
-func TestRunNowRequest(t *testing.T) {
-	env, _ := setup(t, "true")
-	env.ManualDir = t.TempDir()
-	manual := "2026-11-21T12:00:12Z" // between the slots 12:00:10 and 12:00:20
-	if err := os.WriteFile(filepath.Join(env.ManualDir, "cron-acme-"+id), []byte(manual+"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if code := Run(env); code != 0 {
-		t.Fatalf("exit %d", code)
-	}
-	if r := record(t, env); r.Kind != KindRan || r.RunKey != id+"#manual#20261121T120012Z" {
-		t.Errorf("record %+v", r)
-	}
-	// A second start: the request already ran, so the scheduled slot
-	// 12:00:10 runs; a third finds both done.
-	if code := Run(env); code != 0 {
-		t.Errorf("start after the request ran: exit %d, want the scheduled slot to run", code)
-	}
-	if r := record(t, env); r.RunKey != id+"#scheduled#2026-11-21T12:00:10Z" {
-		t.Errorf("record %+v", r)
-	}
-	if code := Run(env); code != ExitSkip {
-		t.Errorf("third start: exit %d, want %d", code, ExitSkip)
-	}
-	// A request older than five minutes is ignored: the scheduled slot runs.
-	env2, _ := setup(t, "true")
-	env2.ManualDir = env.ManualDir
-	old := env2.Now
-	env2.Now = func() time.Time { return old().Add(10 * time.Minute) }
-	if code := Run(env2); code != 0 {
-		t.Fatalf("exit %d", code)
-	}
-	if r := record(t, env2); r.RunKey != id+"#scheduled#2026-11-21T12:10:10Z" {
-		t.Errorf("stale request was used: %+v", r)
 	}
 }
 

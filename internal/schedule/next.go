@@ -194,3 +194,15 @@ func minGap(set uint64, n int) int {
 	}
 	return best
 }
+
+// FirstInstant maps t to the first instant that shows t's wall time in the
+// schedule's zone. In the repeated hour of a fall-back, a second-pass wall
+// time is never a fire time (see Next), but a timer re-armed inside that
+// hour fires for it; mapping it to the first pass lets the runner's slot
+// stamp see that the wall time already ran, so a job never runs twice.
+func (s *Schedule) FirstInstant(t time.Time) time.Time {
+	if first, ok := resolve(civil(t.In(s.loc)), s.loc, t.Add(-26*time.Hour)); ok && first.Before(t) {
+		return first
+	}
+	return t
+}

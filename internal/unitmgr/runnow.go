@@ -8,11 +8,18 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hostcron/hostcron/internal/runkey"
 	"github.com/hostcron/hostcron/internal/wire"
 )
 
-// RunNow starts one run of a job's service outside its schedule.
-func (m *Manager) RunNow(ctx context.Context, unit string) error {
+// RunNow starts one run of a job's service outside its schedule. The
+// request file names the request, so the runner keys the run by it and
+// the shared run-now stamp runs it once however often it is started.
+func (m *Manager) RunNow(ctx context.Context, req wire.RunNowRequest) error {
+	unit := req.Unit
+	if !runkey.ValidRequest(req.Request) {
+		return fmt.Errorf("run now: request id %q is not valid", req.Request)
+	}
 	if !strings.HasPrefix(unit, wire.UnitPrefix) || strings.ContainsAny(unit, "/\x00") {
 		return fmt.Errorf("run now: %q is not a cron unit", unit)
 	}
@@ -22,8 +29,8 @@ func (m *Manager) RunNow(ctx context.Context, unit string) error {
 	if err := os.MkdirAll(wire.RunNowDir, 0o755); err != nil {
 		return fmt.Errorf("run now: %w", err)
 	}
-	slot := time.Now().UTC().Truncate(time.Second).Format(time.RFC3339) + "\n"
-	if _, err := writeIfChanged(filepath.Join(wire.RunNowDir, unit), []byte(slot), 0o644); err != nil {
+	body := req.Request + "\n" + time.Now().UTC().Truncate(time.Second).Format(time.RFC3339) + "\n"
+	if _, err := writeIfChanged(filepath.Join(wire.RunNowDir, unit), []byte(body), 0o644); err != nil {
 		return fmt.Errorf("run now: %w", err)
 	}
 	if _, err := m.conn.StartUnitContext(ctx, unit+".service", "replace", nil); err != nil {

@@ -178,8 +178,21 @@ func LockFileName(jobID string) string { return UnitPrefix + jobID + ".lock" }
 // SlotStampName holds the last scheduled slot that was started.
 func SlotStampName(jobID string) string { return UnitPrefix + jobID + ".slot" }
 
-// ManualStampName holds the last run-now request that was started.
+// ManualStampName holds the ids of the last run-now requests that were
+// started, so a request never runs twice.
 func ManualStampName(jobID string) string { return UnitPrefix + jobID + ".manual" }
+
+// SkipMarkerPrefix starts the name of a job's overlap skip markers; the
+// slot (Unix seconds) follows. The one node that creates a slot's marker
+// (O_EXCL) reports the skip; every other node stays silent.
+func SkipMarkerPrefix(jobID string) string { return UnitPrefix + jobID + ".skip." }
+
+// RunNowRequest asks one node to start one run-now run of a unit. Request
+// is the outbox task id: the run's key is runkey.Manual(job, Request).
+type RunNowRequest struct {
+	Unit    string `json:"unit"`
+	Request string `json:"request"`
+}
 
 // Well-known paths on a node.
 const (

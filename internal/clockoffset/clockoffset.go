@@ -1,0 +1,87 @@
+// Package clockoffset measures a node's clock against the core API's and
+// keeps the last reading in a small file, so an operator sees a node whose
+// clock drifts before it misnames slots (the runner's fire window and
+// stamps assume clocks within seconds).
+package clockoffset
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hostcron/hostcron/internal/atomicfile"
+)
+
+// FileName is the reading's file in the agent's state dir.
+const FileName = "clock-offset.json"
+
+// WarnAbove is the offset an operator is warned about: the runner's fire
+// window tolerates seconds (FireMargin), not more.
+const WarnAbove = 2 * time.Second
+
+// Reading is one measurement: the core's clock minus this node's.
+type Reading struct {
+	OffsetSeconds float64   `json:"offset_seconds"`
+	MeasuredAt    time.Time `json:"measured_at"`
+	Source        string    `json:"source"` // the request measured against
+}
+
+// Offset is the reading as a duration.
+func (r Reading) Offset() time.Duration {
+	return time.Duration(r.OffsetSeconds * float64(time.Second))
+}
+
+// Measure compares the core's Date header with the midpoint of the
+// request, sent and received by this node's clock. Date has one-second
+// resolution, so the reading is good to about a second plus half the
+// round trip: enough to see a drifting node.
+func Measure(sent, received time.Time, date string) (time.Duration, error) {
+	core, err := http.ParseTime(date)
+	if err != nil {
+		return 0, fmt.Errorf("core API Date header %q: %w", date, err)
+	}
+	mid := sent.Add(received.Sub(sent) / 2)
+	// The header truncates to the second: compare with its middle.
+	return core.Add(500 * time.Millisecond).Sub(mid).Round(100 * time.Millisecond), nil
+}
+
+// Write stores a reading in dir.
+func Write(dir string, r Reading) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("encode clock offset: %w", err)
+	}
+	if err := atomicfile.Write(filepath.Join(dir, FileName), append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write clock offset: %w", err)
+	}
+	return nil
+}
+
+// Read loads the last reading from dir.
+func Read(dir string) (Reading, error) {
+	var r Reading
+	b, err := os.ReadFile(filepath.Join(dir, FileName))
+	if err != nil {
+		return r, fmt.Errorf("read clock offset: %w", err)
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return r, fmt.Errorf("decode clock offset: %w", err)
+	}
+	return r, nil
+}
+
+// Warning returns a one-line warning if the offset is above WarnAbove.
+func (r Reading) Warning() string {
+	off := r.Offset()
+	if off < 0 {
+		off = -off
+	}
+	if off <= WarnAbove {
+		return ""
+	}
+	return fmt.Sprintf("WARNING: this node's clock is %s off the core API's (measured %s), more than %s: fix NTP",
+		r.Offset(), r.MeasuredAt.UTC().Format(time.RFC3339), WarnAbove)
+}

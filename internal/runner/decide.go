@@ -1,0 +1,136 @@
+package runner
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/hostcron/hostcron/internal/jobspec"
+	"github.com/hostcron/hostcron/internal/runkey"
+	"github.com/hostcron/hostcron/internal/schedule"
+	"github.com/hostcron/hostcron/internal/wire"
+)
+
+// Bounds of the decisions below, each with its reason.
+const (
+	// FireMargin is how late after slot + RandomizedDelaySec a timer may
+	// still start the service: PID 1 on a busy node can take seconds to
+	// start a unit. A start later than that is not the slot's own fire
+	// (a restarted timer, or a oneshot that overran and was queued again).
+	FireMargin = 20 * time.Second
+	// RequestTTL is how long a run-now request waits for its start.
+	RequestTTL = 5 * time.Minute
+	// MaxSkew is how far in the future a stamp may lie before it is
+	// treated as corrupt: a node clock this wrong is broken, and a stamp
+	// written by it would stop the job for as long.
+	MaxSkew = 10 * time.Minute
+	// LeaseTTL is how long a lock holder may go without a heartbeat
+	// (HeartbeatEvery) before it is reported as dead: CephFS keeps the
+	// flock of a crashed client until the MDS evicts its session (300 s).
+	LeaseTTL       = 30 * time.Second
+	HeartbeatEvery = 5 * time.Second
+)
+
+// Start is what systemd tells the service about why it started
+// ($TRIGGER_UNIT, $TRIGGER_TIMER_REALTIME_USEC, systemd 251 and later).
+type Start struct {
+	ByTimer bool      // a timer started it
+	TimerAt time.Time // when that timer elapsed; zero if unknown
+}
+
+// Request is a pending run-now request the node agent left in RunNowDir.
+type Request struct {
+	ID string
+	At time.Time
+}
+
+// decision names the run one start is for, or why it runs nothing.
+type decision struct {
+	Trigger wire.Trigger
+	Slot    time.Time // scheduled: the slot; manual: the request time
+	Request string    // manual only
+	Key     string
+	Skip    string // a silent Kind: nothing to contend for
+	Reason  string // why it skips, for the journal
+	// Fallback is a pending request to run instead when the slot turns
+	// out to have run already on another node.
+	Fallback *decision
+}
+
+// decideSlot names what this start of the service is for. A timely fire
+// of a slot at or after NotBefore runs the slot; a pending request runs
+// when the start is not such a fire (or not by the timer at all), or when
+// its slot already ran. The caller decides the election; this only names
+// the run.
+func decideSlot(now time.Time, sched *schedule.Schedule, spec jobspec.Spec, start Start, req *Request) decision {
+	d := scheduled(now, sched, spec, start)
+	if req == nil || !req.At.Before(now.Add(MaxSkew)) || now.Sub(req.At) > RequestTTL {
+		return d
+	}
+	m := decision{Trigger: wire.TriggerManual, Slot: req.At.UTC(), Request: req.ID, Key: runkey.Manual(spec.ID, req.ID)}
+	if d.Skip != "" || !start.ByTimer {
+		return m
+	}
+	d.Fallback = &m
+	return d
+}
+
+// scheduled names the slot of a timer fire, or why it is not one to run.
+func scheduled(now time.Time, sched *schedule.Schedule, spec jobspec.Spec, start Start) decision {
+	prev := sched.Prev(now)
+	if prev.IsZero() {
+		return decision{Trigger: wire.TriggerScheduled, Skip: KindLateFire, Reason: "no slot of the schedule before now"}
+	}
+	slot := sched.FirstInstant(prev).UTC()
+	d := decision{Trigger: wire.TriggerScheduled, Slot: slot, Key: runkey.Scheduled(spec.ID, slot)}
+	window := time.Duration(spec.RandomizedDelaySec)*time.Second + FireMargin
+	switch {
+	case slot.Before(spec.NotBefore):
+		d.Skip, d.Reason = KindNotBefore, fmt.Sprintf("slot %s is before the job's not-before %s", slot.Format(time.RFC3339), spec.NotBefore.UTC().Format(time.RFC3339))
+	case now.Sub(slot) > window && spec.CatchUp == jobspec.CatchUpNone:
+		d.Skip, d.Reason = KindLateFire, fmt.Sprintf("late fire: started %s after slot %s, outside its window of %s (a restarted timer or an overrun; no catch-up)",
+			now.Sub(slot).Round(time.Second), slot.Format(time.RFC3339), window)
+	case !start.TimerAt.IsZero() && now.Sub(start.TimerAt) > FireMargin && spec.CatchUp == jobspec.CatchUpNone:
+		// systemd queued this start while the previous run still ran and
+		// started it when that run ended: the slot belongs to the others.
+		d.Skip, d.Reason = KindLateFire, fmt.Sprintf("late fire: started %s after the timer elapsed at %s (queued behind the previous run; no catch-up)",
+			now.Sub(start.TimerAt).Round(time.Second), start.TimerAt.UTC().Format(time.RFC3339))
+	}
+	return d
+}
+
+// busy is what a node that did not get the lock makes of it.
+type busy struct {
+	Kind   string
+	Reason string
+}
+
+// classifyBusy tells, for a lock another process holds, whether it runs
+// this very run (contention, silent), whether its holder stopped
+// heart-beating (a dead node whose flock CephFS has not yet released), or
+// whether the previous run is still running (overlap).
+func classifyBusy(d decision, st Stamp, haveStamp bool, now time.Time) busy {
+	switch {
+	case haveStamp && st.covers(d):
+		return busy{Kind: KindContention}
+	case haveStamp && !st.Released && !st.Heartbeat.IsZero() && now.Sub(st.Heartbeat) > LeaseTTL:
+		return busy{Kind: KindPlatformError, Reason: fmt.Sprintf("lock holder node %s stopped heart-beating at %s (run %s)",
+			orUnknown(st.Holder), st.Heartbeat.UTC().Format(time.RFC3339), orUnknown(st.RunKey))}
+	default:
+		return busy{Kind: KindOverlap, Reason: "the previous run was still running"}
+	}
+}
+
+// covers reports whether the stamp shows d as started (or a later slot).
+func (st Stamp) covers(d decision) bool {
+	if d.Trigger == wire.TriggerManual {
+		return st.RunKey == d.Key
+	}
+	return !st.Slot.Before(d.Slot)
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "(unknown)"
+	}
+	return s
+}

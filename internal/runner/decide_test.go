@@ -1,0 +1,114 @@
+package runner
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hostcron/hostcron/internal/jobspec"
+	"github.com/hostcron/hostcron/internal/schedule"
+	"github.com/hostcron/hostcron/internal/wire"
+)
+
+func TestDecideSlot(t *testing.T) {
+	at := func(h, m, s int) time.Time { return time.Date(2026, 11, 21, h, m, s, 0, time.UTC) }
+	noon := "0 0 12 * * *"
+	minutely := "0 * * * * *"
+	req := &Request{ID: "42", At: at(14, 0, 0)}
+	for _, tt := range []struct {
+		name      string
+		schedule  string
+		tz        string
+		now       time.Time
+		delay     int
+		notBefore time.Time
+		req       *Request
+		start     Start
+		wantKey   string // "" when it skips
+		wantSkip  string
+		fallback  string // key of the fallback request, if any
+	}{
+		{name: "timely fire", schedule: noon, now: at(12, 0, 9), delay: 15, wantKey: id + "#scheduled#2026-11-21T12:00:00Z"},
+		{name: "at the edge of delay + margin", schedule: noon, now: at(12, 0, 35), delay: 15, wantKey: id + "#scheduled#2026-11-21T12:00:00Z"},
+		{name: "past the window", schedule: noon, now: at(12, 0, 36), delay: 15, wantSkip: KindLateFire},
+		// Defect (a): a timer edited at 14:00 is restarted and fires at once.
+		{name: "restarted timer runs no past slot", schedule: noon, now: at(14, 0, 0), delay: 15, wantSkip: KindLateFire},
+		// Defect (b): a start queued behind an overrun comes after the window.
+		{name: "start after an overrun", schedule: minutely, now: at(12, 1, 50), delay: 15, wantSkip: KindLateFire},
+		{name: "slot before not-before", schedule: minutely, now: at(12, 1, 5), notBefore: at(12, 1, 3), wantSkip: KindNotBefore},
+		{name: "slot at not-before", schedule: minutely, now: at(12, 1, 5), notBefore: at(12, 1, 0), wantKey: id + "#scheduled#2026-11-21T12:01:00Z"},
+		{name: "request on a start that is no fire", schedule: noon, now: at(14, 0, 1), req: req, wantKey: id + "#manual#42"},
+		{name: "request before not-before still runs", schedule: minutely, now: at(14, 0, 1), notBefore: at(14, 0, 30), req: req, wantKey: id + "#manual#42"},
+		{name: "request never replaces a timely timer fire", schedule: minutely, now: at(14, 0, 1), req: req, start: Start{ByTimer: true},
+			wantKey: id + "#scheduled#2026-11-21T14:00:00Z", fallback: id + "#manual#42"},
+		{name: "request on a start not by the timer, inside a window", schedule: minutely, now: at(14, 0, 1), req: req, wantKey: id + "#manual#42"},
+		// Defect (b) as systemd 252 tells it: the timer elapsed while the
+		// previous run ran, and the start came when that run ended.
+		{name: "start queued behind a run", schedule: minutely, now: at(12, 1, 25), delay: 15,
+			start: Start{ByTimer: true, TimerAt: at(12, 1, 3)}, wantSkip: KindLateFire},
+		{name: "start right after its timer", schedule: minutely, now: at(12, 1, 5), delay: 15,
+			start: Start{ByTimer: true, TimerAt: at(12, 1, 4)}, wantKey: id + "#scheduled#2026-11-21T12:01:00Z"},
+		{name: "expired request", schedule: noon, now: at(14, 6, 0), req: req, wantSkip: KindLateFire},
+		{name: "request from the far future", schedule: noon, now: at(13, 0, 0), req: req, wantSkip: KindLateFire},
+		// A timer re-armed in the second pass of Berlin's repeated hour fires
+		// at 02:30 CET: the slot is the first pass's 02:30 CEST, over an hour
+		// ago, so it never runs a second time.
+		{name: "DST second pass", schedule: "0 30 2 * * *", tz: "Europe/Berlin", now: time.Date(2026, 10, 25, 1, 30, 5, 0, time.UTC), wantSkip: KindLateFire},
+		{name: "DST first pass", schedule: "0 30 2 * * *", tz: "Europe/Berlin", now: time.Date(2026, 10, 25, 0, 30, 5, 0, time.UTC), wantKey: id + "#scheduled#2026-10-25T00:30:00Z"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tz := tt.tz
+			if tz == "" {
+				tz = "UTC"
+			}
+			sched, err := schedule.ParseWithSeconds(tt.schedule, tz)
+			if err != nil {
+				t.Fatal(err)
+			}
+			spec := jobspec.Spec{ID: id, RandomizedDelaySec: tt.delay, NotBefore: tt.notBefore}
+			d := decideSlot(tt.now, sched, spec, tt.start, tt.req)
+			if d.Skip != tt.wantSkip || (tt.wantSkip == "" && d.Key != tt.wantKey) {
+				t.Fatalf("decision %+v, want key %q skip %q", d, tt.wantKey, tt.wantSkip)
+			}
+			if d.Skip != "" && d.Reason == "" {
+				t.Error("a skip must say why")
+			}
+			switch {
+			case tt.fallback == "" && d.Fallback != nil:
+				t.Errorf("unexpected fallback %+v", d.Fallback)
+			case tt.fallback != "" && (d.Fallback == nil || d.Fallback.Key != tt.fallback):
+				t.Errorf("fallback %+v, want %q", d.Fallback, tt.fallback)
+			}
+		})
+	}
+}
+
+func TestClassifyBusy(t *testing.T) {
+	now := time.Date(2026, 11, 21, 12, 1, 5, 0, time.UTC)
+	slot := decision{Trigger: wire.TriggerScheduled, Slot: now.Add(-5 * time.Second), Key: "k-slot"}
+	manual := decision{Trigger: wire.TriggerManual, Request: "42", Key: "k-manual"}
+	prev := now.Add(-65 * time.Second)
+	for _, tt := range []struct {
+		name string
+		d    decision
+		st   Stamp
+		ok   bool
+		want string
+		bits string
+	}{
+		{"same slot: another node runs it", slot, Stamp{Slot: slot.Slot, Heartbeat: now}, true, KindContention, ""},
+		{"older slot, live holder", slot, Stamp{Slot: prev, Holder: "node2", Heartbeat: now.Add(-3 * time.Second)}, true, KindOverlap, ""},
+		{"released lease, lock held by someone without one", slot, Stamp{Slot: prev, Holder: "node2", Heartbeat: now.Add(-time.Hour), Released: true}, true, KindOverlap, ""},
+		{"legacy stamp without lease", slot, Stamp{Slot: prev}, true, KindOverlap, ""},
+		{"no stamp yet", slot, Stamp{}, false, KindOverlap, ""},
+		{"holder stopped heart-beating", slot, Stamp{Slot: prev, Holder: "node2", RunKey: "k-prev", Heartbeat: now.Add(-2 * time.Minute)}, true,
+			KindPlatformError, "lock holder node node2 stopped heart-beating at 2026-11-21T11:59:05Z"},
+		{"same request held", manual, Stamp{Slot: prev, RunKey: "k-manual", Heartbeat: now}, true, KindContention, ""},
+		{"request behind a scheduled run", manual, Stamp{Slot: prev, RunKey: "k-slot", Heartbeat: now}, true, KindOverlap, ""},
+	} {
+		b := classifyBusy(tt.d, tt.st, tt.ok, now)
+		if b.Kind != tt.want || (tt.bits != "" && !strings.Contains(b.Reason, tt.bits)) {
+			t.Errorf("%s: %+v, want %s %q", tt.name, b, tt.want, tt.bits)
+		}
+	}
+}

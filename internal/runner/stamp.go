@@ -1,0 +1,199 @@
+package runner
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hostcron/hostcron/internal/atomicfile"
+	"github.com/hostcron/hostcron/internal/runkey"
+	"github.com/hostcron/hostcron/internal/wire"
+)
+
+// Stamp is the job's slot stamp on shared storage, beside the lock: the
+// last scheduled slot started, and the lease of the run holding the lock.
+type Stamp struct {
+	Slot      time.Time `json:"slot"`      // last scheduled slot started on any node
+	Holder    string    `json:"holder"`    // node of the run holding the lock
+	RunKey    string    `json:"run_key"`   // the run holding the lock
+	Heartbeat time.Time `json:"heartbeat"` // refreshed every HeartbeatEvery while it runs
+	// Released: the run ended and let go of the lock, so a later holder
+	// without a lease (a runner between lock and stamp, an operator's
+	// flock) is not mistaken for a dead node.
+	Released bool `json:"released,omitempty"`
+}
+
+// readStamp loads the stamp. A missing stamp is ok=false; a stamp that
+// cannot be read is an error (the caller fails closed); a stamp that does
+// not parse or lies further ahead than MaxSkew is corrupt: ok=false and a
+// warning, so the winner overwrites it.
+func readStamp(path string, now time.Time) (st Stamp, ok bool, warn string, err error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Stamp{}, false, "", nil
+	}
+	if err != nil {
+		return Stamp{}, false, "", fmt.Errorf("read slot stamp: %w", err)
+	}
+	text := strings.TrimSpace(string(b))
+	if t, perr := time.Parse(time.RFC3339, text); perr == nil {
+		st = Stamp{Slot: t} // written before stamps carried a lease
+	} else if jerr := json.Unmarshal(b, &st); jerr != nil {
+		return Stamp{}, false, fmt.Sprintf("slot stamp %s is corrupt (%q), overwritten", path, truncate(text, 60)), nil
+	}
+	if st.Slot.After(now.Add(MaxSkew)) {
+		return Stamp{}, false, fmt.Sprintf("slot stamp %s names %s, more than %s ahead of this node's clock: corrupt, overwritten",
+			path, st.Slot.UTC().Format(time.RFC3339), MaxSkew), nil
+	}
+	return st, true, "", nil
+}
+
+// writeStamp records the stamp atomically and durably: the next node that
+// gets the lock must see it.
+func writeStamp(path string, st Stamp) error {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return fmt.Errorf("encode slot stamp: %w", err)
+	}
+	if err := atomicfile.Write(path, append(b, '\n'), 0o600); err != nil {
+		return fmt.Errorf("write slot stamp: %w", err)
+	}
+	return nil
+}
+
+// keepRequests is how many run-now request ids the manual stamp keeps: far
+// more than can be pending at once.
+const keepRequests = 32
+
+// readDone loads the ids of the run-now requests already started. A stamp
+// from before it held ids (a time) counts as none.
+func readDone(path string) ([]string, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read run-now stamp: %w", err)
+	}
+	var done []string
+	if json.Unmarshal(b, &done) != nil {
+		return nil, nil
+	}
+	return done, nil
+}
+
+// writeDone appends id, keeping the last keepRequests ids.
+func writeDone(path string, done []string, id string) error {
+	done = append(slices.Clone(done), id)
+	if len(done) > keepRequests {
+		done = done[len(done)-keepRequests:]
+	}
+	b, _ := json.Marshal(done)
+	if err := atomicfile.Write(path, append(b, '\n'), 0o600); err != nil {
+		return fmt.Errorf("write run-now stamp: %w", err)
+	}
+	return nil
+}
+
+// markerToken names a run in its skip marker: a slot's Unix seconds, or
+// "m" and the request id.
+func markerToken(d decision) string {
+	if d.Trigger == wire.TriggerManual {
+		return "m" + d.Request
+	}
+	return strconv.FormatInt(d.Slot.Unix(), 10)
+}
+
+func markerPath(dir, jobID string, d decision) string {
+	return filepath.Join(dir, wire.SkipMarkerPrefix(jobID)+markerToken(d))
+}
+
+// createMarker claims the skip decision for d: exactly one node creates
+// the marker (O_EXCL), even on a network filesystem.
+func createMarker(dir, jobID string, d decision) (bool, error) {
+	p := markerPath(dir, jobID, d)
+	fd, err := unix.Open(p, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if errors.Is(err, unix.EEXIST) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("create skip marker %s: %w", p, err)
+	}
+	return true, unix.Close(fd)
+}
+
+// markerExists reports whether d was already decided a skip; an error
+// reading it is an error (fail closed).
+func markerExists(dir, jobID string, d decision) (bool, error) {
+	_, err := os.Lstat(markerPath(dir, jobID, d))
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	}
+	return false, fmt.Errorf("skip marker: %w", err)
+}
+
+// cleanMarkers removes markers of slots before slot, and of requests older
+// than RequestTTL: none of them can be contended any more.
+func cleanMarkers(dir, jobID string, slot, now time.Time) error {
+	prefix := wire.SkipMarkerPrefix(jobID)
+	names, err := filepath.Glob(filepath.Join(dir, prefix+"*"))
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, p := range names {
+		tok := strings.TrimPrefix(filepath.Base(p), prefix)
+		stale := false
+		if sec, err := strconv.ParseInt(tok, 10, 64); err == nil {
+			stale = time.Unix(sec, 0).Before(slot)
+		} else if fi, err := os.Lstat(p); err == nil {
+			stale = now.Sub(fi.ModTime()) > RequestTTL
+		}
+		if stale {
+			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// readRequest returns the pending run-now request for unit, if any: the
+// node agent writes "{request id}\n{request time RFC 3339}\n".
+func readRequest(dir, unit string) *Request {
+	if dir == "" {
+		return nil
+	}
+	b, err := os.ReadFile(filepath.Join(dir, unit))
+	if err != nil {
+		return nil
+	}
+	lines := strings.Fields(string(b))
+	if len(lines) != 2 || !runkey.ValidRequest(lines[0]) {
+		return nil
+	}
+	at, err := time.Parse(time.RFC3339, lines[1])
+	if err != nil {
+		return nil
+	}
+	return &Request{ID: lines[0], At: at}
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
