@@ -27,7 +27,7 @@ type executor struct {
 // systemd call (other than a stop) ends the run with an error, since what
 // follows depends on it; failed stops are returned after the rest ran.
 func (e *executor) run(ctx context.Context, p Plan) (wire.NodeReport, error) {
-	rep := wire.NodeReport{Failed: p.Failed, Kept: p.Kept}
+	rep := wire.NodeReport{Failed: append([]string(nil), p.Failed...), Kept: append([]string(nil), p.Kept...)}
 	failed := map[string]bool{}
 	deleting := map[string]bool{}
 	for _, s := range p.Steps {
