@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 
-	sd "github.com/coreos/go-systemd/v22/dbus"
 	"github.com/spf13/cobra"
 
 	"github.com/hostcron/hostcron/internal/nodeconf"
@@ -21,9 +20,9 @@ import (
 // openManager connects to systemd over D-Bus (its private socket when root,
 // else the system bus) and returns a unit manager with the node's paths.
 func openManager(ctx context.Context, cfg nodeconf.Config, log *slog.Logger) (*unitmgr.Manager, func(), error) {
-	conn, err := sd.NewWithContext(ctx)
+	conn, err := unitmgr.DialDBus(ctx)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect to systemd: %w", err)
+		return nil, nil, err
 	}
 	paths := units.DefaultPaths
 	paths.SpecDir = cfg.SpecDir
@@ -124,5 +123,5 @@ func unitsCmds(configPath *string, log *slog.Logger) []*cobra.Command {
 			return m.State(ctx)
 		}),
 	}
-	return []*cobra.Command{reconcile, apply, remove, state}
+	return []*cobra.Command{reconcile, planCmd(configPath, log), apply, remove, state}
 }

@@ -9,12 +9,17 @@ import (
 	"path/filepath"
 )
 
+// TempPrefix starts the name of every temporary file Write creates
+// (".tmp-<name>-<random>" beside the target): a crash between create and
+// rename leaves one behind, and cleaners find them by this prefix.
+const TempPrefix = ".tmp-"
+
 // Write stores data at path with mode: a new temporary file in the same
 // directory (created exclusively, so a planted symlink is never
 // followed), fsync, rename over path, fsync of the directory.
 func Write(path string, data []byte, mode os.FileMode) error {
 	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, ".tmp-"+filepath.Base(path)+"-*")
+	tmp, err := os.CreateTemp(dir, TempPrefix+filepath.Base(path)+"-*")
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}

@@ -25,7 +25,7 @@ func Translate(j wire.Job) (units.Job, jobspec.Spec, error) {
 		return units.Job{}, jobspec.Spec{}, fmt.Errorf("job %s: working directory %w", j.ID, err)
 	}
 	u := units.Job{
-		Tenant: j.Tenant, ID: j.ID, Version: j.Version, User: j.User, Group: j.Group,
+		Tenant: j.Tenant, ID: j.ID, User: j.User, Group: j.Group,
 		Webroot: j.Webroot, LockDir: j.LockDir(), OnCalendar: sched.OnCalendar(),
 		TimeoutSec: j.TimeoutSec, MemoryMaxMB: j.MemoryMaxMB,
 		RandomizedDelaySec: units.DelayFor(sched.MinInterval()),

@@ -25,18 +25,6 @@ func writeIfChanged(path string, content []byte, mode os.FileMode) (bool, error)
 	return true, nil
 }
 
-// removeIfExists removes a file and reports whether it was there.
-func removeIfExists(path string) (bool, error) {
-	err := os.Remove(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("remove %s: %w", path, err)
-	}
-	return true, nil
-}
-
 // ensureLockDir creates dir (mode 0700) owned by the tenant's user and
 // group. The parent belongs to the tenant, who could plant a symlink there:
 // the directory is opened without following links and chowned through its

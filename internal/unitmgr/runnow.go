@@ -23,7 +23,7 @@ func (m *Manager) RunNow(ctx context.Context, req wire.RunNowRequest) error {
 	if !strings.HasPrefix(unit, wire.UnitPrefix) || strings.ContainsAny(unit, "/\x00") {
 		return fmt.Errorf("run now: %q is not a cron unit", unit)
 	}
-	if _, err := os.Stat(filepath.Join(m.unitDir, unit+".service")); err != nil {
+	if _, err := os.Stat(filepath.Join(m.layout.UnitDir, unit+".service")); err != nil {
 		return fmt.Errorf("run now: %s is not on this node: %w", unit, err)
 	}
 	if err := os.MkdirAll(wire.RunNowDir, 0o755); err != nil {
@@ -33,7 +33,7 @@ func (m *Manager) RunNow(ctx context.Context, req wire.RunNowRequest) error {
 	if _, err := writeIfChanged(filepath.Join(wire.RunNowDir, unit), []byte(body), 0o644); err != nil {
 		return fmt.Errorf("run now: %w", err)
 	}
-	if _, err := m.conn.StartUnitContext(ctx, unit+".service", "replace", nil); err != nil {
+	if err := m.sys.StartUnit(ctx, unit+".service"); err != nil {
 		return fmt.Errorf("run now: start %s: %w", unit, err)
 	}
 	return nil

@@ -33,11 +33,13 @@ var DefaultPaths = Paths{
 	SpecDir:     "/var/lib/hostcron/jobs",
 }
 
-// Job is what a unit pair needs to know about one cron job.
+// Job is what a unit pair needs to know about one cron job. It has no
+// version: a unit file changes only when what systemd reads changes (the
+// version lives in the job spec), so an edit of the command alone never
+// costs a daemon-reload or a timer restart.
 type Job struct {
 	Tenant      string   // tenant name, part of the unit name
 	ID          string   // cron job id (UUID), part of the unit name
-	Version     int64    // bumped by the core API on every change
 	User, Group string   // the tenant's Linux user and group
 	Webroot     string   // absolute path; WorkingDirectory and writable
 	LockDir     string   // {webStorageDir}/{tenant}/.locks; writable
@@ -128,8 +130,6 @@ func (j *Job) Validate() error {
 		return fmt.Errorf("memory limit %d MB: want 16 to 65536", j.MemoryMaxMB)
 	case j.RandomizedDelaySec < 0 || j.RandomizedDelaySec > MaxRandomizedDelaySec:
 		return fmt.Errorf("randomized delay %ds: want 0 to %d", j.RandomizedDelaySec, MaxRandomizedDelaySec)
-	case j.Version < 0:
-		return fmt.Errorf("version %d: must not be negative", j.Version)
 	}
 	for _, v := range j.OnCalendar {
 		if !calendarRE.MatchString(v) {

@@ -21,7 +21,7 @@ func validJob(t *testing.T, expr, tz string) Job {
 		t.Fatal(err)
 	}
 	return Job{
-		Tenant: "acme-shop", ID: jobID, Version: 3, User: "acme", Group: "acme",
+		Tenant: "acme-shop", ID: jobID, User: "acme", Group: "acme",
 		Webroot: "/srv/shared/www/acme-shop/public", LockDir: "/srv/shared/www/acme-shop/.locks",
 		OnCalendar: s.OnCalendar(), TimeoutSec: 300, MemoryMaxMB: 256,
 		RandomizedDelaySec: DelayFor(s.MinInterval()),

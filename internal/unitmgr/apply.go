@@ -1,0 +1,200 @@
+package unitmgr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/hostcron/hostcron/internal/atomicfile"
+	"github.com/hostcron/hostcron/internal/wire"
+)
+
+// executor runs a plan's steps.
+type executor struct {
+	sys     Systemd
+	layout  Layout
+	log     *slog.Logger
+	lockDir func(dir, user, group string) error // ensureLockDir; a fake in tests
+}
+
+// run executes p and reports as the workflows expect. A step of a unit
+// whose earlier step failed is skipped, except stop and disable: they
+// only take the unit towards "not running", which is always safe, and a
+// disabled job must stop even when its files cannot be written. A failed
+// systemd call (other than a stop) ends the run with an error, since what
+// follows depends on it; failed stops are returned after the rest ran.
+func (e *executor) run(ctx context.Context, p Plan) (wire.NodeReport, error) {
+	rep := wire.NodeReport{Failed: append([]string(nil), p.Failed...), Kept: append([]string(nil), p.Kept...)}
+	failed := map[string]bool{}
+	deleting := map[string]bool{}
+	for _, s := range p.Steps {
+		if s.Kind == KindRemove {
+			deleting[s.Unit] = true
+		}
+	}
+	var stopErrs []error
+	marked := false
+	for i := 0; i < len(p.Steps); i++ {
+		s := p.Steps[i]
+		if failed[s.Unit] && s.Kind != KindStop && s.Kind != KindDisable {
+			continue
+		}
+		switch s.Kind {
+		case KindCleanup:
+			if err := os.Remove(s.Target); err != nil && !errors.Is(err, os.ErrNotExist) {
+				e.log.Warn("remove atomic-write leftover", "path", s.Target, "err", err)
+			}
+		case KindStop:
+			if err := e.sys.StopUnit(ctx, s.Target); err != nil {
+				stopErrs = append(stopErrs, fmt.Errorf("stop %s: %w", s.Target, err))
+			}
+		case KindDisable, KindEnable:
+			n, batch := sameKind(p.Steps[i:], failed)
+			i += n - 1
+			if len(batch) == 0 {
+				continue
+			}
+			if err := e.setEnablement(ctx, s.Kind, batch, deleting, &rep); err != nil {
+				return rep, errors.Join(append(stopErrs, err)...)
+			}
+		case KindLockDir:
+			if err := e.lockDir(s.Target, s.User, s.Group); err != nil {
+				e.fail(&rep, failed, s, err)
+			}
+		case KindWrite, KindRemove:
+			if !marked && isUnitFile(s.Target) {
+				e.mark()
+				marked = true
+			}
+			if err := e.fileStep(s, &rep); err != nil {
+				if s.Kind == KindRemove {
+					return rep, errors.Join(append(stopErrs, err)...)
+				}
+				e.fail(&rep, failed, s, err)
+			}
+		case KindReload:
+			if err := e.sys.Reload(ctx); err != nil {
+				return rep, errors.Join(append(stopErrs, fmt.Errorf("daemon-reload: %w", err))...)
+			}
+			rep.Reloads = 1
+			e.unmark()
+		case KindStart, KindRestart:
+			if err := e.activate(ctx, s); err != nil {
+				return rep, errors.Join(append(stopErrs, err)...)
+			}
+		}
+	}
+	return rep, errors.Join(stopErrs...)
+}
+
+func (e *executor) fail(rep *wire.NodeReport, failed map[string]bool, s Step, err error) {
+	failed[s.Unit] = true
+	rep.Failed = append(rep.Failed, fmt.Sprintf("%s: %v", s.Unit, err))
+	e.log.Error("apply cron job", "unit", s.Unit, "step", s.Kind, "err", err)
+}
+
+// sameKind returns the length of the run of steps of the first step's
+// kind, and that run without the enables of failed units (a disable is
+// never dropped).
+func sameKind(steps []Step, failed map[string]bool) (int, []Step) {
+	n := 0
+	var batch []Step
+	for _, s := range steps {
+		if s.Kind != steps[0].Kind {
+			break
+		}
+		n++
+		if s.Kind == KindEnable && failed[s.Unit] {
+			continue
+		}
+		batch = append(batch, s)
+	}
+	return n, batch
+}
+
+// setEnablement enables or disables a batch of timers in one D-Bus call.
+// Timers of removed units are disabled but not reported as disabled.
+func (e *executor) setEnablement(ctx context.Context, kind Kind, batch []Step, deleting map[string]bool, rep *wire.NodeReport) error {
+	var files []string
+	for _, s := range batch {
+		files = append(files, s.Target)
+	}
+	if kind == KindEnable {
+		if err := e.sys.EnableUnitFiles(ctx, files); err != nil {
+			return fmt.Errorf("enable timers: %w", err)
+		}
+		rep.Enabled = append(rep.Enabled, files...)
+		return nil
+	}
+	if err := e.sys.DisableUnitFiles(ctx, files); err != nil {
+		return fmt.Errorf("disable timers: %w", err)
+	}
+	for _, s := range batch {
+		if !deleting[s.Unit] {
+			rep.Disabled = append(rep.Disabled, s.Target)
+		}
+	}
+	return nil
+}
+
+func (e *executor) fileStep(s Step, rep *wire.NodeReport) error {
+	if s.Kind == KindRemove {
+		if err := os.Remove(s.Target); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("remove %s: %w", s.Target, err)
+		}
+		if n := len(rep.Removed); n == 0 || rep.Removed[n-1] != s.Unit {
+			rep.Removed = append(rep.Removed, s.Unit)
+		}
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(s.Target), 0o700); err != nil {
+		return fmt.Errorf("create directory of %s: %w", s.Target, err)
+	}
+	if err := atomicfile.Write(s.Target, s.Content, s.Mode); err != nil {
+		return err
+	}
+	if isUnitFile(s.Target) {
+		rep.Written = append(rep.Written, filepath.Base(s.Target))
+	} else {
+		rep.Specs = append(rep.Specs, s.Unit)
+	}
+	return nil
+}
+
+func (e *executor) activate(ctx context.Context, s Step) error {
+	var err error
+	if s.Kind == KindRestart {
+		err = e.sys.RestartUnit(ctx, s.Target)
+	} else {
+		err = e.sys.StartUnit(ctx, s.Target)
+	}
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", s.Kind, s.Target, err)
+	}
+	return nil
+}
+
+// mark writes the dirty marker before the first unit file changes. If it
+// cannot be written (a full disk), the apply goes on: the writes will
+// likely fail too, and NeedDaemonReload still catches a half-done change
+// of a unit systemd had loaded.
+func (e *executor) mark() {
+	p := e.layout.Marker()
+	err := os.MkdirAll(filepath.Dir(p), 0o700)
+	if err == nil {
+		err = atomicfile.Write(p, []byte("unit files changed; daemon-reload pending\n"), 0o600)
+	}
+	if err != nil {
+		e.log.Warn("write dirty marker", "path", p, "err", err)
+	}
+}
+
+// unmark removes the marker after a successful reload.
+func (e *executor) unmark() {
+	if err := os.Remove(e.layout.Marker()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		e.log.Warn("remove dirty marker", "err", err)
+	}
+}

@@ -1,0 +1,323 @@
+package unitmgr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hostcron/hostcron/internal/units"
+	"github.com/hostcron/hostcron/internal/wire"
+)
+
+// fakeSystemd records calls and keeps a tiny model of timer activity.
+type fakeSystemd struct {
+	mu        sync.Mutex
+	calls     []string
+	active    map[string]bool // unit file name → active
+	failStart error
+	failRload error
+	inReload  chan struct{} // when set, Reload blocks until it is closed
+	needRload map[string]bool
+	wantsDir  string // enable and disable make and remove links here, as systemd does
+}
+
+func newFake() *fakeSystemd {
+	return &fakeSystemd{active: map[string]bool{}, needRload: map[string]bool{}}
+}
+
+func (f *fakeSystemd) record(format string, args ...any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, fmt.Sprintf(format, args...))
+}
+
+func (f *fakeSystemd) Calls() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.calls...)
+}
+
+func (f *fakeSystemd) Reload(context.Context) error {
+	f.record("reload")
+	if f.inReload != nil {
+		<-f.inReload
+	}
+	return f.failRload
+}
+func (f *fakeSystemd) EnableUnitFiles(_ context.Context, files []string) error {
+	f.record("enable %s", strings.Join(files, ","))
+	for _, n := range files {
+		if err := os.Symlink("../"+n, filepath.Join(f.wantsDir, n)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+func (f *fakeSystemd) DisableUnitFiles(_ context.Context, files []string) error {
+	f.record("disable %s", strings.Join(files, ","))
+	for _, n := range files {
+		if err := os.Remove(filepath.Join(f.wantsDir, n)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+func (f *fakeSystemd) StartUnit(_ context.Context, n string) error {
+	f.record("start %s", n)
+	if f.failStart != nil {
+		return f.failStart
+	}
+	f.mu.Lock()
+	f.active[n] = true
+	f.mu.Unlock()
+	return nil
+}
+func (f *fakeSystemd) StopUnit(_ context.Context, n string) error {
+	f.record("stop %s", n)
+	f.mu.Lock()
+	delete(f.active, n)
+	f.mu.Unlock()
+	return nil
+}
+func (f *fakeSystemd) RestartUnit(_ context.Context, n string) error {
+	f.record("restart %s", n)
+	return nil
+}
+func (f *fakeSystemd) ListUnits(context.Context, []string) ([]LoadedUnit, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []LoadedUnit
+	for n, a := range f.active {
+		if a {
+			out = append(out, LoadedUnit{Name: n, LoadState: "loaded", ActiveState: "active"})
+		}
+	}
+	return out, nil
+}
+func (f *fakeSystemd) UnitProperty(_ context.Context, unit, _, name string) (any, error) {
+	if name == "NeedDaemonReload" {
+		return f.needRload[unit], nil
+	}
+	return nil, errors.New("no such property")
+}
+
+// testManager is a Manager on temp dirs and a fake systemd.
+func testManager(t *testing.T) (*Manager, *fakeSystemd) {
+	t.Helper()
+	dir := t.TempDir()
+	f := newFake()
+	paths := units.DefaultPaths
+	paths.SpecDir = filepath.Join(dir, "jobs")
+	m := New(f, filepath.Join(dir, "system"), paths, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m.lockDir = func(string, string, string) error { return nil }
+	m.lockDirOK = func(string, string, string) bool { return true }
+	f.wantsDir = filepath.Join(dir, "system", "timers.target.wants")
+	m.now = func() time.Time { return testNow }
+	if err := os.MkdirAll(filepath.Join(dir, "system", "timers.target.wants"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return m, f
+}
+
+func TestApplyCreateOrderAndOneReload(t *testing.T) {
+	m, f := testManager(t)
+	rep, err := m.Apply(context.Background(), []wire.Job{job(idA), job(idB), job(idC)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b, c := job(idA).UnitName()+".timer", job(idB).UnitName()+".timer", job(idC).UnitName()+".timer"
+	want := []string{"enable " + a + "," + b + "," + c, "reload", "start " + a, "start " + b, "start " + c}
+	if got := f.Calls(); !reflect.DeepEqual(got, want) {
+		t.Errorf("calls\n got %q\nwant %q", got, want)
+	}
+	if len(rep.Written) != 6 || len(rep.Specs) != 3 || len(rep.Enabled) != 3 || rep.Reloads != 1 || len(rep.Failed) != 0 {
+		t.Errorf("report %+v", rep)
+	}
+	if _, err := os.Stat(m.layout.Marker()); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("dirty marker left after the reload: %v", err)
+	}
+	for _, p := range []string{m.layout.unitPath(job(idA).UnitName(), ".timer"), m.layout.specPath(job(idA).UnitName())} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("file not written: %v", err)
+		}
+	}
+}
+
+// A command-only edit rewrites the spec and nothing else reaches systemd.
+func TestApplyCommandEditTouchesOnlySpec(t *testing.T) {
+	m, f := testManager(t)
+	ctx := context.Background()
+	if _, err := m.Apply(ctx, []wire.Job{job(idA)}); err != nil {
+		t.Fatal(err)
+	}
+	before := len(f.Calls())
+	rep, err := m.Apply(ctx, []wire.Job{job(idA, version(2), func(j *wire.Job) { j.Command = "echo new" })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if calls := f.Calls()[before:]; len(calls) != 0 {
+		t.Errorf("systemd calls for a command edit: %q", calls)
+	}
+	if len(rep.Specs) != 1 || len(rep.Written) != 0 || rep.Reloads != 0 {
+		t.Errorf("report %+v", rep)
+	}
+}
+
+// On a disk that cannot be written, a disable still stops and disables the
+// timer, and the job is reported failed.
+func TestApplyFailingWriteStillStopsDisabledTimer(t *testing.T) {
+	m, f := testManager(t)
+	ctx := context.Background()
+	if _, err := m.Apply(ctx, []wire.Job{job(idA)}); err != nil {
+		t.Fatal(err)
+	}
+	// The spec dir becomes unwritable: a regular file where the directory was.
+	if err := os.RemoveAll(m.layout.Paths.SpecDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(m.layout.Paths.SpecDir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before := len(f.Calls())
+	rep, err := m.Apply(ctx, []wire.Job{job(idA, version(2), disabled)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	timer := job(idA).UnitName() + ".timer"
+	if got, want := f.Calls()[before:], []string{"stop " + timer, "disable " + timer}; !reflect.DeepEqual(got, want) {
+		t.Errorf("calls %q, want %q", got, want)
+	}
+	if len(rep.Failed) != 1 || !strings.Contains(rep.Failed[0], job(idA).UnitName()) || len(rep.Disabled) != 1 {
+		t.Errorf("report %+v", rep)
+	}
+}
+
+// A reload that fails leaves the dirty marker; the next plan reloads even
+// though every file is as wanted, and that reload clears the marker.
+func TestCrashBeforeReloadIsRepaired(t *testing.T) {
+	m, f := testManager(t)
+	ctx := context.Background()
+	f.failRload = errors.New("connection reset")
+	if _, err := m.Apply(ctx, []wire.Job{job(idA)}); err == nil {
+		t.Fatal("apply with a failing reload succeeded")
+	}
+	if _, err := os.Stat(m.layout.Marker()); err != nil {
+		t.Fatalf("no dirty marker after a failed reload: %v", err)
+	}
+	f.failRload = nil
+	// An old temp file of an interrupted write lies beside the units.
+	tmp := filepath.Join(m.layout.UnitDir, ".tmp-"+job(idA).UnitName()+".timer-42")
+	if err := os.WriteFile(tmp, []byte("half"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(tmp, testNow.Add(-time.Hour), testNow.Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	p, err := m.Plan(ctx, Request{Op: OpReconcile, Jobs: []wire.Job{job(idA)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := summary(p); !reflect.DeepEqual(got, []string{"cleanup .tmp-" + idA + ".timer-42", "reload", "start " + idA + ".timer"}) {
+		t.Errorf("plan %q", got)
+	}
+	rep, err := m.Reconcile(ctx, []wire.Job{job(idA)}, 0)
+	if err != nil || rep.Reloads != 1 {
+		t.Fatalf("repair: %+v %v", rep, err)
+	}
+	if _, err := os.Stat(m.layout.Marker()); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("marker still there after the repairing reload: %v", err)
+	}
+	if _, err := os.Stat(tmp); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("temp file still there: %v", err)
+	}
+}
+
+func TestRemoveStopsDisablesDeletesAndReloads(t *testing.T) {
+	m, f := testManager(t)
+	ctx := context.Background()
+	if _, err := m.Apply(ctx, []wire.Job{job(idA), job(idB)}); err != nil {
+		t.Fatal(err)
+	}
+	before := len(f.Calls())
+	rep, err := m.Remove(ctx, []string{job(idA).UnitName()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	timer := job(idA).UnitName() + ".timer"
+	if got, want := f.Calls()[before:], []string{"stop " + timer, "disable " + timer, "reload"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("calls %q, want %q", got, want)
+	}
+	// The removed timer's disable is part of the removal, not a disable.
+	if !reflect.DeepEqual(rep.Removed, []string{job(idA).UnitName()}) || len(rep.Disabled) != 0 || rep.Reloads != 1 {
+		t.Errorf("report %+v", rep)
+	}
+	for _, ext := range []string{".timer", ".service"} {
+		if _, err := os.Stat(m.layout.unitPath(job(idA).UnitName(), ext)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left: %v", ext, err)
+		}
+	}
+}
+
+// Two applies on one node never interleave: the second one's observation
+// waits for the first one's apply.
+func TestOneApplyAtATime(t *testing.T) {
+	m, f := testManager(t)
+	f.inReload = make(chan struct{})
+	ctx := context.Background()
+	done := make(chan error, 2)
+	go func() { _, err := m.Apply(ctx, []wire.Job{job(idA)}); done <- err }()
+	waitFor(t, func() bool { return len(f.Calls()) > 0 && f.Calls()[len(f.Calls())-1] == "reload" })
+	go func() { _, err := m.Apply(ctx, []wire.Job{job(idA)}); done <- err }()
+	time.Sleep(50 * time.Millisecond)
+	n := len(f.Calls())
+	close(f.inReload)
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Had the second apply planned while the first was mid-way, it would
+	// have seen the timer not yet started and the marker set, and issued
+	// its own reload and start.
+	if got := f.Calls()[n:]; !reflect.DeepEqual(got, []string{"start " + job(idA).UnitName() + ".timer"}) {
+		t.Errorf("calls after the first reload: %q", got)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatal("condition not reached")
+}
+
+// A loaded unit whose file changed under systemd gets a reload even when
+// the file is what the job wants.
+func TestApplyReloadsOnNeedDaemonReload(t *testing.T) {
+	m, f := testManager(t)
+	ctx := context.Background()
+	if _, err := m.Apply(ctx, []wire.Job{job(idA)}); err != nil {
+		t.Fatal(err)
+	}
+	f.needRload[job(idA).UnitName()+".timer"] = true
+	before := len(f.Calls())
+	rep, err := m.Apply(ctx, []wire.Job{job(idA)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Calls()[before:]; !reflect.DeepEqual(got, []string{"reload"}) || rep.Reloads != 1 || rep.Changed() {
+		t.Errorf("calls %q report %+v", got, rep)
+	}
+}

@@ -1,0 +1,212 @@
+package unitmgr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	sd "github.com/coreos/go-systemd/v22/dbus"
+	"github.com/godbus/dbus/v5"
+)
+
+// Systemd is the handful of systemd manager calls the unit manager makes.
+// The production implementation is DBus; tests use a fake.
+type Systemd interface {
+	Reload(ctx context.Context) error
+	EnableUnitFiles(ctx context.Context, files []string) error
+	DisableUnitFiles(ctx context.Context, files []string) error
+	StartUnit(ctx context.Context, name string) error
+	StopUnit(ctx context.Context, name string) error
+	RestartUnit(ctx context.Context, name string) error
+	// ListUnits returns the loaded units matching the patterns.
+	ListUnits(ctx context.Context, patterns []string) ([]LoadedUnit, error)
+	// UnitProperty reads one property; unitType "" reads the generic Unit
+	// interface (e.g. NeedDaemonReload), "Timer" or "Service" the type's own.
+	UnitProperty(ctx context.Context, unit, unitType, name string) (any, error)
+}
+
+// LoadedUnit is what systemd says about one loaded unit.
+type LoadedUnit struct {
+	Name        string
+	LoadState   string // loaded, not-found, ...
+	ActiveState string // active, inactive, failed, ...
+}
+
+// DBus talks to systemd over D-Bus. When systemd or the bus restarted
+// (daemon-reexec, a dbus restart) the connection is dead for good; DBus
+// then dials a new one and retries the call once.
+type DBus struct {
+	conns redialer[*sd.Conn]
+}
+
+// DialDBus connects to systemd (its private socket when root, else the
+// system bus).
+func DialDBus(ctx context.Context) (*DBus, error) {
+	d := &DBus{conns: redialer[*sd.Conn]{dial: sd.NewWithContext}}
+	if _, err := d.conns.current(ctx); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// Close closes the current connection.
+func (d *DBus) Close() { d.conns.close() }
+
+func (d *DBus) do(ctx context.Context, fn func(*sd.Conn) error) error { return d.conns.do(ctx, fn) }
+
+// conn is what redialer needs of a connection.
+type conn interface {
+	Connected() bool
+	Close()
+}
+
+// redialer holds one connection and replaces it when it died.
+type redialer[C conn] struct {
+	dial func(context.Context) (C, error)
+	mu   sync.Mutex
+	conn C
+	ok   bool // conn is set
+}
+
+// current returns a live connection, dialling when there is none or the
+// one we have was closed under us.
+func (r *redialer[C]) current(ctx context.Context) (C, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ok && r.conn.Connected() {
+		return r.conn, nil
+	}
+	if r.ok {
+		r.conn.Close()
+		r.ok = false
+	}
+	c, err := r.dial(ctx)
+	if err != nil {
+		return c, fmt.Errorf("connect to systemd: %w", err)
+	}
+	r.conn, r.ok = c, true
+	return c, nil
+}
+
+// drop closes c if it is still the current connection, so the next call
+// dials a new one.
+func (r *redialer[C]) drop(c C) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ok && any(r.conn) == any(c) {
+		r.conn.Close()
+		r.ok = false
+	}
+}
+
+func (r *redialer[C]) close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ok {
+		r.conn.Close()
+		r.ok = false
+	}
+}
+
+// do runs fn on a live connection; if the call failed because the
+// connection died, it re-dials once and retries. Every call made through
+// do is idempotent (reload, enable, start of a started unit, ...), so a
+// retry after a call that may have reached systemd is harmless.
+func (r *redialer[C]) do(ctx context.Context, fn func(C) error) error {
+	c, err := r.current(ctx)
+	if err != nil {
+		return err
+	}
+	err = fn(c)
+	if err == nil || !(errors.Is(err, dbus.ErrClosed) || !c.Connected()) {
+		return err // systemd answered: its refusal is the result
+	}
+	r.drop(c)
+	if c, err = r.current(ctx); err != nil {
+		return err
+	}
+	return fn(c)
+}
+
+// Reload is daemon-reload.
+func (d *DBus) Reload(ctx context.Context) error {
+	return d.do(ctx, func(c *sd.Conn) error { return c.ReloadContext(ctx) })
+}
+
+// EnableUnitFiles enables unit files (not runtime, force: replace links).
+func (d *DBus) EnableUnitFiles(ctx context.Context, files []string) error {
+	return d.do(ctx, func(c *sd.Conn) error {
+		_, _, err := c.EnableUnitFilesContext(ctx, files, false, true)
+		return err
+	})
+}
+
+// DisableUnitFiles disables unit files.
+func (d *DBus) DisableUnitFiles(ctx context.Context, files []string) error {
+	return d.do(ctx, func(c *sd.Conn) error {
+		_, err := c.DisableUnitFilesContext(ctx, files, false)
+		return err
+	})
+}
+
+// StartUnit queues a start job (mode replace) without waiting for it.
+func (d *DBus) StartUnit(ctx context.Context, name string) error {
+	return d.do(ctx, func(c *sd.Conn) error {
+		_, err := c.StartUnitContext(ctx, name, "replace", nil)
+		return err
+	})
+}
+
+// StopUnit queues a stop job.
+func (d *DBus) StopUnit(ctx context.Context, name string) error {
+	return d.do(ctx, func(c *sd.Conn) error {
+		_, err := c.StopUnitContext(ctx, name, "replace", nil)
+		return err
+	})
+}
+
+// RestartUnit queues a restart job.
+func (d *DBus) RestartUnit(ctx context.Context, name string) error {
+	return d.do(ctx, func(c *sd.Conn) error {
+		_, err := c.RestartUnitContext(ctx, name, "replace", nil)
+		return err
+	})
+}
+
+// ListUnits lists loaded units by name patterns.
+func (d *DBus) ListUnits(ctx context.Context, patterns []string) ([]LoadedUnit, error) {
+	var out []LoadedUnit
+	err := d.do(ctx, func(c *sd.Conn) error {
+		us, err := c.ListUnitsByPatternsContext(ctx, nil, patterns)
+		if err != nil {
+			return err
+		}
+		out = make([]LoadedUnit, len(us))
+		for i, u := range us {
+			out[i] = LoadedUnit{Name: u.Name, LoadState: u.LoadState, ActiveState: u.ActiveState}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// UnitProperty reads one property of a unit.
+func (d *DBus) UnitProperty(ctx context.Context, unit, unitType, name string) (any, error) {
+	var v any
+	err := d.do(ctx, func(c *sd.Conn) error {
+		var p *sd.Property
+		var err error
+		if unitType == "" {
+			p, err = c.GetUnitPropertyContext(ctx, unit, name)
+		} else {
+			p, err = c.GetUnitTypePropertyContext(ctx, unit, unitType, name)
+		}
+		if err != nil {
+			return err
+		}
+		v = p.Value.Value()
+		return nil
+	})
+	return v, err
+}
