@@ -7,6 +7,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/hostcron/hostcron/internal/trust"
 	"github.com/hostcron/hostcron/internal/wire"
 )
 
@@ -88,11 +89,17 @@ type NodeActivities struct {
 	Units NodeUnits
 	// MinOrphanAge protects units written after a converge's snapshot.
 	MinOrphanAge time.Duration
+	// Admission is what this node accepts whatever a task says (see
+	// trust.Admit): the last line if the core, its keys or its database
+	// are wrong.
+	Admission trust.Policy
 }
 
 // ApplyJobs writes, enables or disables the given jobs.
 func (a *NodeActivities) ApplyJobs(ctx context.Context, jobs []wire.Job) (wire.NodeReport, error) {
-	rep, err := a.Units.Apply(ctx, jobs)
+	admitted, refused := trust.Partition(jobs, a.Admission)
+	rep, err := a.Units.Apply(ctx, admitted)
+	rep.Failed = append(rep.Failed, refused...)
 	if err != nil {
 		return rep, err
 	}
@@ -105,15 +112,30 @@ func (a *NodeActivities) ApplyJobs(ctx context.Context, jobs []wire.Job) (wire.N
 
 // RemoveUnits stops and removes units by name.
 func (a *NodeActivities) RemoveUnits(ctx context.Context, names []string) (wire.NodeReport, error) {
+	if err := trust.AdmitUnits(names); err != nil {
+		return wire.NodeReport{}, notAdmitted(err)
+	}
 	return a.Units.Remove(ctx, names)
 }
 
 // Reconcile makes the node's units exactly jobs.
 func (a *NodeActivities) Reconcile(ctx context.Context, jobs []wire.Job) (wire.NodeReport, error) {
+	if err := trust.AdmitAll(jobs, a.Admission); err != nil {
+		return wire.NodeReport{}, notAdmitted(err)
+	}
 	return a.Units.Reconcile(ctx, jobs, a.MinOrphanAge)
 }
 
 // RunNow starts one run of a job outside its schedule.
 func (a *NodeActivities) RunNow(ctx context.Context, req wire.RunNowRequest) error {
+	if err := trust.AdmitUnit(req.Unit); err != nil {
+		return notAdmitted(err)
+	}
 	return a.Units.RunNow(ctx, req)
+}
+
+// notAdmitted fails a node task for good: a refused task will not be
+// admitted on a retry.
+func notAdmitted(err error) error {
+	return temporal.NewNonRetryableApplicationError(err.Error(), "NotAdmitted", err)
 }

@@ -16,10 +16,18 @@ import (
 
 // Dial connects to Temporal, retrying until ctx ends: a process that
 // depends on it must be able to start before it and wait.
-func Dial(ctx context.Context, addr, namespace string, log *slog.Logger) (client.Client, error) {
+// secure sets the connection's TLS and the payload codec (see
+// trust.Files.ApplyCore and ApplyNode); nil dials in the clear.
+func Dial(ctx context.Context, addr, namespace string, secure func(*client.Options) error, log *slog.Logger) (client.Client, error) {
+	opts := client.Options{HostPort: addr, Namespace: namespace,
+		Logger: tlog.NewStructuredLogger(log.With("component", "temporal"))}
+	if secure != nil {
+		if err := secure(&opts); err != nil {
+			return nil, fmt.Errorf("temporal trust: %w", err)
+		}
+	}
 	for {
-		c, err := client.DialContext(ctx, client.Options{HostPort: addr, Namespace: namespace,
-			Logger: tlog.NewStructuredLogger(log.With("component", "temporal"))})
+		c, err := client.DialContext(ctx, opts)
 		if err == nil {
 			return c, nil
 		}

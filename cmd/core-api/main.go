@@ -69,6 +69,12 @@ func serveCmd(dsn *string, log *slog.Logger) *cobra.Command {
 	f.StringVar(&cfg.TemporalAddress, "temporal", os.Getenv("HOSTCRON_TEMPORAL_ADDRESS"),
 		"Temporal frontend host:port (env HOSTCRON_TEMPORAL_ADDRESS); empty: changes stay queued in the outbox")
 	f.StringVar(&cfg.TemporalNamespace, "temporal-namespace", envOr("HOSTCRON_TEMPORAL_NAMESPACE", "default"), "Temporal namespace")
+	f.StringVar(&cfg.Trust.TLSCert, "temporal-tls-cert", os.Getenv("HOSTCRON_TEMPORAL_TLS_CERT"), "client certificate for Temporal's frontend (mTLS)")
+	f.StringVar(&cfg.Trust.TLSKey, "temporal-tls-key", os.Getenv("HOSTCRON_TEMPORAL_TLS_KEY"), "key of --temporal-tls-cert")
+	f.StringVar(&cfg.Trust.TLSCA, "temporal-tls-ca", os.Getenv("HOSTCRON_TEMPORAL_TLS_CA"), "CA of Temporal's frontend certificate")
+	f.StringSliceVar(&cfg.Trust.PayloadKeys, "payload-key", nil, "AES-256 payload key file (repeatable; the first seals, all open)")
+	f.StringVar(&cfg.Trust.SigningKey, "signing-key", os.Getenv("HOSTCRON_SIGNING_KEY"), "the core's Ed25519 signing key (nodes trust its public half)")
+	f.StringSliceVar(&cfg.Trust.TrustedKeys, "node-public-keys", nil, "nodes' Ed25519 public key files or globs (repeatable)")
 	f.StringVar(&cfg.LokiURL, "loki", os.Getenv("HOSTCRON_LOKI_URL"), "Loki base URL for the tenant logs API (env HOSTCRON_LOKI_URL)")
 	f.StringVar(&cfg.LokiOrgID, "loki-org-id", os.Getenv("HOSTCRON_LOKI_ORG_ID"), "X-Scope-OrgID for a multi-tenant Loki")
 	f.DurationVar(&cfg.NodeTimeout, "node-timeout", 2*time.Minute, "how long provisioning waits for one node, retries included")

@@ -12,12 +12,14 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 
 	"github.com/hostcron/hostcron/internal/clockoffset"
 	"github.com/hostcron/hostcron/internal/logship"
 	"github.com/hostcron/hostcron/internal/nodeconf"
 	"github.com/hostcron/hostcron/internal/outcome"
+	"github.com/hostcron/hostcron/internal/trust"
 	"github.com/hostcron/hostcron/internal/unitmgr"
 	"github.com/hostcron/hostcron/workflows"
 )
@@ -93,7 +95,17 @@ func startNodeWorker(ctx context.Context, cfg nodeconf.Config, minOrphanAge time
 	if cfg.NodeID == "" {
 		return nil, fmt.Errorf("node config: node_id is required to serve the node's task queue")
 	}
-	tc, err := workflows.Dial(ctx, cfg.TemporalAddress, cfg.TemporalNamespace, log)
+	admission := trust.NodePolicy(cfg.WebStorageDir)
+	if err := admission.Validate(); err != nil {
+		return nil, fmt.Errorf("node config web_storage_dir: %w", err)
+	}
+	var secure func(*client.Options) error
+	if files := trust.Files(cfg.Trust); files.Enabled() {
+		secure = files.ApplyNode
+	} else {
+		log.Warn("Temporal without TLS and payload signing: any client of the frontend can drive this node; only for development")
+	}
+	tc, err := workflows.Dial(ctx, cfg.TemporalAddress, cfg.TemporalNamespace, secure, log)
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +115,7 @@ func startNodeWorker(ctx context.Context, cfg nodeconf.Config, minOrphanAge time
 		return nil, err
 	}
 	w := worker.New(tc, workflows.NodeTaskQueue(cfg.NodeID), worker.Options{MaxConcurrentActivityExecutionSize: 4})
-	workflows.RegisterNode(w, &workflows.NodeActivities{Units: m, MinOrphanAge: minOrphanAge})
+	workflows.RegisterNode(w, &workflows.NodeActivities{Units: m, MinOrphanAge: minOrphanAge, Admission: admission})
 	if err := w.Start(); err != nil {
 		closeConn()
 		tc.Close()

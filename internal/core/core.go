@@ -23,6 +23,7 @@ import (
 	"github.com/hostcron/hostcron/internal/housekeeping"
 	"github.com/hostcron/hostcron/internal/logship"
 	"github.com/hostcron/hostcron/internal/store"
+	"github.com/hostcron/hostcron/internal/trust"
 	"github.com/hostcron/hostcron/workflows"
 )
 
@@ -41,8 +42,11 @@ type Config struct {
 	// TemporalAddress empty: changes wait in the outbox, nodes that
 	// announce themselves are answered 503.
 	TemporalAddress   string
-	TemporalNamespace string        // default "default"
-	NodeTimeout       time.Duration // provisioning's bound per node (default 2m)
+	TemporalNamespace string // default "default"
+	// Trust is the core's TLS client certificate for Temporal and its
+	// payload keys (empty: in the clear, logged as a warning).
+	Trust       trust.Files
+	NodeTimeout time.Duration // provisioning's bound per node (default 2m)
 	// ConvergeEvery is how often every shard is converged; 0 creates no
 	// schedule (one that exists keeps running).
 	ConvergeEvery time.Duration
@@ -131,7 +135,13 @@ func (c *Core) start(ctx, bg context.Context, cfg Config) error {
 // outbox dispatcher, and returns what the API's announce endpoint uses.
 func (c *Core) startTemporal(ctx, bg context.Context, cfg Config) (api.Converger, error) {
 	var err error
-	if c.temporal, err = workflows.Dial(ctx, cfg.TemporalAddress, cfg.TemporalNamespace, c.log); err != nil {
+	var secure func(*client.Options) error
+	if cfg.Trust.Enabled() {
+		secure = cfg.Trust.ApplyCore
+	} else {
+		c.log.Warn("Temporal without TLS and payload signing: only for development")
+	}
+	if c.temporal, err = workflows.Dial(ctx, cfg.TemporalAddress, cfg.TemporalNamespace, secure, c.log); err != nil {
 		return nil, err
 	}
 	if c.worker, err = workflows.StartCoreWorker(c.temporal, c.store); err != nil {

@@ -26,6 +26,24 @@ type Config struct {
 	// LokiURL is where the agent ships cron logs ("" = do not ship).
 	LokiURL  string `json:"loki_url"`
 	StateDir string `json:"state_dir"` // the agent's own state (journal cursor)
+	// WebStorageDir is the shard's shared storage as mounted here: the
+	// agent admits only webroots and lock dirs below {it}/{tenant}/.
+	WebStorageDir string `json:"web_storage_dir"`
+	// Trust is the agent's TLS client certificate for Temporal and its
+	// payload keys (empty: in the clear, logged as a warning).
+	Trust TrustFiles `json:"trust"`
+}
+
+// TrustFiles mirrors trust.Files field for field (the agent converts it),
+// so cron-outcome, which reads this file too, does not link Temporal.
+type TrustFiles struct {
+	TLSCert     string   `json:"tls_cert"`
+	TLSKey      string   `json:"tls_key"`
+	TLSCA       string   `json:"tls_ca"`
+	PayloadKeys []string `json:"payload_keys"`
+	SigningKey  string   `json:"signing_key"`
+	TrustedKeys []string `json:"trusted_keys"` // the core's public keys
+	MaxAge      string   `json:"max_age"`
 }
 
 // Load reads the configuration and fills defaults.
