@@ -44,7 +44,7 @@ func newEnvWith(t *testing.T, cfg Config) *env {
 	t.Helper()
 	st := pgtest.New(t)
 	cfg.AdminKey = adminKey
-	e, _ := New(st, cfg)
+	e := New(st, cfg)
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
 	doc, err := openapi3.NewLoader().LoadFromData(OpenAPI)

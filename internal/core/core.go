@@ -156,7 +156,7 @@ func (c *Core) serve(listen string, apiCfg api.Config) error {
 		return fmt.Errorf("listen on %s: %w", listen, err)
 	}
 	c.addr = ln.Addr().String()
-	e, _ := api.New(c.store, apiCfg)
+	e := api.New(c.store, apiCfg)
 	c.http = &http.Server{Handler: e, ReadHeaderTimeout: 10 * time.Second}
 	go func() { c.served <- c.http.Serve(ln) }()
 	c.log.Info("core-api listening", "addr", c.addr)

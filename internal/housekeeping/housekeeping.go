@@ -42,11 +42,14 @@ func Run(ctx context.Context, st *store.Store, cfg Config, log *slog.Logger) {
 		case <-time.After(wait):
 		}
 		wait = cfg.Interval
-		lost, disabled, err := st.SweepLostRuns(ctx, time.Now(), cfg.Grace)
+		rep, err := st.SweepLostRuns(ctx, time.Now(), cfg.Grace)
+		for _, sk := range rep.Skipped {
+			log.Error("sweep skipped a cron job", "cron_job_id", sk.ID, "err", sk.Err)
+		}
 		if err != nil && ctx.Err() == nil {
 			log.Error("sweep lost runs", "err", err)
-		} else if lost > 0 {
-			log.Warn("recorded lost runs", "runs", lost, "auto_disabled", disabled)
+		} else if rep.Lost > 0 || len(rep.Skipped) > 0 {
+			log.Warn("swept lost runs", "runs", rep.Lost, "skipped_jobs", len(rep.Skipped))
 		}
 		n, err := st.DeleteRunsBefore(ctx, time.Now().Add(-cfg.Retention))
 		if err != nil && ctx.Err() == nil {
