@@ -389,7 +389,7 @@ func TestSweepLostRuns(t *testing.T) {
 	v.activate(id)
 	now := time.Now().UTC().Truncate(time.Minute).Add(30 * time.Second)
 	// Pretend the job has been active for ten minutes.
-	if _, err := v.store.Pool().Exec(context.Background(), `UPDATE cron_jobs SET swept_until = $2 WHERE id = $1`, id, now.Add(-10*time.Minute)); err != nil {
+	if _, err := v.store.Pool().Exec(context.Background(), `UPDATE cron_jobs SET swept_until = $2, not_before = $2 WHERE id = $1`, id, now.Add(-10*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	reported := now.Add(-5*time.Minute - 30*time.Second) // a slot a node reported
