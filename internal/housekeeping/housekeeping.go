@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/hostcron/hostcron/internal/store"
 )
 
@@ -15,6 +17,8 @@ type Config struct {
 	Interval  time.Duration // how often to sweep (default 30s)
 	Grace     time.Duration // how long after timeout an outcome may still arrive (default 2m)
 	Retention time.Duration // how long runs are kept (default 180 days)
+	// Registry gets hostcron_sweep_skipped_jobs_total; nil: not exported.
+	Registry prometheus.Registerer
 }
 
 func (c *Config) defaults() {
@@ -34,6 +38,15 @@ func (c *Config) defaults() {
 // before their slots could be taken for lost.
 func Run(ctx context.Context, st *store.Store, cfg Config, log *slog.Logger) {
 	cfg.defaults()
+	skipped := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "hostcron_sweep_skipped_jobs_total",
+		Help: "Jobs a lost-run sweep could not check (e.g. a stored schedule that no longer parses).",
+	})
+	if cfg.Registry != nil {
+		if err := cfg.Registry.Register(skipped); err != nil {
+			log.Warn("sweep metrics not registered", "err", err)
+		}
+	}
 	wait := cfg.Grace
 	for {
 		select {
@@ -46,6 +59,7 @@ func Run(ctx context.Context, st *store.Store, cfg Config, log *slog.Logger) {
 		for _, sk := range rep.Skipped {
 			log.Error("sweep skipped a cron job", "cron_job_id", sk.ID, "err", sk.Err)
 		}
+		skipped.Add(float64(len(rep.Skipped)))
 		if err != nil && ctx.Err() == nil {
 			log.Error("sweep lost runs", "err", err)
 		} else if rep.Lost > 0 || len(rep.Skipped) > 0 {
