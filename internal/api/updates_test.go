@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -126,4 +127,44 @@ func problem(t *testing.T, out []byte) string {
 		t.Fatalf("not a problem: %s", out)
 	}
 	return p.Error.Code
+}
+
+// Concurrent creates with one key make one job; after 24 h the key is
+// forgotten.
+func TestCreateIdempotencyKeyConcurrentAndExpiry(t *testing.T) {
+	v := newEnv(t)
+	body := `{"webroot_id":"` + v.webroot + `","schedule":"*/5 * * * *","command":"true"}`
+	post := func() (int, string) {
+		code, _, out := v.doHeaders("POST", "/api/v1/tenants/"+v.tenant+"/cron-jobs", v.key, body,
+			map[string]string{"Idempotency-Key": "k-1"})
+		var m map[string]any
+		_ = json.Unmarshal(out, &m)
+		id, _ := m["id"].(string)
+		return code, id
+	}
+	var wg sync.WaitGroup
+	ids := make([]string, 6)
+	for i := range ids {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			code, id := post()
+			if code != 201 {
+				t.Errorf("concurrent create %d: %d", i, code)
+			}
+			ids[i] = id
+		}(i)
+	}
+	wg.Wait()
+	for _, id := range ids {
+		if id != ids[0] {
+			t.Fatalf("concurrent creates with one key returned %v", ids)
+		}
+	}
+	if _, err := v.store.Pool().Exec(context.Background(), `UPDATE idempotency_keys SET created_at = now() - interval '25 hours'`); err != nil {
+		t.Fatal(err)
+	}
+	if code, id := post(); code != 201 || id == ids[0] {
+		t.Errorf("after 24 h: %d %s, want a new job", code, id)
+	}
 }
