@@ -164,6 +164,9 @@ func TestCreateIdempotencyKeyConcurrentAndExpiry(t *testing.T) {
 	if _, err := v.store.Pool().Exec(context.Background(), `UPDATE idempotency_keys SET created_at = now() - interval '25 hours'`); err != nil {
 		t.Fatal(err)
 	}
+	if n, err := v.store.ExpireIdempotencyKeys(context.Background()); n != 1 || err != nil {
+		t.Errorf("expired %d keys (%v), want 1", n, err)
+	}
 	if code, id := post(); code != 201 || id == ids[0] {
 		t.Errorf("after 24 h: %d %s, want a new job", code, id)
 	}

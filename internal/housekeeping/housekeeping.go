@@ -1,5 +1,5 @@
 // Package housekeeping runs the core API's periodic chores: recording lost
-// runs and deleting old run history.
+// runs, deleting old run history and expired create idempotency keys.
 package housekeeping
 
 import (
@@ -64,6 +64,9 @@ func Run(ctx context.Context, st *store.Store, cfg Config, log *slog.Logger) {
 			log.Error("sweep lost runs", "err", err)
 		} else if rep.Lost > 0 || len(rep.Skipped) > 0 {
 			log.Warn("swept lost runs", "runs", rep.Lost, "skipped_jobs", len(rep.Skipped))
+		}
+		if _, err := st.ExpireIdempotencyKeys(ctx); err != nil && ctx.Err() == nil {
+			log.Error("expire idempotency keys", "err", err)
 		}
 		n, err := st.DeleteRunsBefore(ctx, time.Now().Add(-cfg.Retention))
 		if err != nil && ctx.Err() == nil {

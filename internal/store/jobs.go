@@ -173,6 +173,17 @@ func claimIdempotencyKey(ctx context.Context, tx pgx.Tx, tenantID string, k Idem
 	return job, false, notFound(err, "idempotency key: first job")
 }
 
+// ExpireIdempotencyKeys forgets create keys older than 24 hours, also
+// those of tenants that stopped creating jobs (a create expires its own
+// tenant's keys first).
+func (s *Store) ExpireIdempotencyKeys(ctx context.Context) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM idempotency_keys WHERE created_at < now() - $1::interval`, idempotencyTTL)
+	if err != nil {
+		return 0, fmt.Errorf("expire idempotency keys: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
 // fieldArgs binds the tenant-settable fields by name, plus extra.
 func fieldArgs(f JobFields, extra pgx.NamedArgs) pgx.NamedArgs {
 	args := pgx.NamedArgs{
