@@ -149,7 +149,7 @@ func idempotencyKey(c echo.Context, f store.JobFields) (*store.IdempotencyKey, e
 	if !ok {
 		return nil, nil
 	}
-	if len(key) != 1 || len(key[0]) < 1 || len(key[0]) > 128 || strings.IndexFunc(key[0], func(r rune) bool { return r < 0x20 || r > 0x7e }) >= 0 {
+	if len(key) != 1 || len(key[0]) < 1 || len(key[0]) > 128 || !printableASCII(key[0]) {
 		return nil, invalid("Idempotency-Key", "want 1 to 128 printable ASCII characters")
 	}
 	body, err := json.Marshal(f)
@@ -158,6 +158,15 @@ func idempotencyKey(c echo.Context, f store.JobFields) (*store.IdempotencyKey, e
 	}
 	sum := sha256.Sum256(body)
 	return &store.IdempotencyKey{Key: key[0], Hash: sum[:]}, nil
+}
+
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 // withNext adds next_run_at: null unless the job is enabled and not being
