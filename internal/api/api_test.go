@@ -389,22 +389,23 @@ func TestSweepLostRuns(t *testing.T) {
 	v.activate(id)
 	now := time.Now().UTC().Truncate(time.Minute).Add(30 * time.Second)
 	// Pretend the job has been active for ten minutes.
-	if _, err := v.store.Pool().Exec(context.Background(), `UPDATE cron_jobs SET swept_until = $2 WHERE id = $1`, id, now.Add(-10*time.Minute)); err != nil {
+	if _, err := v.store.Pool().Exec(context.Background(), `UPDATE cron_jobs SET swept_until = $2, not_before = $2 WHERE id = $1`, id, now.Add(-10*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	reported := now.Add(-5*time.Minute - 30*time.Second) // a slot a node reported
 	v.outcome(id, reported, 1, "success")
-	lost, _, err := v.store.SweepLostRuns(context.Background(), now, time.Minute)
+	rep, err := v.store.SweepLostRuns(context.Background(), now, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
+	lost := rep.Lost
 	// Slots from -9:30 to -2:30 (cutoff = now - 60s timeout - 60s grace),
 	// one of which was reported: 8 slots, 7 lost.
 	if lost != 7 {
 		t.Errorf("lost = %d, want 7", lost)
 	}
-	if again, _, _ := v.store.SweepLostRuns(context.Background(), now, time.Minute); again != 0 {
-		t.Errorf("second sweep recorded %d more", again)
+	if again, _ := v.store.SweepLostRuns(context.Background(), now, time.Minute); again.Lost != 0 {
+		t.Errorf("second sweep recorded %d more", again.Lost)
 	}
 	// A late outcome replaces the lost record, and is not a duplicate.
 	late := now.Add(-3*time.Minute - 30*time.Second)

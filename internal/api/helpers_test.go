@@ -44,7 +44,7 @@ func newEnvWith(t *testing.T, cfg Config) *env {
 	t.Helper()
 	st := pgtest.New(t)
 	cfg.AdminKey = adminKey
-	e, _ := New(st, cfg)
+	e := New(st, cfg)
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
 	doc, err := openapi3.NewLoader().LoadFromData(OpenAPI)
@@ -80,6 +80,13 @@ func (v *env) addTenant(name, shardID string) (tenant, webroot, key string) {
 // and checks the response against the OpenAPI document.
 func (v *env) do(method, path, key, body string) (int, []byte) {
 	v.t.Helper()
+	code, _, out := v.doHeaders(method, path, key, body, nil)
+	return code, out
+}
+
+// doHeaders is do with extra request headers; it returns the response's.
+func (v *env) doHeaders(method, path, key, body string, hdr map[string]string) (int, http.Header, []byte) {
+	v.t.Helper()
 	var rdr io.Reader
 	if body != "" {
 		rdr = strings.NewReader(body)
@@ -96,6 +103,9 @@ func (v *env) do(method, path, key, body string) (int, []byte) {
 	} else if key != "" {
 		req.Header.Set("X-API-Key", key)
 	}
+	for k, val := range hdr {
+		req.Header.Set(k, val)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		v.t.Fatal(err)
@@ -103,7 +113,7 @@ func (v *env) do(method, path, key, body string) (int, []byte) {
 	defer resp.Body.Close()
 	out, _ := io.ReadAll(resp.Body)
 	v.checkSpec(req, body, resp, out)
-	return resp.StatusCode, out
+	return resp.StatusCode, resp.Header, out
 }
 
 // checkSpec validates the response (status, body shape) against the

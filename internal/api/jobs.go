@@ -2,8 +2,13 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -35,10 +40,10 @@ type jobResponse struct {
 }
 
 // defaults of a new job.
-var newJobDefaults = store.JobSpec{Timezone: "UTC", Enabled: true, TimeoutSeconds: 300, MaxMemoryMB: 256, MaxFailures: 5}
+var newJobDefaults = store.JobFields{Timezone: "UTC", Enabled: true, TimeoutSeconds: 300, MaxMemoryMB: 256, MaxFailures: 5}
 
 // apply overlays the request on base and validates the result.
-func (r jobRequest) apply(base store.JobSpec) (store.JobSpec, error) {
+func (r jobRequest) apply(base store.JobFields) (store.JobFields, error) {
 	set := func(dst *string, src *string) {
 		if src != nil {
 			*dst = *src
@@ -64,7 +69,7 @@ func (r jobRequest) apply(base store.JobSpec) (store.JobSpec, error) {
 	return spec, validateSpec(spec)
 }
 
-func validateSpec(spec store.JobSpec) error {
+func validateSpec(spec store.JobFields) error {
 	if !uuidRE.MatchString(spec.WebrootID) {
 		return invalid("webroot_id", "must be the UUID of one of the tenant's webroots")
 	}
@@ -91,8 +96,77 @@ func validateSpec(spec store.JobSpec) error {
 	return nil
 }
 
+// respondJob answers with one job and its version as the ETag, which a
+// later If-Match names.
 func (s *Server) respondJob(c echo.Context, status int, j store.CronJob) error {
+	c.Response().Header().Set("ETag", `"`+strconv.FormatInt(j.Version, 10)+`"`)
 	return c.JSON(status, s.withNext(j))
+}
+
+// ifMatch returns the version an If-Match header names: a bare or quoted
+// version; 0 when absent or "*" (any version).
+func ifMatch(c echo.Context) (int64, error) {
+	h := strings.TrimSpace(c.Request().Header.Get("If-Match"))
+	if h == "" || h == "*" {
+		return 0, nil
+	}
+	if len(h) >= 2 && h[0] == '"' && h[len(h)-1] == '"' {
+		h = h[1 : len(h)-1]
+	}
+	v, err := strconv.ParseInt(h, 10, 64)
+	if err != nil || v < 1 {
+		return 0, invalid("If-Match", "want the job's version, e.g. \"3\"")
+	}
+	return v, nil
+}
+
+var (
+	errPreconditionFailed = &apiError{http.StatusPreconditionFailed, ProblemDetail{Code: "precondition_failed",
+		Message: "the cron job has changed: its version is not the one If-Match names"}}
+	errIdempotencyKeyReused = &apiError{http.StatusUnprocessableEntity, ProblemDetail{Code: "idempotency_key_reused",
+		Field: "Idempotency-Key", Message: "Idempotency-Key: was used for a different request within 24 hours"}}
+)
+
+// jobError maps the store's job errors onto answers.
+func jobError(err error) error {
+	switch {
+	case errors.Is(err, store.ErrPreconditionFailed):
+		return errPreconditionFailed
+	case errors.Is(err, store.ErrIdempotencyKeyReused):
+		return errIdempotencyKeyReused
+	case errors.Is(err, store.ErrUnknownWebroot):
+		return invalid("webroot_id", "no such webroot for this tenant")
+	}
+	return err
+}
+
+// idempotencyKey reads a create's Idempotency-Key header (nil if absent):
+// 1 to 128 printable ASCII characters. The request is identified by its
+// validated fields, so a retry that spells the same job differently
+// (whitespace, defaults written out) is still the same request.
+func idempotencyKey(c echo.Context, f store.JobFields) (*store.IdempotencyKey, error) {
+	key, ok := c.Request().Header["Idempotency-Key"]
+	if !ok {
+		return nil, nil
+	}
+	if len(key) != 1 || len(key[0]) < 1 || len(key[0]) > 128 || !printableASCII(key[0]) {
+		return nil, invalid("Idempotency-Key", "want 1 to 128 printable ASCII characters")
+	}
+	body, err := json.Marshal(f)
+	if err != nil {
+		return nil, fmt.Errorf("idempotency key: %w", err)
+	}
+	sum := sha256.Sum256(body)
+	return &store.IdempotencyKey{Key: key[0], Hash: sum[:]}, nil
+}
+
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 // withNext adds next_run_at: null unless the job is enabled and not being
@@ -162,12 +236,14 @@ func (s *Server) createJob(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	j, err := s.store.CreateJob(c.Request().Context(), tenantID, spec)
-	if errors.Is(err, store.ErrNotFound) {
-		return invalid("webroot_id", "no such webroot for this tenant")
-	}
+	idem, err := idempotencyKey(c, spec)
 	if err != nil {
 		return err
+	}
+	// A replayed create answers as the first one did: 201 with that job.
+	j, _, err := s.store.CreateJob(c.Request().Context(), tenantID, spec, idem)
+	if err != nil {
+		return jobError(err)
 	}
 	return s.respondJob(c, http.StatusCreated, j)
 }
@@ -199,7 +275,14 @@ func (s *Server) getJob(c echo.Context) error {
 	return s.respondJob(c, http.StatusOK, j)
 }
 
+// updateJob overlays the request's present fields on the job as the
+// store's transaction holds it locked, never on the copy read here for
+// the scope check: a racing disable cannot be undone by a command edit.
 func (s *Server) updateJob(c echo.Context) error {
+	ifVersion, err := ifMatch(c)
+	if err != nil {
+		return err
+	}
 	j, err := s.jobInScope(c)
 	if err != nil {
 		return err
@@ -208,47 +291,29 @@ func (s *Server) updateJob(c echo.Context) error {
 	if err := decodeStrict(c, &req); err != nil {
 		return err
 	}
-	spec, err := req.apply(store.JobSpec{
-		WebrootID: j.WebrootID, Schedule: j.Schedule, Timezone: j.Timezone, Command: j.Command,
-		WorkingDirectory: j.WorkingDirectory, Enabled: j.Enabled, TimeoutSeconds: j.TimeoutSeconds,
-		MaxMemoryMB: j.MaxMemoryMB, MaxFailures: j.MaxFailures,
-	})
+	updated, err := s.store.UpdateJob(c.Request().Context(), j.ID, ifVersion, req.apply)
 	if err != nil {
-		return err
-	}
-	updated, err := s.store.UpdateJob(c.Request().Context(), j.ID, spec)
-	if errors.Is(err, store.ErrNotFound) {
-		return invalid("webroot_id", "no such webroot for this tenant")
-	}
-	if err != nil {
-		return err
+		return jobError(err)
 	}
 	return s.respondJob(c, http.StatusOK, updated)
 }
 
-func (s *Server) deleteJob(c echo.Context) error {
-	j, err := s.jobInScope(c)
-	if err != nil {
-		return err
-	}
-	deleted, err := s.store.DeleteJob(c.Request().Context(), j.ID)
-	if err != nil {
-		return err
-	}
-	return s.respondJob(c, http.StatusAccepted, deleted)
-}
-
-// jobAction wraps enable, disable, retry and run-now: scope check, then the
-// store's state transition (409 when the state does not allow it).
-func (s *Server) jobAction(act func(context.Context, string) (store.CronJob, error)) echo.HandlerFunc {
+// jobAction wraps delete, enable, disable, retry and run-now: scope check,
+// If-Match, then the store's state transition (409 when the state does not
+// allow it, 412 when the job is not at the named version).
+func (s *Server) jobAction(act func(context.Context, string, int64) (store.CronJob, error)) echo.HandlerFunc {
 	return func(c echo.Context) error {
+		ifVersion, err := ifMatch(c)
+		if err != nil {
+			return err
+		}
 		j, err := s.jobInScope(c)
 		if err != nil {
 			return err
 		}
-		changed, err := act(c.Request().Context(), j.ID)
+		changed, err := act(c.Request().Context(), j.ID, ifVersion)
 		if err != nil {
-			return err
+			return jobError(err)
 		}
 		return s.respondJob(c, http.StatusAccepted, changed)
 	}

@@ -44,7 +44,7 @@ type Server struct {
 }
 
 // New builds the HTTP handler.
-func New(st *store.Store, cfg Config) (*echo.Echo, *Server) {
+func New(st *store.Store, cfg Config) *echo.Echo {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -70,7 +70,7 @@ func New(st *store.Store, cfg Config) (*echo.Echo, *Server) {
 	v1.GET("/tenants/:tenant/logs", s.tenantLogs)
 	v1.GET("/cron-jobs/:id", s.getJob)
 	v1.PUT("/cron-jobs/:id", s.updateJob)
-	v1.DELETE("/cron-jobs/:id", s.deleteJob)
+	v1.DELETE("/cron-jobs/:id", s.jobAction(st.DeleteJob))
 	v1.POST("/cron-jobs/:id/enable", s.jobAction(st.EnableJob))
 	v1.POST("/cron-jobs/:id/disable", s.jobAction(st.DisableJob))
 	v1.POST("/cron-jobs/:id/retry", s.jobAction(st.RetryJob))
@@ -88,7 +88,7 @@ func New(st *store.Store, cfg Config) (*echo.Echo, *Server) {
 	internal := e.Group("/internal/v1", s.requireNode)
 	internal.POST("/cron-jobs/:id/outcome", s.outcome)
 	internal.POST("/nodes/announce", s.announce)
-	return e, s
+	return e
 }
 
 var uuidRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 
@@ -116,7 +117,10 @@ func (c *Core) start(ctx, bg context.Context, cfg Config) error {
 	if err := c.store.Migrate(ctx); err != nil {
 		return err
 	}
-	apiCfg := api.Config{AdminKey: cfg.AdminKey, Logger: cfg.Log}
+	// One registry: the API serves it at /metrics, housekeeping adds its
+	// counters to it.
+	reg := prometheus.NewRegistry()
+	apiCfg := api.Config{AdminKey: cfg.AdminKey, Logger: cfg.Log, Registry: reg}
 	if cfg.LokiURL != "" {
 		apiCfg.Logs = &logship.Client{URL: cfg.LokiURL, OrgID: cfg.LokiOrgID}
 	}
@@ -126,7 +130,9 @@ func (c *Core) start(ctx, bg context.Context, cfg Config) error {
 		}
 	}
 	if cfg.Housekeeping != nil {
-		c.goLoop(func() { housekeeping.Run(bg, c.store, *cfg.Housekeeping, c.log) })
+		hk := *cfg.Housekeeping
+		hk.Registry = reg
+		c.goLoop(func() { housekeeping.Run(bg, c.store, hk, c.log) })
 	}
 	return c.serve(cfg.Listen, apiCfg)
 }
@@ -166,7 +172,7 @@ func (c *Core) serve(listen string, apiCfg api.Config) error {
 		return fmt.Errorf("listen on %s: %w", listen, err)
 	}
 	c.addr = ln.Addr().String()
-	e, _ := api.New(c.store, apiCfg)
+	e := api.New(c.store, apiCfg)
 	c.http = &http.Server{Handler: e, ReadHeaderTimeout: 10 * time.Second}
 	go func() { c.served <- c.http.Serve(ln) }()
 	c.log.Info("core-api listening", "addr", c.addr)

@@ -1,11 +1,13 @@
 // Package housekeeping runs the core API's periodic chores: recording lost
-// runs and deleting old run history.
+// runs, deleting old run history and expired create idempotency keys.
 package housekeeping
 
 import (
 	"context"
 	"log/slog"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hostcron/hostcron/internal/store"
 )
@@ -15,6 +17,8 @@ type Config struct {
 	Interval  time.Duration // how often to sweep (default 30s)
 	Grace     time.Duration // how long after timeout an outcome may still arrive (default 2m)
 	Retention time.Duration // how long runs are kept (default 180 days)
+	// Registry gets hostcron_sweep_skipped_jobs_total; nil: not exported.
+	Registry prometheus.Registerer
 }
 
 func (c *Config) defaults() {
@@ -34,6 +38,15 @@ func (c *Config) defaults() {
 // before their slots could be taken for lost.
 func Run(ctx context.Context, st *store.Store, cfg Config, log *slog.Logger) {
 	cfg.defaults()
+	skipped := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "hostcron_sweep_skipped_jobs_total",
+		Help: "Jobs a lost-run sweep could not check (e.g. a stored schedule that no longer parses).",
+	})
+	if cfg.Registry != nil {
+		if err := cfg.Registry.Register(skipped); err != nil {
+			log.Warn("sweep metrics not registered", "err", err)
+		}
+	}
 	wait := cfg.Grace
 	for {
 		select {
@@ -42,11 +55,18 @@ func Run(ctx context.Context, st *store.Store, cfg Config, log *slog.Logger) {
 		case <-time.After(wait):
 		}
 		wait = cfg.Interval
-		lost, disabled, err := st.SweepLostRuns(ctx, time.Now(), cfg.Grace)
+		rep, err := st.SweepLostRuns(ctx, time.Now(), cfg.Grace)
+		for _, sk := range rep.Skipped {
+			log.Error("sweep skipped a cron job", "cron_job_id", sk.ID, "err", sk.Err)
+		}
+		skipped.Add(float64(len(rep.Skipped)))
 		if err != nil && ctx.Err() == nil {
 			log.Error("sweep lost runs", "err", err)
-		} else if lost > 0 {
-			log.Warn("recorded lost runs", "runs", lost, "auto_disabled", disabled)
+		} else if rep.Lost > 0 || len(rep.Skipped) > 0 {
+			log.Warn("swept lost runs", "runs", rep.Lost, "skipped_jobs", len(rep.Skipped))
+		}
+		if _, err := st.ExpireIdempotencyKeys(ctx); err != nil && ctx.Err() == nil {
+			log.Error("expire idempotency keys", "err", err)
 		}
 		n, err := st.DeleteRunsBefore(ctx, time.Now().Add(-cfg.Retention))
 		if err != nil && ctx.Err() == nil {

@@ -78,9 +78,6 @@ type Schedule struct {
 // Expr returns the expression as given (macros not expanded).
 func (s *Schedule) Expr() string { return s.expr }
 
-// Location returns the schedule's time zone.
-func (s *Schedule) Location() *time.Location { return s.loc }
-
 // Parse parses a 5-field cron expression in the named IANA time zone
 // ("" = UTC). This is what tenants may write.
 func Parse(expr, tz string) (*Schedule, error) {

@@ -165,14 +165,6 @@ func (s *Store) CreateWebroot(ctx context.Context, tenantID, path string) (Webro
 	return w, nil
 }
 
-// GetWebroot returns one webroot.
-func (s *Store) GetWebroot(ctx context.Context, id string) (Webroot, error) {
-	var w Webroot
-	err := s.pool.QueryRow(ctx, `SELECT id, tenant_id, path, created_at FROM webroots WHERE id = $1`, id).
-		Scan(&w.ID, &w.TenantID, &w.Path, &w.CreatedAt)
-	return w, notFound(err, "get webroot")
-}
-
 // APIKey is who a key speaks for: an admin, or one tenant.
 type APIKey struct {
 	ID       string `json:"id"`

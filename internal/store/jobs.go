@@ -11,8 +11,6 @@ import (
 	"github.com/hostcron/hostcron/internal/wire"
 )
 
-// Job statuses.
-
 // CronJob is a tenant's cron job as stored.
 type CronJob struct {
 	ID                  string      `json:"id"`
@@ -30,32 +28,60 @@ type CronJob struct {
 	Status              wire.Status `json:"status"`
 	StatusMessage       string      `json:"status_message"`
 	Version             int64       `json:"version"`
+	NotBefore           time.Time   `json:"not_before"`
 	CreatedAt           time.Time   `json:"created_at"`
 	UpdatedAt           time.Time   `json:"updated_at"`
 }
 
-// JobSpec is what a tenant sets on a cron job; the API validates it.
-type JobSpec struct {
-	WebrootID        string
-	Schedule         string
-	Timezone         string
-	Command          string
-	WorkingDirectory string
-	Enabled          bool
-	TimeoutSeconds   int
-	MaxMemoryMB      int
-	MaxFailures      int
+// JobFields are the fields a tenant sets on a cron job; the API validates
+// them. (Not the node's jobspec.Spec.)
+type JobFields struct {
+	WebrootID        string `json:"webroot_id"`
+	Schedule         string `json:"schedule"`
+	Timezone         string `json:"timezone"`
+	Command          string `json:"command"`
+	WorkingDirectory string `json:"working_directory"`
+	Enabled          bool   `json:"enabled"`
+	TimeoutSeconds   int    `json:"timeout_seconds"`
+	MaxMemoryMB      int    `json:"max_memory_mb"`
+	MaxFailures      int    `json:"max_failures"`
 }
+
+// Fields returns the tenant-settable fields of the job.
+func (j CronJob) Fields() JobFields {
+	return JobFields{
+		WebrootID: j.WebrootID, Schedule: j.Schedule, Timezone: j.Timezone, Command: j.Command,
+		WorkingDirectory: j.WorkingDirectory, Enabled: j.Enabled, TimeoutSeconds: j.TimeoutSeconds,
+		MaxMemoryMB: j.MaxMemoryMB, MaxFailures: j.MaxFailures,
+	}
+}
+
+func (j *CronJob) setFields(f JobFields) {
+	j.WebrootID, j.Schedule, j.Timezone, j.Command = f.WebrootID, f.Schedule, f.Timezone, f.Command
+	j.WorkingDirectory, j.Enabled, j.TimeoutSeconds = f.WorkingDirectory, f.Enabled, f.TimeoutSeconds
+	j.MaxMemoryMB, j.MaxFailures = f.MaxMemoryMB, f.MaxFailures
+}
+
+var (
+	// ErrPreconditionFailed: the job's version is not the one the caller
+	// named (If-Match).
+	ErrPreconditionFailed = errors.New("precondition failed")
+	// ErrIdempotencyKeyReused: an Idempotency-Key came back with another
+	// request.
+	ErrIdempotencyKeyReused = errors.New("idempotency key reused with a different request")
+	// ErrUnknownWebroot: the webroot does not exist or is another tenant's.
+	ErrUnknownWebroot = fmt.Errorf("webroot: %w", ErrNotFound)
+)
 
 const jobColumns = `id, tenant_id, webroot_id, schedule, timezone, command, working_directory, enabled,
 	timeout_seconds, max_memory_mb, max_failures, consecutive_failures, status, status_message, version,
-	created_at, updated_at`
+	not_before, created_at, updated_at`
 
 func scanJob(row pgx.Row) (CronJob, error) {
 	var j CronJob
 	err := row.Scan(&j.ID, &j.TenantID, &j.WebrootID, &j.Schedule, &j.Timezone, &j.Command, &j.WorkingDirectory,
 		&j.Enabled, &j.TimeoutSeconds, &j.MaxMemoryMB, &j.MaxFailures, &j.ConsecutiveFailures, &j.Status,
-		&j.StatusMessage, &j.Version, &j.CreatedAt, &j.UpdatedAt)
+		&j.StatusMessage, &j.Version, &j.NotBefore, &j.CreatedAt, &j.UpdatedAt)
 	return j, err
 }
 
@@ -69,25 +95,106 @@ func queueTask(ctx context.Context, tx pgx.Tx, jobID string, action wire.Action,
 	return nil
 }
 
+// IdempotencyKey names a create request so a retry returns the first job.
+// Hash identifies the request's content: the same key with another hash is
+// refused.
+type IdempotencyKey struct {
+	Key  string
+	Hash []byte
+}
+
+// idempotencyTTL is how long a create's Idempotency-Key is remembered.
+const idempotencyTTL = 24 * time.Hour
+
 // CreateJob stores a job for a tenant and queues its provisioning. The
-// webroot must belong to the tenant.
-func (s *Store) CreateJob(ctx context.Context, tenantID string, spec JobSpec) (CronJob, error) {
-	var job CronJob
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var err error
+// webroot must belong to the tenant. With an idempotency key it first
+// claims the key: if the tenant used it within 24 hours, it returns that
+// job (replayed) instead, or ErrIdempotencyKeyReused for another request.
+func (s *Store) CreateJob(ctx context.Context, tenantID string, f JobFields, idem *IdempotencyKey) (job CronJob, replayed bool, err error) {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if idem != nil {
+			var claimed bool
+			if job, claimed, err = claimIdempotencyKey(ctx, tx, tenantID, *idem); err != nil || !claimed {
+				replayed = err == nil
+				return err
+			}
+		}
 		job, err = scanJob(tx.QueryRow(ctx, `
 			INSERT INTO cron_jobs (tenant_id, webroot_id, schedule, timezone, command, working_directory, enabled,
 			                       timeout_seconds, max_memory_mb, max_failures)
-			SELECT w.tenant_id, w.id, $3, $4, $5, $6, $7, $8, $9, $10 FROM webroots w WHERE w.id = $2 AND w.tenant_id = $1
-			RETURNING `+jobColumns,
-			tenantID, spec.WebrootID, spec.Schedule, spec.Timezone, spec.Command, spec.WorkingDirectory, spec.Enabled,
-			spec.TimeoutSeconds, spec.MaxMemoryMB, spec.MaxFailures))
+			SELECT w.tenant_id, w.id, @schedule, @timezone, @command, @working_directory, @enabled,
+			       @timeout_seconds, @max_memory_mb, @max_failures
+			FROM webroots w WHERE w.id = @webroot_id AND w.tenant_id = @tenant_id
+			RETURNING `+jobColumns, fieldArgs(f, pgx.NamedArgs{"tenant_id": tenantID})))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("create cron job: %w", ErrUnknownWebroot)
+		}
 		if err != nil {
-			return notFound(err, "create cron job: webroot")
+			return fmt.Errorf("create cron job: %w", err)
+		}
+		if idem != nil {
+			if _, err := tx.Exec(ctx, `UPDATE idempotency_keys SET cron_job_id = $3 WHERE tenant_id = $1 AND key = $2`,
+				tenantID, idem.Key, job.ID); err != nil {
+				return fmt.Errorf("create cron job: idempotency key: %w", err)
+			}
 		}
 		return queueTask(ctx, tx, job.ID, wire.ActionCreate, job.Version)
 	})
-	return job, err
+	return job, replayed, err
+}
+
+// claimIdempotencyKey claims a tenant's key for a new job (claimed), or
+// returns the job an earlier request with that key created. A concurrent
+// request with the same key waits on the key's row until the first
+// commits, then finds its job.
+func claimIdempotencyKey(ctx context.Context, tx pgx.Tx, tenantID string, k IdempotencyKey) (CronJob, bool, error) {
+	if _, err := tx.Exec(ctx, `DELETE FROM idempotency_keys WHERE tenant_id = $1 AND created_at < now() - $2::interval`,
+		tenantID, idempotencyTTL); err != nil {
+		return CronJob{}, false, fmt.Errorf("idempotency key: expire: %w", err)
+	}
+	tag, err := tx.Exec(ctx, `INSERT INTO idempotency_keys (tenant_id, key, request_hash) VALUES ($1, $2, $3)
+		ON CONFLICT DO NOTHING`, tenantID, k.Key, k.Hash)
+	if err != nil {
+		return CronJob{}, false, fmt.Errorf("idempotency key: claim: %w", err)
+	}
+	if tag.RowsAffected() == 1 {
+		return CronJob{}, true, nil
+	}
+	var hash []byte
+	var jobID *string
+	if err := tx.QueryRow(ctx, `SELECT request_hash, cron_job_id FROM idempotency_keys WHERE tenant_id = $1 AND key = $2`,
+		tenantID, k.Key).Scan(&hash, &jobID); err != nil {
+		return CronJob{}, false, fmt.Errorf("idempotency key: read: %w", err)
+	}
+	if string(hash) != string(k.Hash) || jobID == nil {
+		return CronJob{}, false, ErrIdempotencyKeyReused
+	}
+	job, err := scanJob(tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM cron_jobs WHERE id = $1`, *jobID))
+	return job, false, notFound(err, "idempotency key: first job")
+}
+
+// ExpireIdempotencyKeys forgets create keys older than 24 hours, also
+// those of tenants that stopped creating jobs (a create expires its own
+// tenant's keys first).
+func (s *Store) ExpireIdempotencyKeys(ctx context.Context) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM idempotency_keys WHERE created_at < now() - $1::interval`, idempotencyTTL)
+	if err != nil {
+		return 0, fmt.Errorf("expire idempotency keys: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// fieldArgs binds the tenant-settable fields by name, plus extra.
+func fieldArgs(f JobFields, extra pgx.NamedArgs) pgx.NamedArgs {
+	args := pgx.NamedArgs{
+		"webroot_id": f.WebrootID, "schedule": f.Schedule, "timezone": f.Timezone, "command": f.Command,
+		"working_directory": f.WorkingDirectory, "enabled": f.Enabled, "timeout_seconds": f.TimeoutSeconds,
+		"max_memory_mb": f.MaxMemoryMB, "max_failures": f.MaxFailures,
+	}
+	for k, v := range extra {
+		args[k] = v
+	}
+	return args
 }
 
 // GetJob returns a job, whatever its tenant; callers check the scope.
@@ -105,10 +212,20 @@ func (s *Store) ListJobs(ctx context.Context, tenantID string) ([]CronJob, error
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (CronJob, error) { return scanJob(r) })
 }
 
+// change is what a transition's decide asks for: the task to queue ("" =
+// store nothing) and whether the failure counter starts afresh.
+type change struct {
+	action        wire.Action
+	resetFailures bool
+}
+
 // transition locks a job, lets decide check and change it, and stores the
 // result with a bumped version and a queued task, all in one transaction.
-// decide returns the task action, or "" to store nothing.
-func (s *Store) transition(ctx context.Context, id string, decide func(j *CronJob) (wire.Action, error)) (CronJob, error) {
+// ifVersion (0 = any) is the version the caller saw (If-Match): another
+// one fails with ErrPreconditionFailed. Because decide works on the row
+// read FOR UPDATE, a change can never write back fields it read earlier.
+func (s *Store) transition(ctx context.Context, id string, ifVersion int64,
+	decide func(tx pgx.Tx, j *CronJob) (change, error)) (CronJob, error) {
 	var job CronJob
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
@@ -116,22 +233,32 @@ func (s *Store) transition(ctx context.Context, id string, decide func(j *CronJo
 		if err != nil {
 			return notFound(err, "cron job")
 		}
-		action, err := decide(&job)
-		if err != nil || action == "" {
+		if ifVersion != 0 && job.Version != ifVersion {
+			return fmt.Errorf("cron job is at version %d, not %d: %w", job.Version, ifVersion, ErrPreconditionFailed)
+		}
+		before := job
+		ch, err := decide(tx, &job)
+		if err != nil || ch.action == "" {
 			return err
 		}
 		job, err = scanJob(tx.QueryRow(ctx, `
-			UPDATE cron_jobs SET webroot_id = $2, schedule = $3, timezone = $4, command = $5, working_directory = $6,
-			       enabled = $7, timeout_seconds = $8, max_memory_mb = $9, max_failures = $10,
-			       consecutive_failures = $11, status = $12, status_message = $13,
-			       version = version + 1, swept_until = now(), updated_at = now()
-			WHERE id = $1 RETURNING `+jobColumns,
-			id, job.WebrootID, job.Schedule, job.Timezone, job.Command, job.WorkingDirectory, job.Enabled,
-			job.TimeoutSeconds, job.MaxMemoryMB, job.MaxFailures, job.ConsecutiveFailures, job.Status, job.StatusMessage))
+			UPDATE cron_jobs SET webroot_id = @webroot_id, schedule = @schedule, timezone = @timezone,
+			       command = @command, working_directory = @working_directory, enabled = @enabled,
+			       timeout_seconds = @timeout_seconds, max_memory_mb = @max_memory_mb, max_failures = @max_failures,
+			       consecutive_failures = @consecutive_failures, status = @status, status_message = @status_message,
+			       not_before = CASE WHEN @rearm THEN now() ELSE not_before END,
+			       failures_after_run = CASE WHEN @reset_failures
+			           THEN (SELECT coalesce(max(r.id), 0) FROM cron_job_runs r WHERE r.cron_job_id = @id)
+			           ELSE failures_after_run END,
+			       version = version + 1, updated_at = now()
+			WHERE id = @id RETURNING `+jobColumns, fieldArgs(job.Fields(), pgx.NamedArgs{
+			"id": id, "consecutive_failures": job.ConsecutiveFailures, "status": job.Status,
+			"status_message": job.StatusMessage, "rearm": rearms(before, job), "reset_failures": ch.resetFailures,
+		})))
 		if err != nil {
 			return fmt.Errorf("update cron job: %w", err)
 		}
-		return queueTask(ctx, tx, id, action, job.Version)
+		return queueTask(ctx, tx, id, ch.action, job.Version)
 	})
 	return job, err
 }
@@ -143,96 +270,113 @@ func notDeleting(j *CronJob) error {
 	return nil
 }
 
-// UpdateJob replaces the tenant-settable fields. The webroot must belong to
-// the job's tenant. An auto-disabled job stays disabled until enabled.
-func (s *Store) UpdateJob(ctx context.Context, id string, spec JobSpec) (CronJob, error) {
-	return s.transition(ctx, id, func(j *CronJob) (wire.Action, error) {
+// UpdateJob changes the tenant-settable fields: merge gets them as the
+// row locked inside the transaction holds them and returns the new ones
+// (the API overlays the request's present fields and validates), so a
+// concurrent change (a disable) is never undone by a stale copy. The
+// webroot must belong to the job's tenant. An auto-disabled job stays
+// disabled until enabled.
+func (s *Store) UpdateJob(ctx context.Context, id string, ifVersion int64, merge func(JobFields) (JobFields, error)) (CronJob, error) {
+	return s.transition(ctx, id, ifVersion, func(tx pgx.Tx, j *CronJob) (change, error) {
 		if err := notDeleting(j); err != nil {
-			return "", err
+			return change{}, err
 		}
-		if spec.WebrootID != j.WebrootID {
-			var owner string
-			err := s.pool.QueryRow(ctx, `SELECT tenant_id FROM webroots WHERE id = $1`, spec.WebrootID).Scan(&owner)
-			if errors.Is(err, pgx.ErrNoRows) || (err == nil && owner != j.TenantID) {
-				return "", fmt.Errorf("update cron job: webroot: %w", ErrNotFound)
-			}
-			if err != nil {
-				return "", fmt.Errorf("update cron job: webroot: %w", err)
+		f, err := merge(j.Fields())
+		if err != nil {
+			return change{}, err
+		}
+		if f.WebrootID != j.WebrootID {
+			if err := checkWebroot(ctx, tx, j.TenantID, f.WebrootID); err != nil {
+				return change{}, err
 			}
 		}
-		enabled := spec.Enabled
 		if j.Status == wire.StatusAutoDisabled {
-			enabled = false // only enable and retry lift an auto-disable
+			f.Enabled = false // only enable and retry lift an auto-disable
 		} else {
 			j.Status, j.StatusMessage = wire.StatusPending, ""
 		}
-		j.WebrootID, j.Schedule, j.Timezone, j.Command = spec.WebrootID, spec.Schedule, spec.Timezone, spec.Command
-		j.WorkingDirectory, j.Enabled, j.TimeoutSeconds = spec.WorkingDirectory, enabled, spec.TimeoutSeconds
-		j.MaxMemoryMB, j.MaxFailures = spec.MaxMemoryMB, spec.MaxFailures
-		return wire.ActionUpdate, nil
+		j.setFields(f)
+		return change{action: wire.ActionUpdate}, nil
 	})
+}
+
+// checkWebroot fails with ErrUnknownWebroot unless the webroot is the
+// tenant's.
+func checkWebroot(ctx context.Context, tx pgx.Tx, tenantID, webrootID string) error {
+	var owner string
+	err := tx.QueryRow(ctx, `SELECT tenant_id FROM webroots WHERE id = $1`, webrootID).Scan(&owner)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows) || (err == nil && owner != tenantID):
+		return fmt.Errorf("update cron job: %w", ErrUnknownWebroot)
+	case err != nil:
+		return fmt.Errorf("update cron job: webroot: %w", err)
+	}
+	return nil
 }
 
 // DeleteJob marks a job for deletion; the delete workflow removes its units
 // and then the row. Deleting twice is not an error.
-func (s *Store) DeleteJob(ctx context.Context, id string) (CronJob, error) {
-	return s.transition(ctx, id, func(j *CronJob) (wire.Action, error) {
+func (s *Store) DeleteJob(ctx context.Context, id string, ifVersion int64) (CronJob, error) {
+	return s.transition(ctx, id, ifVersion, func(_ pgx.Tx, j *CronJob) (change, error) {
 		if j.Status == wire.StatusDeleting {
-			return "", nil
+			return change{}, nil
 		}
 		j.Status, j.StatusMessage, j.Enabled = wire.StatusDeleting, "", false
-		return wire.ActionDelete, nil
+		return change{action: wire.ActionDelete}, nil
 	})
 }
 
-// EnableJob enables a job; it lifts an auto-disable and resets the failure
-// counter.
-func (s *Store) EnableJob(ctx context.Context, id string) (CronJob, error) {
-	return s.transition(ctx, id, func(j *CronJob) (wire.Action, error) {
+// EnableJob enables a job; it lifts an auto-disable and starts the failure
+// counter afresh (runs recorded so far no longer count).
+func (s *Store) EnableJob(ctx context.Context, id string, ifVersion int64) (CronJob, error) {
+	return s.transition(ctx, id, ifVersion, func(_ pgx.Tx, j *CronJob) (change, error) {
 		if err := notDeleting(j); err != nil {
-			return "", err
+			return change{}, err
 		}
 		j.Enabled, j.ConsecutiveFailures, j.Status, j.StatusMessage = true, 0, wire.StatusPending, ""
-		return wire.ActionEnable, nil
+		return change{action: wire.ActionEnable, resetFailures: true}, nil
 	})
 }
 
 // DisableJob disables a job on all nodes.
-func (s *Store) DisableJob(ctx context.Context, id string) (CronJob, error) {
-	return s.transition(ctx, id, func(j *CronJob) (wire.Action, error) {
+func (s *Store) DisableJob(ctx context.Context, id string, ifVersion int64) (CronJob, error) {
+	return s.transition(ctx, id, ifVersion, func(_ pgx.Tx, j *CronJob) (change, error) {
 		if err := notDeleting(j); err != nil {
-			return "", err
+			return change{}, err
 		}
 		j.Enabled, j.Status, j.StatusMessage = false, wire.StatusPending, ""
-		return wire.ActionDisable, nil
+		return change{action: wire.ActionDisable}, nil
 	})
 }
 
 // RetryJob re-runs provisioning of a failed, pending or auto-disabled job;
-// an auto-disabled job is enabled again with its counter reset.
-func (s *Store) RetryJob(ctx context.Context, id string) (CronJob, error) {
-	return s.transition(ctx, id, func(j *CronJob) (wire.Action, error) {
+// an auto-disabled job is enabled again with its counter started afresh.
+func (s *Store) RetryJob(ctx context.Context, id string, ifVersion int64) (CronJob, error) {
+	return s.transition(ctx, id, ifVersion, func(_ pgx.Tx, j *CronJob) (change, error) {
 		switch j.Status {
 		case wire.StatusFailed, wire.StatusPending:
 		case wire.StatusAutoDisabled:
 			j.Enabled = true
 		default:
-			return "", conflict("only a failed, pending or auto_disabled cron job can be retried; this one is %s", j.Status)
+			return change{}, conflict("only a failed, pending or auto_disabled cron job can be retried; this one is %s", j.Status)
 		}
 		j.ConsecutiveFailures, j.Status, j.StatusMessage = 0, wire.StatusPending, ""
-		return wire.ActionRetry, nil
+		return change{action: wire.ActionRetry, resetFailures: true}, nil
 	})
 }
 
 // RunNow queues one run outside the schedule. The job keeps its version:
-// the run is keyed by the request time.
-func (s *Store) RunNow(ctx context.Context, id string) (CronJob, error) {
+// the run is keyed by the request.
+func (s *Store) RunNow(ctx context.Context, id string, ifVersion int64) (CronJob, error) {
 	var job CronJob
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
 		job, err = scanJob(tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM cron_jobs WHERE id = $1 FOR SHARE`, id))
 		if err != nil {
 			return notFound(err, "cron job")
+		}
+		if ifVersion != 0 && job.Version != ifVersion {
+			return fmt.Errorf("cron job is at version %d, not %d: %w", job.Version, ifVersion, ErrPreconditionFailed)
 		}
 		if job.Status != wire.StatusActive && job.Status != wire.StatusDisabled {
 			return conflict("cron job is %s; it can run now once it is provisioned (active or disabled)", job.Status)
@@ -245,11 +389,15 @@ func (s *Store) RunNow(ctx context.Context, id string) (CronJob, error) {
 // SetProvisioned records the workflow's verdict for a version of a job. It
 // changes nothing if the job has moved on (another version) or left
 // pending, so a slow workflow cannot overwrite a newer state such as
-// auto_disabled.
+// auto_disabled. When the job becomes active its nodes have it from now
+// on, so the lost-run sweep starts here: slots before it (an enable or
+// schedule change waiting out a Temporal outage) were never the nodes'.
 func (s *Store) SetProvisioned(ctx context.Context, id string, version int64, status wire.Status, message string) (bool, error) {
 	tag, err := s.pool.Exec(ctx, `
-		UPDATE cron_jobs SET status = $3, status_message = $4, updated_at = now()
-		WHERE id = $1 AND version = $2 AND status = 'pending'`, id, version, status, message)
+		UPDATE cron_jobs SET status = $3, status_message = $4, updated_at = now(),
+		       swept_until = CASE WHEN $3 = $5 THEN now() ELSE swept_until END
+		WHERE id = $1 AND version = $2 AND status = $6`,
+		id, version, status, message, wire.StatusActive, wire.StatusPending)
 	if err != nil {
 		return false, fmt.Errorf("set provisioned: %w", err)
 	}

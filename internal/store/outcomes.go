@@ -11,13 +11,6 @@ import (
 	"github.com/hostcron/hostcron/internal/wire"
 )
 
-// IsFailure reports whether a result counts towards auto-disable.
-// overlap_skipped is reported but is neither a success nor a failure: it
-// leaves the failure counter alone.
-func IsFailure(r wire.Result) bool {
-	return r != wire.ResultSuccess && r != wire.ResultOverlapSkipped && r != wire.ResultPlatformError
-}
-
 // Run is one recorded execution (or skip) of a cron job.
 type Run struct {
 	ID            int64       `json:"id"`
@@ -52,15 +45,22 @@ type Outcome struct {
 // OutcomeResult tells what recording an outcome did.
 type OutcomeResult struct {
 	Duplicate    bool // the run key was known: nothing changed
+	Replaced     bool // the outcome replaced a lost or overlap_skipped record
 	AutoDisabled bool // this outcome crossed the threshold
+	Reenabled    bool // the replaced record had caused an auto-disable, now lifted
 	Job          CronJob
 }
 
+// recentRuns bounds the history a recount reads: the counter saturates at
+// the largest max_failures allowed.
+const recentRuns = 1000
+
 // RecordOutcome stores a node's outcome for a job on that node's shard. In
-// one transaction it inserts the run (idempotent by run key), resets or
-// increments the failure counter and, at the threshold, auto-disables the
-// job and queues the disable on all nodes. The job row is locked first so
-// concurrent outcomes of one job count one after another.
+// one transaction it inserts the run (idempotent by run key; a real result
+// replaces a lost or overlap_skipped record), recounts the job's failures
+// and auto-disables the job (queueing the disable on all nodes) or lifts
+// an auto-disable the replaced record caused (queueing the enable). The
+// job row is locked first, so outcomes of one job count one after another.
 func (s *Store) RecordOutcome(ctx context.Context, node Node, jobID string, o Outcome) (OutcomeResult, error) {
 	var res OutcomeResult
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -71,71 +71,131 @@ func (s *Store) RecordOutcome(ctx context.Context, node Node, jobID string, o Ou
 			return notFound(err, "outcome: cron job on this node's shard")
 		}
 		res.Job = job
-		var duration *int64
-		if o.StartedAt != nil && o.FinishedAt != nil {
-			d := o.FinishedAt.Sub(*o.StartedAt).Milliseconds()
-			duration = &d
-		}
-		// A late outcome replaces a run the sweeper recorded as lost; that
-		// slot was already counted as a failure, so it is not counted again.
-		var inserted bool
-		err = tx.QueryRow(ctx, `
-			INSERT INTO cron_job_runs (run_key, cron_job_id, version, node_id, scheduled_at, started_at, finished_at,
-			                           duration_ms, result, exit_code, signal, failure_reason)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
-			ON CONFLICT (run_key) DO UPDATE SET node_id = EXCLUDED.node_id, started_at = EXCLUDED.started_at,
-			       finished_at = EXCLUDED.finished_at, duration_ms = EXCLUDED.duration_ms, result = EXCLUDED.result,
-			       exit_code = EXCLUDED.exit_code, signal = EXCLUDED.signal,
-			       failure_reason = EXCLUDED.failure_reason, received_at = now()
-			WHERE cron_job_runs.result = 'lost'
-			RETURNING xmax = 0`,
-			o.RunKey, jobID, o.Version, node.ID, o.ScheduledAt, o.StartedAt, o.FinishedAt, duration,
-			o.Result, o.ExitCode, o.Signal, o.FailureReason).Scan(&inserted)
-		if errors.Is(err, pgx.ErrNoRows) {
-			res.Duplicate = true // known run key: a redelivery changes nothing
-			return nil
-		}
+		stored, err := storedResult(ctx, tx, jobID, o.RunKey)
 		if err != nil {
-			return fmt.Errorf("outcome: insert run: %w", err)
+			return err
 		}
-		if !inserted {
+		step := decideRecord(stored, o.Result)
+		if step == duplicateRun {
+			res.Duplicate = true // a redelivery changes nothing
 			return nil
 		}
-		res.Job, res.AutoDisabled, err = countResult(ctx, tx, job, o.Result)
+		if err := writeRun(ctx, tx, node, jobID, o, step); err != nil {
+			return err
+		}
+		res.Replaced = step == replaceRun
+		var st autoDisableStep
+		res.Job, st, err = recount(ctx, tx, job, res.Replaced)
+		res.AutoDisabled, res.Reenabled = st == tripAutoDisable, st == liftAutoDisable
 		return err
 	})
 	return res, err
 }
 
-// countResult applies one run result to the job's failure counter.
-func countResult(ctx context.Context, tx pgx.Tx, job CronJob, result wire.Result) (CronJob, bool, error) {
+// storedResult is the result recorded under a run key, nil if none.
+func storedResult(ctx context.Context, tx pgx.Tx, jobID, runKey string) (*wire.Result, error) {
+	var r wire.Result
+	err := tx.QueryRow(ctx, `SELECT result FROM cron_job_runs WHERE run_key = $1 AND cron_job_id = $2`, runKey, jobID).Scan(&r)
 	switch {
-	case result == wire.ResultOverlapSkipped:
-		return job, false, nil
-	case !IsFailure(result):
-		if job.ConsecutiveFailures == 0 {
-			return job, false, nil
-		}
-		job.ConsecutiveFailures = 0
-		_, err := tx.Exec(ctx, `UPDATE cron_jobs SET consecutive_failures = 0 WHERE id = $1`, job.ID)
-		return job, false, wrap(err, "reset failure counter")
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("outcome: read run: %w", err)
 	}
-	job.ConsecutiveFailures++
-	trip := job.MaxFailures > 0 && job.ConsecutiveFailures >= job.MaxFailures &&
-		job.Enabled && job.Status != wire.StatusAutoDisabled && job.Status != wire.StatusDeleting
-	if !trip {
-		_, err := tx.Exec(ctx, `UPDATE cron_jobs SET consecutive_failures = $2 WHERE id = $1`, job.ID, job.ConsecutiveFailures)
-		return job, false, wrap(err, "count failure")
+	return &r, nil
+}
+
+// writeRun inserts the run, or replaces the record under its run key.
+func writeRun(ctx context.Context, tx pgx.Tx, node Node, jobID string, o Outcome, step recordStep) error {
+	var duration *int64
+	if o.StartedAt != nil && o.FinishedAt != nil {
+		d := o.FinishedAt.Sub(*o.StartedAt).Milliseconds()
+		duration = &d
 	}
-	msg := fmt.Sprintf("disabled after %d consecutive failures", job.ConsecutiveFailures)
-	job, err := scanJob(tx.QueryRow(ctx, `
-		UPDATE cron_jobs SET consecutive_failures = $2, enabled = false, status = 'auto_disabled', status_message = $3,
-		       version = version + 1, updated_at = now()
-		WHERE id = $1 RETURNING `+jobColumns, job.ID, job.ConsecutiveFailures, msg))
+	args := pgx.NamedArgs{
+		"run_key": o.RunKey, "cron_job_id": jobID, "version": o.Version, "node_id": node.ID,
+		"scheduled_at": o.ScheduledAt, "started_at": o.StartedAt, "finished_at": o.FinishedAt,
+		"duration_ms": duration, "result": o.Result, "exit_code": o.ExitCode, "signal": o.Signal,
+		"failure_reason": o.FailureReason,
+	}
+	sql := `INSERT INTO cron_job_runs (run_key, cron_job_id, version, node_id, scheduled_at, started_at, finished_at,
+		                           duration_ms, result, exit_code, signal, failure_reason)
+		VALUES (@run_key, @cron_job_id, @version, @node_id, @scheduled_at, @started_at, @finished_at,
+		        @duration_ms, @result, @exit_code, @signal, @failure_reason)`
+	if step == replaceRun {
+		sql = `UPDATE cron_job_runs SET version = @version, node_id = @node_id, started_at = @started_at,
+			       finished_at = @finished_at, duration_ms = @duration_ms, result = @result, exit_code = @exit_code,
+			       signal = @signal, failure_reason = @failure_reason, received_at = now()
+			WHERE run_key = @run_key AND cron_job_id = @cron_job_id`
+	}
+	if _, err := tx.Exec(ctx, sql, args); err != nil {
+		return fmt.Errorf("outcome: write run: %w", err)
+	}
+	return nil
+}
+
+// recount recomputes the failure counter from the job's recent counted
+// results in slot order (runs before the last enable or retry excluded)
+// and applies the verdict: the counter, a trip or a lift.
+func recount(ctx context.Context, tx pgx.Tx, job CronJob, replaced bool) (CronJob, autoDisableStep, error) {
+	rows, err := tx.Query(ctx, `
+		SELECT result FROM (
+			SELECT result, scheduled_at, id FROM cron_job_runs
+			WHERE cron_job_id = $1 AND result = ANY($2)
+			  AND id > (SELECT failures_after_run FROM cron_jobs WHERE id = $1)
+			ORDER BY scheduled_at DESC, id DESC LIMIT $3) recent
+		ORDER BY scheduled_at, id`, job.ID, countedResults(), recentRuns)
 	if err != nil {
-		return job, false, wrap(err, "auto-disable")
+		return job, keepState, fmt.Errorf("recount failures: %w", err)
 	}
-	return job, true, queueTask(ctx, tx, job.ID, wire.ActionAutoDisable, job.Version)
+	results, err := pgx.CollectRows(rows, pgx.RowTo[wire.Result])
+	if err != nil {
+		return job, keepState, fmt.Errorf("recount failures: %w", err)
+	}
+	failures, disable := CountFailures(results, job.MaxFailures)
+	step := decideAutoDisable(job, disable, replaced)
+	switch step {
+	case tripAutoDisable:
+		job, err = autoDisable(ctx, tx, job.ID, failures)
+	case liftAutoDisable:
+		job, err = liftAutoDisabled(ctx, tx, job.ID, failures)
+	default:
+		if failures != job.ConsecutiveFailures {
+			job.ConsecutiveFailures = failures
+			_, err = tx.Exec(ctx, `UPDATE cron_jobs SET consecutive_failures = $2 WHERE id = $1`, job.ID, failures)
+			err = wrap(err, "count failures")
+		}
+	}
+	return job, step, err
+}
+
+// autoDisable disables the job at the threshold and queues the disable
+// on all nodes.
+func autoDisable(ctx context.Context, tx pgx.Tx, id string, failures int) (CronJob, error) {
+	msg := fmt.Sprintf("disabled after %d consecutive failures", failures)
+	job, err := scanJob(tx.QueryRow(ctx, `
+		UPDATE cron_jobs SET consecutive_failures = $2, enabled = false, status = $3, status_message = $4,
+		       version = version + 1, updated_at = now()
+		WHERE id = $1 RETURNING `+jobColumns, id, failures, wire.StatusAutoDisabled, msg))
+	if err != nil {
+		return job, wrap(err, "auto-disable")
+	}
+	return job, queueTask(ctx, tx, id, wire.ActionAutoDisable, job.Version)
+}
+
+// liftAutoDisabled enables a job whose auto-disable a replaced record had
+// caused, and queues the enable on all nodes as EnableJob does. The
+// counter keeps the recounted value: the history still holds those
+// failures.
+func liftAutoDisabled(ctx context.Context, tx pgx.Tx, id string, failures int) (CronJob, error) {
+	job, err := scanJob(tx.QueryRow(ctx, `
+		UPDATE cron_jobs SET consecutive_failures = $2, enabled = true, status = $3, status_message = '',
+		       not_before = now(), version = version + 1, updated_at = now()
+		WHERE id = $1 RETURNING `+jobColumns, id, failures, wire.StatusPending))
+	if err != nil {
+		return job, wrap(err, "lift auto-disable")
+	}
+	return job, queueTask(ctx, tx, id, wire.ActionEnable, job.Version)
 }
 
 func wrap(err error, what string) error {

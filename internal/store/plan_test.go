@@ -48,8 +48,8 @@ func newShard(t *testing.T, st *store.Store, name string, nodes ...string) shard
 
 func (s shard) job(t *testing.T, st *store.Store, command string) store.CronJob {
 	t.Helper()
-	j, err := st.CreateJob(context.Background(), s.tenant, store.JobSpec{WebrootID: s.webroot, Schedule: "*/5 * * * *",
-		Timezone: "Europe/Berlin", Command: command, Enabled: true, TimeoutSeconds: 60, MaxMemoryMB: 128, MaxFailures: 3})
+	j, _, err := st.CreateJob(context.Background(), s.tenant, store.JobFields{WebrootID: s.webroot, Schedule: "*/5 * * * *",
+		Timezone: "Europe/Berlin", Command: command, Enabled: true, TimeoutSeconds: 60, MaxMemoryMB: 128, MaxFailures: 3}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestJobPlan(t *testing.T) {
 		t.Errorf("job of a shard without nodes: %+v, %v", p, err)
 	}
 
-	del, err := st.DeleteJob(ctx, j.ID)
+	del, err := st.DeleteJob(ctx, j.ID, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func TestNodeDesiredJobs(t *testing.T) {
 	keep := a.job(t, st, "keep")
 	gone := a.job(t, st, "gone")
 	b.job(t, st, "elsewhere")
-	if _, err := st.DeleteJob(ctx, gone.ID); err != nil {
+	if _, err := st.DeleteJob(ctx, gone.ID, 0); err != nil {
 		t.Fatal(err)
 	}
 	jobs, ok, err := st.NodeDesiredJobs(ctx, a.nodes["node1"])

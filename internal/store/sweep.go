@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -15,39 +16,65 @@ import (
 // maxLostPerSweep bounds the work one sweep does for one job.
 const maxLostPerSweep = 500
 
+// SweepReport tells what one sweep did.
+type SweepReport struct {
+	Lost    int          // lost runs recorded
+	Skipped []SkippedJob // jobs the sweep could not check
+}
+
+// SkippedJob is a job left out of a sweep, and why.
+type SkippedJob struct {
+	ID  string
+	Err error
+}
+
+// errBadSchedule marks a job whose stored schedule no longer parses: the
+// sweep skips it and goes on with the others.
+var errBadSchedule = errors.New("stored schedule does not parse")
+
 // SweepLostRuns records, for every active job, each slot that ended more
 // than timeout + grace ago and for which no node reported anything, as a
-// failed ("lost") run. A node that died mid-run never reports, so this is
-// how such a run ends up failed. It returns how many runs it recorded and
-// how many jobs it auto-disabled.
-func (s *Store) SweepLostRuns(ctx context.Context, now time.Time, grace time.Duration) (lost, disabled int, err error) {
-	rows, err := s.pool.Query(ctx, `SELECT id FROM cron_jobs WHERE enabled AND status = 'active'
-		AND swept_until < $1::timestamptz - make_interval(secs => timeout_seconds) - $2::interval`, now, grace)
+// "lost" run. A node that died mid-run never reports, so this is how such
+// a run shows up in history. Lost runs are not the tenant's failures: they
+// never touch the failure counter. A job whose schedule no longer parses
+// is skipped and reported, not an end of the sweep.
+func (s *Store) SweepLostRuns(ctx context.Context, now time.Time, grace time.Duration) (SweepReport, error) {
+	var rep SweepReport
+	rows, err := s.pool.Query(ctx, `SELECT id FROM cron_jobs WHERE enabled AND status = $3
+		AND swept_until < $1::timestamptz - make_interval(secs => timeout_seconds) - $2::interval`,
+		now, grace, wire.StatusActive)
 	if err != nil {
-		return 0, 0, fmt.Errorf("sweep: list jobs: %w", err)
+		return rep, fmt.Errorf("sweep: list jobs: %w", err)
 	}
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return 0, 0, fmt.Errorf("sweep: list jobs: %w", err)
+		return rep, fmt.Errorf("sweep: list jobs: %w", err)
 	}
 	for _, id := range ids {
-		n, auto, err := s.sweepJob(ctx, id, now, grace)
+		n, err := s.sweepJob(ctx, id, now, grace)
+		if errors.Is(err, errBadSchedule) {
+			rep.Skipped = append(rep.Skipped, SkippedJob{ID: id, Err: err})
+			continue
+		}
 		if err != nil {
-			return lost, disabled, err
+			return rep, err
 		}
-		lost += n
-		if auto {
-			disabled++
-		}
+		rep.Lost += n
 	}
-	return lost, disabled, nil
+	return rep, nil
 }
 
-func (s *Store) sweepJob(ctx context.Context, id string, now time.Time, grace time.Duration) (int, bool, error) {
-	lost, auto := 0, false
+// sweepJob records the lost slots of one job. Slots start at swept_until
+// (set when the job became active on its nodes) or not_before, whichever
+// is later. A lost record is keyed by the slot's run key, so a slot has
+// one row whatever the job's version, and a slot a node reported (or an
+// earlier sweep recorded) is left alone.
+func (s *Store) sweepJob(ctx context.Context, id string, now time.Time, grace time.Duration) (int, error) {
+	lost := 0
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var sweptUntil time.Time
-		job, err := scanJob(tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM cron_jobs WHERE id = $1 AND enabled AND status = 'active' FOR UPDATE`, id))
+		job, err := scanJob(tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM cron_jobs
+			WHERE id = $1 AND enabled AND status = $2 FOR UPDATE`, id, wire.StatusActive))
 		if err != nil {
 			return nil // changed since listed; the next sweep looks again
 		}
@@ -56,45 +83,41 @@ func (s *Store) sweepJob(ctx context.Context, id string, now time.Time, grace ti
 		}
 		sched, err := schedule.ParseWithSeconds(job.Schedule, job.Timezone)
 		if err != nil {
-			return fmt.Errorf("sweep %s: stored schedule: %w", id, err)
+			return fmt.Errorf("sweep %s: %w: %v", id, errBadSchedule, err)
 		}
 		cutoff := now.Add(-time.Duration(job.TimeoutSeconds)*time.Second - grace)
 		at := sweptUntil
+		if job.NotBefore.After(at) {
+			at = job.NotBefore
+		}
+		reason := fmt.Sprintf("no node reported an outcome within timeout + %s; the node running it may have died", grace)
+		caughtUp := false // every slot up to cutoff was looked at
 		for n := 0; n < maxLostPerSweep; n++ {
 			slot := sched.Next(at)
 			if slot.IsZero() || slot.After(cutoff) {
+				caughtUp = true
 				break
 			}
 			at = slot
-			var seen bool
-			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM cron_job_runs WHERE cron_job_id = $1 AND scheduled_at = $2)`,
-				id, slot).Scan(&seen); err != nil {
-				return fmt.Errorf("sweep %s: %w", id, err)
-			}
-			if seen {
-				continue
-			}
-			if _, err := tx.Exec(ctx, `
+			tag, err := tx.Exec(ctx, `
 				INSERT INTO cron_job_runs (run_key, cron_job_id, version, scheduled_at, result, failure_reason)
-				VALUES ($1, $2, $3, $4, 'lost', $5) ON CONFLICT (run_key) DO NOTHING`,
-				runkey.Scheduled(id, slot), id, job.Version, slot,
-				fmt.Sprintf("no node reported an outcome within timeout + %s; the node running it may have died", grace)); err != nil {
+				VALUES (@run_key, @cron_job_id, @version, @scheduled_at, @result, @failure_reason)
+				ON CONFLICT (run_key) DO NOTHING`, pgx.NamedArgs{
+				"run_key": runkey.Scheduled(id, slot), "cron_job_id": id, "version": job.Version,
+				"scheduled_at": slot, "result": wire.ResultLost, "failure_reason": reason,
+			})
+			if err != nil {
 				return fmt.Errorf("sweep %s: record lost run: %w", id, err)
 			}
-			lost++
-			var tripped bool
-			if job, tripped, err = countResult(ctx, tx, job, wire.ResultLost); err != nil {
-				return err
-			}
-			auto = auto || tripped
+			lost += int(tag.RowsAffected())
 		}
-		if at.Before(cutoff) && lost < maxLostPerSweep {
+		if caughtUp && at.Before(cutoff) {
 			at = cutoff
 		}
 		_, err = tx.Exec(ctx, `UPDATE cron_jobs SET swept_until = $2 WHERE id = $1`, id, at)
 		return wrap(err, "sweep: advance")
 	})
-	return lost, auto, err
+	return lost, err
 }
 
 // DeleteRunsBefore removes run history older than cutoff, in batches so a

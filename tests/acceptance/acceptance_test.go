@@ -78,7 +78,7 @@ func TestAcceptance(t *testing.T) {
 	// Let the steady job reach its slots, then stop it and count.
 	c.WaitRuns(t, steady.ID, time.Duration(slots)*10*time.Second-time.Since(start)+5*time.Minute,
 		func(r []store.Run) bool { return len(r) >= slots })
-	if _, err := c.Store.DisableJob(context.Background(), steady.ID); err != nil {
+	if _, err := c.Store.DisableJob(context.Background(), steady.ID, 0); err != nil {
 		t.Fatal(err)
 	}
 	waitJob(t, steady.ID, time.Minute, "disabled", func(j store.CronJob) bool { return j.Status == "disabled" })
@@ -213,7 +213,7 @@ func nodeKilledMidRun(t *testing.T) {
 	for _, r := range runs {
 		t.Logf("slot %s: %s %s", r.ScheduledAt.Format(time.RFC3339), r.Result, r.FailureReason)
 	}
-	if _, err := c.Store.DisableJob(context.Background(), slow.ID); err != nil {
+	if _, err := c.Store.DisableJob(context.Background(), slow.ID, 0); err != nil {
 		t.Fatal(err)
 	}
 	// The node comes back and converges; later changes reach it again.

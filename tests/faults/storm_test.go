@@ -51,14 +51,9 @@ func TestEditStorm(t *testing.T) {
 	}
 	edit := func(schedule, command string) func() error {
 		return func() error {
-			cur, err := c.Store.GetJob(ctx, job.ID)
-			if err != nil {
-				return err
-			}
-			_, err = c.Store.UpdateJob(ctx, job.ID, store.JobSpec{
-				WebrootID: cur.WebrootID, Schedule: schedule, Timezone: cur.Timezone, Command: command,
-				WorkingDirectory: cur.WorkingDirectory, Enabled: cur.Enabled, TimeoutSeconds: cur.TimeoutSeconds,
-				MaxMemoryMB: cur.MaxMemoryMB, MaxFailures: cur.MaxFailures,
+			_, err := c.Store.UpdateJob(ctx, job.ID, 0, func(f store.JobFields) (store.JobFields, error) {
+				f.Schedule, f.Command = schedule, command
+				return f, nil
 			})
 			return err
 		}
@@ -67,11 +62,11 @@ func TestEditStorm(t *testing.T) {
 	change(20*time.Second, phase{schedule: b, enabled: true}, edit(b, witnessCommand("storm.log", "echo v2")))
 	change(20*time.Second, phase{schedule: b, enabled: true}, edit(b, witnessCommand("storm.log", "echo v3")))
 	change(10*time.Second, phase{schedule: b, enabled: false}, func() error {
-		_, err := c.Store.DisableJob(ctx, job.ID)
+		_, err := c.Store.DisableJob(ctx, job.ID, 0)
 		return err
 	})
 	change(30*time.Second, phase{schedule: b, enabled: true}, func() error {
-		_, err := c.Store.EnableJob(ctx, job.ID)
+		_, err := c.Store.EnableJob(ctx, job.ID, 0)
 		return err
 	})
 	change(20*time.Second, phase{schedule: a, enabled: true}, edit(a, witnessCommand("storm.log", "echo v4")))

@@ -117,7 +117,7 @@ func desired(t *testing.T, id string) wire.Job {
 // waits for a run in flight to report.
 func disableEverywhere(t *testing.T, id string, settle time.Duration) {
 	t.Helper()
-	if _, err := c.Store.DisableJob(context.Background(), id); err != nil {
+	if _, err := c.Store.DisableJob(context.Background(), id, 0); err != nil {
 		t.Fatal(err)
 	}
 	applyAll(t, desired(t, id))

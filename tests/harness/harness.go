@@ -467,10 +467,10 @@ func (c *Cluster) State(t testing.TB, node string) map[string]wire.UnitState {
 // use a seconds field) and returns it as the nodes must have it.
 func (c *Cluster) NewJob(t testing.TB, tenant, schedule, command string, timeout, memMB, maxFailures int) wire.Job {
 	t.Helper()
-	j, err := c.Store.CreateJob(context.Background(), c.Tenants[tenant].ID, store.JobSpec{
+	j, _, err := c.Store.CreateJob(context.Background(), c.Tenants[tenant].ID, store.JobFields{
 		WebrootID: c.Webroots[tenant].ID, Schedule: schedule, Timezone: "UTC", Command: command,
 		Enabled: true, TimeoutSeconds: timeout, MaxMemoryMB: memMB, MaxFailures: maxFailures,
-	})
+	}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,102 @@
+package store
+
+import "github.com/hostcron/hostcron/internal/wire"
+
+// IsFailure reports whether a result is the tenant's failure, the only
+// kind that counts towards auto-disable. lost and platform_error are the
+// platform's doing and overlap_skipped is no run at all: they are recorded
+// and shown but counted neither way.
+func IsFailure(r wire.Result) bool {
+	switch r {
+	case wire.ResultExitCode, wire.ResultSignal, wire.ResultTimeout, wire.ResultOOM, wire.ResultFailed:
+		return true
+	}
+	return false
+}
+
+// counted reports whether a result moves the failure counter at all
+// (a failure increments it, a success resets it).
+func counted(r wire.Result) bool { return r == wire.ResultSuccess || IsFailure(r) }
+
+// countedResults lists, for SQL, the results CountFailures looks at.
+func countedResults() []string {
+	all := append(append([]wire.Result{}, wire.NodeResults...), wire.ResultLost)
+	var out []string
+	for _, r := range all {
+		if counted(r) {
+			out = append(out, string(r))
+		}
+	}
+	return out
+}
+
+// CountFailures gives the failure counter of a job from its recent
+// results, oldest slot first: the tenant failures after the last success.
+// disable says the counter reached maxFailures (0 = never disable).
+func CountFailures(results []wire.Result, maxFailures int) (failures int, disable bool) {
+	for _, r := range results {
+		switch {
+		case r == wire.ResultSuccess:
+			failures = 0
+		case IsFailure(r):
+			failures++
+		}
+	}
+	return failures, maxFailures > 0 && failures >= maxFailures
+}
+
+// autoDisableStep is what a recount does to a job's state.
+type autoDisableStep int
+
+const (
+	keepState autoDisableStep = iota
+	tripAutoDisable
+	liftAutoDisable
+)
+
+// decideAutoDisable turns a recount into a state change. A job trips once
+// (an auto-disabled, disabled or deleting job stays as it is). Only a
+// recount after a replaced record lifts an auto-disable: an outcome that
+// merely arrives after the disable (a run still in flight) never does, so
+// otherwise only enable and retry lift it.
+func decideAutoDisable(j CronJob, disable, replaced bool) autoDisableStep {
+	switch {
+	case disable && j.Enabled && j.Status != wire.StatusAutoDisabled && j.Status != wire.StatusDeleting:
+		return tripAutoDisable
+	case !disable && replaced && j.Status == wire.StatusAutoDisabled:
+		return liftAutoDisable
+	}
+	return keepState
+}
+
+// recordStep is what recording an outcome under a known run key does.
+type recordStep int
+
+const (
+	insertRun recordStep = iota
+	replaceRun
+	duplicateRun
+)
+
+// decideRecord says whether an outcome is a new run, replaces the record
+// already stored under its run key, or is a duplicate. A node's report
+// replaces the sweeper's lost record, and a real result replaces an
+// overlap skip; any other second report is a redelivery.
+func decideRecord(stored *wire.Result, incoming wire.Result) recordStep {
+	switch {
+	case stored == nil:
+		return insertRun
+	case *stored == wire.ResultLost && incoming != wire.ResultLost:
+		return replaceRun
+	case *stored == wire.ResultOverlapSkipped && incoming != wire.ResultOverlapSkipped && incoming != wire.ResultLost:
+		return replaceRun
+	}
+	return duplicateRun
+}
+
+// rearms reports whether a change restarts the job's schedule, so the
+// nodes must not run slots before it (not_before): it was enabled, or its
+// schedule or time zone changed. A command-only edit does not.
+func rearms(before, after CronJob) bool {
+	return (!before.Enabled && after.Enabled) || before.Schedule != after.Schedule || before.Timezone != after.Timezone
+}

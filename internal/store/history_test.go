@@ -1,0 +1,326 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/hostcron/hostcron/internal/pgtest"
+	"github.com/hostcron/hostcron/internal/runkey"
+	"github.com/hostcron/hostcron/internal/store"
+	"github.com/hostcron/hostcron/internal/wire"
+)
+
+// fixture is a store with one shard, node, tenant and webroot.
+type fixture struct {
+	t       *testing.T
+	st      *store.Store
+	node    store.Node
+	tenant  string
+	webroot string
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	ctx := context.Background()
+	st := pgtest.New(t)
+	sh, err := st.CreateShard(ctx, "web-1", "/srv/shared/www")
+	must(t, err)
+	node, _, err := st.CreateNode(ctx, sh.ID, "node1")
+	must(t, err)
+	tn, err := st.CreateTenant(ctx, store.Tenant{Name: "acme", ShardID: sh.ID, LinuxUser: "acme", LinuxGroup: "acme"})
+	must(t, err)
+	wr, err := st.CreateWebroot(ctx, tn.ID, "/srv/shared/www/acme/public")
+	must(t, err)
+	return &fixture{t: t, st: st, node: node, tenant: tn.ID, webroot: wr.ID}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// job creates an active every-minute job with a 60 s timeout.
+func (f *fixture) job(maxFailures int) store.CronJob {
+	f.t.Helper()
+	ctx := context.Background()
+	j, _, err := f.st.CreateJob(ctx, f.tenant, store.JobFields{WebrootID: f.webroot, Schedule: "* * * * *", Timezone: "UTC",
+		Command: "true", Enabled: true, TimeoutSeconds: 60, MaxMemoryMB: 64, MaxFailures: maxFailures}, nil)
+	must(f.t, err)
+	f.activate(j.ID)
+	return f.get(j.ID)
+}
+
+func (f *fixture) activate(id string) {
+	f.t.Helper()
+	j := f.get(id)
+	ok, err := f.st.SetProvisioned(context.Background(), id, j.Version, wire.StatusActive, "")
+	if err != nil || !ok {
+		f.t.Fatalf("SetProvisioned: %v %v", ok, err)
+	}
+}
+
+func (f *fixture) get(id string) store.CronJob {
+	f.t.Helper()
+	j, err := f.st.GetJob(context.Background(), id)
+	must(f.t, err)
+	return j
+}
+
+// sweepFrom pretends the job has been on its nodes since from.
+func (f *fixture) sweepFrom(id string, from time.Time) {
+	f.t.Helper()
+	_, err := f.st.Pool().Exec(context.Background(), `UPDATE cron_jobs SET swept_until = $2, not_before = $2 WHERE id = $1`, id, from)
+	must(f.t, err)
+}
+
+func (f *fixture) outcome(j store.CronJob, slot time.Time, r wire.Result) store.OutcomeResult {
+	f.t.Helper()
+	started, finished := slot.Add(time.Second), slot.Add(2*time.Second)
+	res, err := f.st.RecordOutcome(context.Background(), f.node, j.ID, store.Outcome{
+		RunKey: runkey.Scheduled(j.ID, slot), Version: j.Version, ScheduledAt: slot, StartedAt: &started,
+		FinishedAt: &finished, Result: r,
+	})
+	must(f.t, err)
+	return res
+}
+
+func (f *fixture) count(sql string, args ...any) int {
+	f.t.Helper()
+	var n int
+	must(f.t, f.st.Pool().QueryRow(context.Background(), sql, args...).Scan(&n))
+	return n
+}
+
+// A late success that replaces a lost record shows the failures were not
+// consecutive: the counter is recomputed and the auto-disable they caused
+// is lifted, with the enable queued for the nodes.
+func TestLateOutcomeReplacingLostRecountsAndLifts(t *testing.T) {
+	f := newFixture(t)
+	j := f.job(3)
+	s0 := time.Now().UTC().Truncate(time.Minute).Add(-time.Hour)
+	s1, s2, s3 := s0.Add(time.Minute), s0.Add(2*time.Minute), s0.Add(3*time.Minute)
+	f.sweepFrom(j.ID, s0.Add(time.Second))
+
+	f.outcome(j, s0, wire.ResultExitCode)
+	rep, err := f.st.SweepLostRuns(context.Background(), s1.Add(2*time.Minute+time.Second), time.Minute)
+	must(t, err)
+	if rep.Lost != 1 || f.get(j.ID).ConsecutiveFailures != 1 {
+		t.Fatalf("sweep: %+v, job %+v; want 1 lost that does not count", rep, f.get(j.ID))
+	}
+	f.outcome(j, s2, wire.ResultTimeout)
+	if res := f.outcome(j, s3, wire.ResultOOM); !res.AutoDisabled || res.Job.Status != wire.StatusAutoDisabled {
+		t.Fatalf("third tenant failure: %+v", res)
+	}
+	res := f.outcome(j, s1, wire.ResultSuccess)
+	if res.Duplicate || !res.Replaced || !res.Reenabled {
+		t.Fatalf("late success: %+v", res)
+	}
+	got := f.get(j.ID)
+	if got.ConsecutiveFailures != 2 || !got.Enabled || got.Status != wire.StatusPending {
+		t.Errorf("after the late success: %+v; want 2 failures, enabled, pending", got)
+	}
+	if n := f.count(`SELECT count(*) FROM cron_job_tasks WHERE cron_job_id = $1 AND action = $2 AND version = $3`,
+		j.ID, wire.ActionEnable, got.Version); n != 1 {
+		t.Errorf("%d enable tasks for the lift, want 1", n)
+	}
+	if again := f.outcome(j, s1, wire.ResultExitCode); !again.Duplicate {
+		t.Errorf("second real result for one run key: %+v, want duplicate", again)
+	}
+	if n := f.count(`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1`, j.ID); n != 4 {
+		t.Errorf("%d runs, want 4", n)
+	}
+}
+
+// A real result replaces an overlap skip of the same run key and counts.
+func TestRealResultReplacesOverlapSkip(t *testing.T) {
+	f := newFixture(t)
+	j := f.job(5)
+	slot := time.Now().UTC().Truncate(time.Minute).Add(-10 * time.Minute)
+	if res := f.outcome(j, slot, wire.ResultOverlapSkipped); res.Duplicate || res.Job.ConsecutiveFailures != 0 {
+		t.Fatalf("overlap skip: %+v", res)
+	}
+	if res := f.outcome(j, slot, wire.ResultOverlapSkipped); !res.Duplicate {
+		t.Errorf("a second overlap skip: %+v, want duplicate", res)
+	}
+	res := f.outcome(j, slot, wire.ResultExitCode)
+	if res.Duplicate || !res.Replaced || res.Job.ConsecutiveFailures != 1 {
+		t.Errorf("real result after the skip: %+v", res)
+	}
+	if n := f.count(`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1 AND result = 'exit_code'`, j.ID); n != 1 {
+		t.Errorf("%d exit_code rows, want the skip replaced", n)
+	}
+}
+
+// Lost and platform errors are recorded but never disable the job.
+func TestPlatformResultsNeverDisable(t *testing.T) {
+	f := newFixture(t)
+	j := f.job(2)
+	slot := time.Now().UTC().Truncate(time.Minute).Add(-time.Hour)
+	for i := 0; i < 4; i++ {
+		f.outcome(j, slot.Add(time.Duration(i)*time.Minute), wire.ResultPlatformError)
+	}
+	f.sweepFrom(j.ID, slot.Add(4*time.Minute))
+	rep, err := f.st.SweepLostRuns(context.Background(), slot.Add(20*time.Minute), time.Minute)
+	must(t, err)
+	got := f.get(j.ID)
+	if rep.Lost == 0 || got.ConsecutiveFailures != 0 || got.Status != wire.StatusActive || !got.Enabled {
+		t.Errorf("after platform errors and %d lost runs: %+v", rep.Lost, got)
+	}
+}
+
+// The lost record of a slot is keyed by its run key: a version bump
+// between two sweeps of the slot leaves one row, and the node's report
+// under the new version replaces it.
+func TestVersionBumpLeavesOneRowPerSlot(t *testing.T) {
+	f := newFixture(t)
+	j := f.job(0)
+	slot := time.Now().UTC().Truncate(time.Minute).Add(-time.Hour)
+	ctx := context.Background()
+	f.sweepFrom(j.ID, slot.Add(-time.Second))
+	_, err := f.st.SweepLostRuns(ctx, slot.Add(2*time.Minute+time.Second), time.Minute)
+	must(t, err)
+	_, err = f.st.UpdateJob(ctx, j.ID, 0, func(x store.JobFields) (store.JobFields, error) { x.Command = "false"; return x, nil })
+	must(t, err)
+	f.activate(j.ID)
+	f.sweepFrom(j.ID, slot.Add(-time.Second))
+	_, err = f.st.SweepLostRuns(ctx, slot.Add(2*time.Minute+time.Second), time.Minute)
+	must(t, err)
+	if n := f.count(`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1 AND scheduled_at = $2`, j.ID, slot); n != 1 {
+		t.Fatalf("%d rows for one slot across a version bump, want 1", n)
+	}
+	j2 := f.get(j.ID)
+	if res := f.outcome(j2, slot, wire.ResultSuccess); !res.Replaced {
+		t.Errorf("report under the new version: %+v", res)
+	}
+	if n := f.count(`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1 AND version = $2`, j.ID, j2.Version); n != 1 {
+		t.Errorf("the replaced row does not carry the reporting version")
+	}
+}
+
+// Slots before the job became active on its nodes are never counted as
+// lost: an enable that waited out an outage starts the sweep at
+// provisioning, not at the API call.
+func TestSweepStartsWhenTheNodesHaveTheJob(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	j, _, err := f.st.CreateJob(ctx, f.tenant, store.JobFields{WebrootID: f.webroot, Schedule: "* * * * *", Timezone: "UTC",
+		Command: "true", Enabled: true, TimeoutSeconds: 60, MaxMemoryMB: 64, MaxFailures: 5}, nil)
+	must(t, err)
+	// Created an hour ago; provisioning (a Temporal outage) only now.
+	_, err = f.st.Pool().Exec(ctx, `UPDATE cron_jobs SET swept_until = now() - interval '1 hour', not_before = now() - interval '1 hour' WHERE id = $1`, j.ID)
+	must(t, err)
+	f.activate(j.ID)
+	rep, err := f.st.SweepLostRuns(ctx, time.Now().Add(5*time.Minute), time.Minute)
+	must(t, err)
+	if rep.Lost > 4 {
+		t.Errorf("%d lost runs: slots before provisioning were counted", rep.Lost)
+	}
+	if rep.Lost < 2 {
+		t.Errorf("%d lost runs: slots after provisioning were not swept", rep.Lost)
+	}
+}
+
+// One job whose stored schedule no longer parses is skipped and reported;
+// the others are still swept.
+func TestSweepSkipsABadRow(t *testing.T) {
+	f := newFixture(t)
+	bad, good := f.job(0), f.job(0)
+	from := time.Now().UTC().Truncate(time.Minute).Add(-time.Hour)
+	f.sweepFrom(bad.ID, from)
+	f.sweepFrom(good.ID, from)
+	_, err := f.st.Pool().Exec(context.Background(), `UPDATE cron_jobs SET schedule = 'not a schedule' WHERE id = $1`, bad.ID)
+	must(t, err)
+	rep, err := f.st.SweepLostRuns(context.Background(), from.Add(10*time.Minute), time.Minute)
+	must(t, err)
+	if len(rep.Skipped) != 1 || rep.Skipped[0].ID != bad.ID || rep.Skipped[0].Err == nil {
+		t.Errorf("skipped: %+v, want the bad job", rep.Skipped)
+	}
+	if n := f.count(`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1`, good.ID); n == 0 || n != rep.Lost {
+		t.Errorf("good job: %d lost rows, report %d", n, rep.Lost)
+	}
+}
+
+// not_before moves at create, enable and schedule or time zone changes,
+// not at command-only edits, and reaches the desired job.
+func TestNotBefore(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	j := f.job(5)
+	past := time.Now().Add(-time.Hour).UTC().Truncate(time.Microsecond)
+	reset := func() {
+		_, err := f.st.Pool().Exec(ctx, `UPDATE cron_jobs SET not_before = $2 WHERE id = $1`, j.ID, past)
+		must(t, err)
+	}
+	moved := func() bool { return f.get(j.ID).NotBefore.After(past) }
+	set := func(m func(*store.JobFields)) {
+		_, err := f.st.UpdateJob(ctx, j.ID, 0, func(x store.JobFields) (store.JobFields, error) { m(&x); return x, nil })
+		must(t, err)
+	}
+	if !moved() {
+		t.Error("create did not set not_before")
+	}
+	reset()
+	set(func(x *store.JobFields) { x.Command = "false" })
+	if moved() {
+		t.Error("a command-only edit moved not_before")
+	}
+	d, _, err := f.st.DesiredJob(ctx, j.ID)
+	must(t, err)
+	if !d.NotBefore.Equal(past) {
+		t.Errorf("desired job NotBefore %v, want %v", d.NotBefore, past)
+	}
+	set(func(x *store.JobFields) { x.Schedule = "0 3 * * *" })
+	if !moved() {
+		t.Error("a schedule change did not move not_before")
+	}
+	reset()
+	set(func(x *store.JobFields) { x.Timezone = "Europe/Berlin" })
+	if !moved() {
+		t.Error("a time zone change did not move not_before")
+	}
+	_, err = f.st.DisableJob(ctx, j.ID, 0)
+	must(t, err)
+	reset()
+	_, err = f.st.EnableJob(ctx, j.ID, 0)
+	must(t, err)
+	if !moved() {
+		t.Error("enable did not move not_before")
+	}
+}
+
+// Enable starts the failure counter afresh: failures before it do not
+// come back at the next outcome.
+func TestEnableStartsCountingAfresh(t *testing.T) {
+	f := newFixture(t)
+	j := f.job(3)
+	slot := time.Now().UTC().Truncate(time.Minute).Add(-time.Hour)
+	for i := 0; i < 3; i++ {
+		f.outcome(j, slot.Add(time.Duration(i)*time.Minute), wire.ResultExitCode)
+	}
+	_, err := f.st.EnableJob(context.Background(), j.ID, 0)
+	must(t, err)
+	f.activate(j.ID)
+	res := f.outcome(f.get(j.ID), slot.Add(5*time.Minute), wire.ResultExitCode)
+	if res.Job.ConsecutiveFailures != 1 || res.AutoDisabled {
+		t.Errorf("first failure after enable: %+v", res)
+	}
+}
+
+// If-Match names the version a change applies to.
+func TestIfMatch(t *testing.T) {
+	f := newFixture(t)
+	j := f.job(5)
+	if _, err := f.st.DisableJob(context.Background(), j.ID, j.Version+1); !errors.Is(err, store.ErrPreconditionFailed) {
+		t.Errorf("stale version: %v", err)
+	}
+	if got := f.get(j.ID); got.Version != j.Version || !got.Enabled {
+		t.Errorf("a failed precondition changed the job: %+v", got)
+	}
+	if _, err := f.st.DisableJob(context.Background(), j.ID, j.Version); err != nil {
+		t.Errorf("current version: %v", err)
+	}
+}
