@@ -8,6 +8,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/hostcron/hostcron/internal/trust"
 	"github.com/hostcron/hostcron/internal/wire"
 )
 
@@ -29,12 +30,30 @@ type fakeUnits struct {
 	rep          wire.NodeReport
 	err          error
 	minOrphanAge time.Duration
+	applied      []wire.Job
+	reconciled   bool
+	removed      bool
+	ranNow       bool
 }
 
-func (f *fakeUnits) Apply(context.Context, []wire.Job) (wire.NodeReport, error) { return f.rep, f.err }
-func (f *fakeUnits) Reconcile(_ context.Context, _ []wire.Job, age time.Duration) (wire.NodeReport, error) {
-	f.minOrphanAge = age
+func (f *fakeUnits) Apply(_ context.Context, jobs []wire.Job) (wire.NodeReport, error) {
+	f.applied = jobs
 	return f.rep, f.err
+}
+
+func (f *fakeUnits) Reconcile(_ context.Context, _ []wire.Job, age time.Duration) (wire.NodeReport, error) {
+	f.minOrphanAge, f.reconciled = age, true
+	return f.rep, f.err
+}
+
+func (f *fakeUnits) Remove(context.Context, []string) (wire.NodeReport, error) {
+	f.removed = true
+	return f.rep, f.err
+}
+
+func (f *fakeUnits) RunNow(context.Context, wire.RunNowRequest) error {
+	f.ranNow = true
+	return f.err
 }
 
 // retry is how Temporal will treat an activity's error.
@@ -94,11 +113,45 @@ func TestApplyJobsFailsFinallyOnABadJob(t *testing.T) {
 		{"systemd unreachable", fakeUnits{err: errors.New("dbus: connection closed")}, retried},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := (&NodeActivities{Units: &tc.units}).ApplyJobs(context.Background(), []wire.Job{{ID: "a"}})
+			_, err := (&NodeActivities{Units: &tc.units, Admission: admitAll}).ApplyJobs(context.Background(), []wire.Job{tenantJob})
 			if c := classify(err); c != tc.want {
 				t.Errorf("error %v: class %d, want %d", err, c, tc.want)
 			}
 		})
+	}
+}
+
+// tenantJob is a job the node admits under admitAll.
+var tenantJob = wire.Job{ID: "0b6f4c1e-8a53-4c8e-9d7e-3f1f0e2a9b10", Tenant: "acme", User: "acme", Group: "acme",
+	Webroot: "/srv/shared/www/acme/public", WebStorageDir: "/srv/shared/www"}
+
+// admitAll is a node policy whose every account is a tenant's (uid 2001).
+var admitAll = trust.Policy{StorageDir: "/srv/shared/www",
+	LookupUID: func(string) (uint32, error) { return 2001, nil }, LookupGID: func(string) (uint32, error) { return 2001, nil }}
+
+// A task the node's policy refuses never reaches the unit manager, whatever
+// else the batch holds; RemoveUnits, Reconcile and RunNow refuse names the
+// node would not have rendered.
+func TestNodeTasksPassAdmission(t *testing.T) {
+	root := tenantJob
+	root.ID, root.User = "1b6f4c1e-8a53-4c8e-9d7e-3f1f0e2a9b10", "root"
+	u := &fakeUnits{}
+	a := &NodeActivities{Units: u, Admission: admitAll}
+	rep, err := a.ApplyJobs(context.Background(), []wire.Job{tenantJob, root})
+	if classify(err) != final || len(rep.Failed) != 1 {
+		t.Errorf("apply with a root job: %v, failed %v; want a final error naming it", err, rep.Failed)
+	}
+	if len(u.applied) != 1 || u.applied[0].ID != tenantJob.ID {
+		t.Errorf("unit manager got %+v, want only the tenant's job", u.applied)
+	}
+	if _, err := a.Reconcile(context.Background(), []wire.Job{tenantJob, root}); classify(err) != final || u.reconciled {
+		t.Errorf("reconcile with a root job: %v (reconciled %v), want refused before the unit manager", err, u.reconciled)
+	}
+	if _, err := a.RemoveUnits(context.Background(), []string{"../../etc/passwd"}); classify(err) != final || u.removed {
+		t.Errorf("remove of a foreign name: %v, want refused", err)
+	}
+	if err := a.RunNow(context.Background(), wire.RunNowRequest{Unit: "sshd", Request: "1"}); classify(err) != final || u.ranNow {
+		t.Errorf("run-now of a foreign unit: %v, want refused", err)
 	}
 }
 
