@@ -46,6 +46,9 @@ var tenants = []struct {
 	uid  int
 }{{"acme", 2001}, {"globex", 2002}}
 
+// sharedWWW is the shard's web storage dir as the nodes mount it.
+const sharedWWW = "/srv/shared/www"
+
 // Options choose what runs.
 type Options struct {
 	Nodes    int  // nodes booted at start
@@ -172,7 +175,7 @@ func (c *Cluster) startStore(ctx context.Context) error {
 		return err
 	}
 	c.Store = c.db.Store
-	sh, err := c.Store.CreateShard(ctx, "web-e2e", "/srv/shared/www")
+	sh, err := c.Store.CreateShard(ctx, "web-e2e", sharedWWW)
 	if err != nil {
 		return err
 	}
@@ -387,7 +390,7 @@ func (c *Cluster) prepareNode(n string) error {
 		return err
 	}
 	c.NodeIDs[n] = node.ID
-	cfg := nodeconf.Config{APIURL: c.APIURL, Credential: token, NodeName: n, NodeID: node.ID}
+	cfg := nodeconf.Config{APIURL: c.APIURL, Credential: token, NodeName: n, NodeID: node.ID, WebStorageDir: sharedWWW}
 	cfg.TemporalAddress, cfg.LokiURL = c.temporalAddr, c.LokiURL
 	b, err := json.Marshal(cfg)
 	if err != nil {

@@ -54,7 +54,7 @@ func main() {
 	for _, n := range strings.Split(*nodes, ",") {
 		node := post("/api/v1/admin/shards/"+shard+"/nodes", map[string]string{"name": n})
 		cfg := nodeconf.Config{APIURL: *api, Credential: node["credential"].(string), NodeName: n,
-			NodeID: node["id"].(string), TemporalAddress: *temporal, LokiURL: *loki}
+			NodeID: node["id"].(string), TemporalAddress: *temporal, LokiURL: *loki, WebStorageDir: "/srv/shared/www"}
 		b, _ := json.MarshalIndent(cfg, "", "  ")
 		if err := os.WriteFile(filepath.Join(*confDir, n+".json"), b, 0o600); err != nil {
 			log.Fatal(err)
