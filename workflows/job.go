@@ -22,34 +22,81 @@ var (
 // maxBatches bounds one run's history; the workflow continues as new.
 const maxBatches = 100
 
+// dedupChange is the GetVersion change id of skipping redelivered outbox
+// tasks: runs started before it replay without the check.
+const dedupChange = "skip-handled-task-ids"
+
 // JobWorkflow applies a cron job's changes to every node of its shard, one
 // batch after another. Changes arrive as signals (signal-with-start from
 // the core's outbox dispatcher); each batch loads the job's current state,
 // so the nodes always end with the newest version, whatever order changes
 // raced in. It completes after IdleTimeout without changes.
+//
+// The dispatcher delivers at least once (a crash between Temporal
+// accepting a signal and the outbox row being marked re-sends it), and
+// sends one job's tasks in id order, so a task id at or below the highest
+// one handled is a redelivery and is ignored; that id travels through
+// continue-as-new in JobInput.LastTaskID.
 func JobWorkflow(ctx workflow.Context, in JobInput) error {
 	in = in.withDefaults()
+	dedup := workflow.GetVersion(ctx, dedupChange, workflow.DefaultVersion, 1) >= 1
 	changes := workflow.GetSignalChannel(ctx, SignalChange)
 	for batch := 0; ; batch++ {
-		var c Change
-		ok, _ := changes.ReceiveWithTimeout(ctx, in.IdleTimeout, &c)
+		b, ok := receiveBatch(ctx, changes, &in, dedup)
 		if !ok {
 			return nil // idle: the next change starts a new run
-		}
-		runNow := runNowRequest(c, "")
-		for changes.ReceiveAsync(&c) { // coalesce what is already queued
-			runNow = runNowRequest(c, runNow)
 		}
 		if err := provision(ctx, in); err != nil {
 			return err
 		}
-		if runNow != "" {
-			runOnce(ctx, in, runNow)
+		if b.runNow != "" {
+			runOnce(ctx, in, b.runNow)
 		}
-		if batch >= maxBatches && changes.Len() == 0 {
+		if batch >= in.MaxBatches && changes.Len() == 0 {
 			return workflow.NewContinueAsNewError(ctx, JobWorkflow, in)
 		}
 	}
+}
+
+// batch is what a run of queued changes asks for: runNow is the request
+// id of the newest run-now among them, if any.
+type batch struct{ runNow string }
+
+// receiveBatch waits up to IdleTimeout for a new change, then takes what
+// is already queued with it (coalescing). Redelivered tasks are dropped
+// and do not end the wait; ok is false when the workflow went idle.
+func receiveBatch(ctx workflow.Context, changes workflow.ReceiveChannel, in *JobInput, dedup bool) (b batch, ok bool) {
+	var c Change
+	for {
+		if got, _ := changes.ReceiveWithTimeout(ctx, in.IdleTimeout, &c); !got {
+			return batch{}, false
+		}
+		if !dedup || in.accept(c) {
+			break
+		}
+		workflow.GetLogger(ctx).Info("ignoring redelivered change", "task_id", c.TaskID)
+	}
+	b.runNow = runNowRequest(c, "")
+	for changes.ReceiveAsync(&c) { // coalesce what is already queued
+		if dedup && !in.accept(c) {
+			continue
+		}
+		b.runNow = runNowRequest(c, b.runNow)
+	}
+	return b, true
+}
+
+// accept reports whether c is new, and remembers its task id. A change
+// without a task id (not from the outbox) is always new.
+func (in *JobInput) accept(c Change) bool {
+	if c.TaskID == 0 {
+		return true
+	}
+	if c.TaskID <= in.LastTaskID {
+		return false
+	}
+	in.LastTaskID = c.TaskID
+	return true
 }
 
 func (in JobInput) withDefaults() JobInput {
@@ -58,6 +105,9 @@ func (in JobInput) withDefaults() JobInput {
 	}
 	if in.IdleTimeout <= 0 {
 		in.IdleTimeout = 5 * time.Minute
+	}
+	if in.MaxBatches <= 0 {
+		in.MaxBatches = maxBatches
 	}
 	return in
 }

@@ -47,6 +47,12 @@ type JobInput struct {
 	// IdleTimeout is how long the workflow waits for the next change
 	// before it completes.
 	IdleTimeout time.Duration `json:"idle_timeout"`
+	// LastTaskID is the highest outbox task id handled so far; a change
+	// at or below it is a redelivery. Carried across continue-as-new.
+	LastTaskID int64 `json:"last_task_id,omitempty"`
+	// MaxBatches is how many batches one run handles before it continues
+	// as new (default 100).
+	MaxBatches int `json:"max_batches,omitempty"`
 }
 
 // NodeRef is a node a job must be on.
