@@ -65,14 +65,18 @@ func TestJobWorkflowIgnoresRedeliveredChange(t *testing.T) {
 func TestJobWorkflowRunNowRedeliveredRunsOnce(t *testing.T) {
 	env := newEnv(t)
 	provisionCounter(env)
-	env.OnActivity(node.RunNow, mock.Anything, "cron-acme-"+jobID).Return(nil).Once()
+	runs := 0
+	env.OnActivity(node.RunNow, mock.Anything, "cron-acme-"+jobID).Return(
+		func(context.Context, string) error { runs++; return nil })
 	signalAt(env, 0, Change{TaskID: 8, Action: wire.ActionRunNow})
 	signalAt(env, time.Minute, Change{TaskID: 8, Action: wire.ActionRunNow})
 	env.ExecuteWorkflow(JobWorkflow, JobInput{JobID: jobID, NodeTimeout: time.Minute, IdleTimeout: 5 * time.Minute})
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatal(err)
 	}
-	env.AssertExpectations(t)
+	if runs != 1 {
+		t.Errorf("RunNow ran %d times, want 1", runs)
+	}
 }
 
 // TestJobWorkflowRemembersAcrossContinueAsNew: the next run gets the
