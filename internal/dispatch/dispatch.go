@@ -1,11 +1,19 @@
 // Package dispatch hands the core's outbox of job changes to Temporal: each
 // change becomes a signal-with-start of the job's workflow, which applies
 // changes to one job in order. A change is marked dispatched only after
-// Temporal accepted it, so none is lost while Temporal is down.
+// Temporal accepted it, so none is lost while Temporal is down; a crash in
+// between sends it again, which the workflow ignores (it remembers the
+// highest task id it handled).
+//
+// Several core-api replicas may run a dispatcher each: a dispatcher leases
+// the rows it sends (store.ClaimTasks), only a job's oldest pending row is
+// eligible (per-job order), and a row whose send fails backs off on its
+// own, so one stuck job does not stall the others.
 package dispatch
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -15,24 +23,52 @@ import (
 	"github.com/hostcron/hostcron/workflows"
 )
 
+// Signaler is the part of the Temporal client the dispatcher uses.
+type Signaler interface {
+	SignalWithStartWorkflow(ctx context.Context, workflowID, signalName string, signalArg any,
+		options client.StartWorkflowOptions, workflow any, workflowArgs ...any) (client.WorkflowRun, error)
+}
+
 // Dispatcher polls the outbox.
 type Dispatcher struct {
 	Store       *store.Store
-	Temporal    client.Client
+	Temporal    Signaler
 	Log         *slog.Logger
 	Interval    time.Duration // poll interval (default 200ms)
 	NodeTimeout time.Duration // passed to job workflows
+	Batch       int           // tasks claimed per pass (default 100)
+	// Lease is how long a claim keeps other dispatchers off a row
+	// (default 30s); a dispatcher that dies mid-send frees it then.
+	Lease time.Duration
+	// SendTimeout bounds one signal (default 10s, below Lease).
+	SendTimeout time.Duration
+}
+
+func (d *Dispatcher) defaults() {
+	if d.Interval <= 0 {
+		d.Interval = 200 * time.Millisecond
+	}
+	if d.Batch <= 0 {
+		d.Batch = 100
+	}
+	if d.Lease <= 0 {
+		d.Lease = 30 * time.Second
+	}
+	if d.SendTimeout <= 0 {
+		d.SendTimeout = 10 * time.Second
+	}
+	if d.Log == nil {
+		d.Log = slog.Default()
+	}
 }
 
 // Run dispatches until ctx ends.
 func (d *Dispatcher) Run(ctx context.Context) {
-	if d.Interval <= 0 {
-		d.Interval = 200 * time.Millisecond
-	}
+	d.defaults()
 	t := time.NewTicker(d.Interval)
 	defer t.Stop()
 	for {
-		if err := d.dispatchPending(ctx); err != nil && ctx.Err() == nil {
+		if _, err := d.Pass(ctx); err != nil && ctx.Err() == nil {
 			d.Log.Warn("outbox dispatch paused", "err", err)
 		}
 		select {
@@ -43,22 +79,62 @@ func (d *Dispatcher) Run(ctx context.Context) {
 	}
 }
 
-func (d *Dispatcher) dispatchPending(ctx context.Context) error {
-	tasks, err := d.Store.PendingTasks(ctx, 100)
+// Pass claims the due tasks and sends each; it returns how many Temporal
+// accepted. A task whose send fails is given back with its own backoff;
+// the others still go.
+func (d *Dispatcher) Pass(ctx context.Context) (int, error) {
+	d.defaults()
+	tasks, err := d.Store.ClaimTasks(ctx, d.Batch, d.Lease)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	for _, task := range tasks {
-		_, err := d.Temporal.SignalWithStartWorkflow(ctx, workflows.JobWorkflowID(task.CronJobID), workflows.SignalChange,
-			workflows.Change{TaskID: task.ID, Action: task.Action, Version: task.Version},
-			client.StartWorkflowOptions{TaskQueue: workflows.CoreTaskQueue},
-			workflows.JobWorkflow, workflows.JobInput{JobID: task.CronJobID, NodeTimeout: d.NodeTimeout})
-		if err != nil {
-			return err // keep order: retry this task before later ones
+	sent := 0
+	for i, task := range tasks {
+		err := d.send(ctx, task)
+		if err == nil {
+			sent++
+			continue
 		}
-		if err := d.Store.MarkDispatched(ctx, task.ID); err != nil {
-			return err
+		if ctx.Err() != nil {
+			return sent, ctx.Err() // shutting down; the lease frees the rest
 		}
+		f := classify(err, task.Attempts)
+		if f.outage {
+			// Temporal is unreachable: give back this task and the rest
+			// without blaming them, and wait for the next pass.
+			d.giveBack(ctx, tasks[i:], f, err)
+			return sent, fmt.Errorf("temporal unreachable: %w", err)
+		}
+		d.Log.Warn("outbox task not dispatched; backing off", "task", task.ID, "job", task.CronJobID,
+			"action", task.Action, "attempts", task.Attempts+1, "retry_in", f.retryIn, "err", err)
+		d.giveBack(ctx, tasks[i:i+1], f, err)
+	}
+	return sent, nil
+}
+
+// send signals the task's job workflow, then marks the task. If marking
+// fails the lease runs out and the task goes again: the workflow ignores
+// the duplicate.
+func (d *Dispatcher) send(ctx context.Context, task store.Task) error {
+	sctx, cancel := context.WithTimeout(ctx, d.SendTimeout)
+	defer cancel()
+	_, err := d.Temporal.SignalWithStartWorkflow(sctx, workflows.JobWorkflowID(task.CronJobID), workflows.SignalChange,
+		workflows.Change{TaskID: task.ID, Action: task.Action, Version: task.Version},
+		client.StartWorkflowOptions{TaskQueue: workflows.CoreTaskQueue},
+		workflows.JobWorkflow, workflows.JobInput{JobID: task.CronJobID, NodeTimeout: d.NodeTimeout})
+	if err != nil {
+		return fmt.Errorf("signal %s: %w", workflows.JobWorkflowID(task.CronJobID), err)
+	}
+	if err := d.Store.MarkDispatched(ctx, task.ID); err != nil {
+		d.Log.Warn("task sent but not marked; it will be sent again", "task", task.ID, "err", err)
 	}
 	return nil
+}
+
+func (d *Dispatcher) giveBack(ctx context.Context, tasks []store.Task, f failure, cause error) {
+	for _, t := range tasks {
+		if err := d.Store.RetryTask(ctx, t.ID, f.retryIn, !f.outage, cause.Error()); err != nil {
+			d.Log.Warn("give back outbox task; its lease frees it", "task", t.ID, "err", err)
+		}
+	}
 }

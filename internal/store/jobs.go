@@ -404,34 +404,6 @@ func (s *Store) SetProvisioned(ctx context.Context, id string, version int64, st
 	return tag.RowsAffected() == 1, nil
 }
 
-// Task is an outbox entry for the workflows.
-type Task struct {
-	ID        int64       `json:"id"`
-	CronJobID string      `json:"cron_job_id"`
-	Action    wire.Action `json:"action"`
-	Version   int64       `json:"version"`
-	CreatedAt time.Time   `json:"created_at"`
-}
-
-// PendingTasks returns undispatched tasks in order.
-func (s *Store) PendingTasks(ctx context.Context, limit int) ([]Task, error) {
-	rows, err := s.pool.Query(ctx, `
-		SELECT id, cron_job_id, action, version, created_at FROM cron_job_tasks
-		WHERE dispatched_at IS NULL ORDER BY id LIMIT $1`, limit)
-	if err != nil {
-		return nil, fmt.Errorf("pending tasks: %w", err)
-	}
-	return pgx.CollectRows(rows, pgx.RowToStructByPos[Task])
-}
-
-// MarkDispatched records that a task was handed to the workflows.
-func (s *Store) MarkDispatched(ctx context.Context, id int64) error {
-	if _, err := s.pool.Exec(ctx, `UPDATE cron_job_tasks SET dispatched_at = now() WHERE id = $1`, id); err != nil {
-		return fmt.Errorf("mark task %d dispatched: %w", id, err)
-	}
-	return nil
-}
-
 // FinishDelete removes a job marked for deletion, with its runs; units on
 // nodes that were unreachable go at their next converge.
 func (s *Store) FinishDelete(ctx context.Context, id string) error {

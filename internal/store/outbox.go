@@ -1,0 +1,99 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/hostcron/hostcron/internal/wire"
+)
+
+// Task is an outbox entry for the workflows.
+type Task struct {
+	ID        int64       `json:"id"`
+	CronJobID string      `json:"cron_job_id"`
+	Action    wire.Action `json:"action"`
+	Version   int64       `json:"version"`
+	CreatedAt time.Time   `json:"created_at"`
+	Attempts  int         `json:"attempts"` // failed sends so far
+}
+
+// ClaimTasks leases up to limit outbox tasks to the caller for lease. Only
+// the oldest undispatched task of each job is eligible, and only once its
+// backoff has passed and no other dispatcher holds it, so two dispatchers
+// never send the same task at once and one job's tasks go out in id
+// order. The claim is one statement: SKIP LOCKED passes over rows another
+// dispatcher is claiming, and the re-check of claimed_until on the locked
+// row passes over rows it claimed since our snapshot.
+func (s *Store) ClaimTasks(ctx context.Context, limit int, lease time.Duration) ([]Task, error) {
+	rows, err := s.pool.Query(ctx, `
+		WITH heads AS (
+			SELECT min(id) AS id FROM cron_job_tasks WHERE dispatched_at IS NULL GROUP BY cron_job_id
+		), due AS (
+			SELECT t.id FROM cron_job_tasks t JOIN heads h ON h.id = t.id
+			WHERE t.dispatched_at IS NULL AND t.next_attempt_at <= now()
+			  AND (t.claimed_until IS NULL OR t.claimed_until < now())
+			ORDER BY t.id LIMIT $1
+			FOR UPDATE OF t SKIP LOCKED
+		)
+		UPDATE cron_job_tasks t SET claimed_until = now() + $2::interval
+		FROM due WHERE t.id = due.id
+		RETURNING t.id, t.cron_job_id, t.action, t.version, t.created_at, t.attempts`, limit, lease)
+	if err != nil {
+		return nil, fmt.Errorf("claim outbox tasks: %w", err)
+	}
+	tasks, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Task])
+	if err != nil {
+		return nil, fmt.Errorf("claim outbox tasks: %w", err)
+	}
+	slices.SortFunc(tasks, func(a, b Task) int { return int(a.ID - b.ID) })
+	return tasks, nil
+}
+
+// MarkDispatched records that a task was handed to the workflows.
+func (s *Store) MarkDispatched(ctx context.Context, id int64) error {
+	if _, err := s.pool.Exec(ctx, `UPDATE cron_job_tasks SET dispatched_at = now(), claimed_until = NULL WHERE id = $1`, id); err != nil {
+		return fmt.Errorf("mark task %d dispatched: %w", id, err)
+	}
+	return nil
+}
+
+// RetryTask gives a claimed task back after a failed send; it is due again
+// after retryIn. countAttempt is false when the failure was not the task's
+// (Temporal unreachable), so an outage does not lengthen its backoff.
+func (s *Store) RetryTask(ctx context.Context, id int64, retryIn time.Duration, countAttempt bool, cause string) error {
+	_, err := s.pool.Exec(ctx, `
+		UPDATE cron_job_tasks SET claimed_until = NULL, next_attempt_at = now() + $2::interval,
+		       attempts = attempts + CASE WHEN $3 THEN 1 ELSE 0 END, last_error = $4
+		WHERE id = $1 AND dispatched_at IS NULL`, id, retryIn, countAttempt, cause)
+	if err != nil {
+		return fmt.Errorf("retry task %d: %w", id, err)
+	}
+	return nil
+}
+
+// PruneDispatched deletes tasks dispatched before cutoff; it returns how
+// many it deleted.
+func (s *Store) PruneDispatched(ctx context.Context, cutoff time.Time) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM cron_job_tasks WHERE dispatched_at < $1`, cutoff)
+	if err != nil {
+		return 0, fmt.Errorf("prune dispatched tasks: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// OldestPendingTask is when the oldest undispatched task was written; ok
+// is false when none waits.
+func (s *Store) OldestPendingTask(ctx context.Context) (at time.Time, ok bool, err error) {
+	var t *time.Time
+	if err := s.pool.QueryRow(ctx, `SELECT min(created_at) FROM cron_job_tasks WHERE dispatched_at IS NULL`).Scan(&t); err != nil {
+		return time.Time{}, false, fmt.Errorf("oldest pending task: %w", err)
+	}
+	if t == nil {
+		return time.Time{}, false, nil
+	}
+	return *t, true, nil
+}
