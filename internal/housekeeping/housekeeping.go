@@ -1,9 +1,13 @@
 // Package housekeeping runs the core API's periodic chores: recording lost
-// runs, deleting old run history and expired create idempotency keys.
+// runs, deleting old run history and expired create idempotency keys, and
+// pruning the dispatched outbox. With several core-api replicas only the
+// one holding the housekeeping leader lock does them, so no slot is swept
+// twice.
 package housekeeping
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -14,9 +18,10 @@ import (
 
 // Config sets the chores' timing.
 type Config struct {
-	Interval  time.Duration // how often to sweep (default 30s)
-	Grace     time.Duration // how long after timeout an outcome may still arrive (default 2m)
-	Retention time.Duration // how long runs are kept (default 180 days)
+	Interval   time.Duration // how often to sweep (default 30s)
+	Grace      time.Duration // how long after timeout an outcome may still arrive (default 2m)
+	Retention  time.Duration // how long runs are kept (default 180 days)
+	PruneAfter time.Duration // how long dispatched outbox rows are kept (default 1h)
 	// Registry gets hostcron_sweep_skipped_jobs_total; nil: not exported.
 	Registry prometheus.Registerer
 }
@@ -31,48 +36,114 @@ func (c *Config) defaults() {
 	if c.Retention <= 0 {
 		c.Retention = 180 * 24 * time.Hour
 	}
+	if c.PruneAfter <= 0 {
+		c.PruneAfter = time.Hour
+	}
+}
+
+// Housekeeper does the chores while it holds the leader lock.
+type Housekeeper struct {
+	Store   *store.Store
+	Config  Config
+	Log     *slog.Logger
+	leader  *store.Leader
+	skipped prometheus.Counter
 }
 
 // Run sweeps until ctx ends. It waits one grace period before the first
 // sweep, so that outcomes nodes spooled while the API was down arrive
 // before their slots could be taken for lost.
 func Run(ctx context.Context, st *store.Store, cfg Config, log *slog.Logger) {
-	cfg.defaults()
-	skipped := prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "hostcron_sweep_skipped_jobs_total",
-		Help: "Jobs a lost-run sweep could not check (e.g. a stored schedule that no longer parses).",
-	})
-	if cfg.Registry != nil {
-		if err := cfg.Registry.Register(skipped); err != nil {
+	h := &Housekeeper{Store: st, Config: cfg, Log: log}
+	h.Config.defaults()
+	if h.Config.Registry != nil {
+		if err := h.Config.Registry.Register(h.skippedCounter()); err != nil {
 			log.Warn("sweep metrics not registered", "err", err)
 		}
 	}
-	wait := cfg.Grace
+	defer h.Release()
+	wait := h.Config.Grace
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(wait):
 		}
-		wait = cfg.Interval
-		rep, err := st.SweepLostRuns(ctx, time.Now(), cfg.Grace)
-		for _, sk := range rep.Skipped {
-			log.Error("sweep skipped a cron job", "cron_job_id", sk.ID, "err", sk.Err)
+		wait = h.Config.Interval
+		if _, err := h.Tick(ctx, time.Now()); err != nil && ctx.Err() == nil {
+			log.Error("housekeeping", "err", err)
 		}
-		skipped.Add(float64(len(rep.Skipped)))
-		if err != nil && ctx.Err() == nil {
-			log.Error("sweep lost runs", "err", err)
-		} else if rep.Lost > 0 || len(rep.Skipped) > 0 {
-			log.Warn("swept lost runs", "runs", rep.Lost, "skipped_jobs", len(rep.Skipped))
+	}
+}
+
+func (h *Housekeeper) skippedCounter() prometheus.Counter {
+	if h.skipped == nil {
+		h.skipped = prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hostcron_sweep_skipped_jobs_total",
+			Help: "Jobs a lost-run sweep could not check (e.g. a stored schedule that no longer parses).",
+		})
+	}
+	return h.skipped
+}
+
+// Tick does one round of chores if this replica leads (taking the lead if
+// it is free); led says whether it did.
+func (h *Housekeeper) Tick(ctx context.Context, now time.Time) (led bool, err error) {
+	h.Config.defaults()
+	if err := h.lead(ctx); err != nil || h.leader == nil {
+		return false, err
+	}
+	rep, err := h.Store.SweepLostRuns(ctx, now, h.Config.Grace)
+	for _, sk := range rep.Skipped {
+		h.Log.Error("sweep skipped a cron job", "cron_job_id", sk.ID, "err", sk.Err)
+	}
+	h.skippedCounter().Add(float64(len(rep.Skipped)))
+	if err != nil {
+		return true, fmt.Errorf("sweep lost runs: %w", err)
+	}
+	if rep.Lost > 0 || len(rep.Skipped) > 0 {
+		h.Log.Warn("swept lost runs", "runs", rep.Lost, "skipped_jobs", len(rep.Skipped))
+	}
+	if _, err := h.Store.ExpireIdempotencyKeys(ctx); err != nil {
+		return true, err
+	}
+	if n, err := h.Store.DeleteRunsBefore(ctx, now.Add(-h.Config.Retention)); err != nil {
+		return true, err
+	} else if n > 0 {
+		h.Log.Info("deleted old runs", "runs", n)
+	}
+	if _, err := h.Store.PruneDispatched(ctx, now.Add(-h.Config.PruneAfter)); err != nil {
+		return true, err
+	}
+	return true, nil
+}
+
+// lead keeps or takes the leader lock; a lock whose connection broke is
+// dropped, since PostgreSQL has freed it for another replica.
+func (h *Housekeeper) lead(ctx context.Context) error {
+	if h.leader != nil {
+		if err := h.leader.Check(ctx); err == nil {
+			return nil
 		}
-		if _, err := st.ExpireIdempotencyKeys(ctx); err != nil && ctx.Err() == nil {
-			log.Error("expire idempotency keys", "err", err)
-		}
-		n, err := st.DeleteRunsBefore(ctx, time.Now().Add(-cfg.Retention))
-		if err != nil && ctx.Err() == nil {
-			log.Error("delete old runs", "err", err)
-		} else if n > 0 {
-			log.Info("deleted old runs", "runs", n)
-		}
+		h.Log.Warn("lost the housekeeping lead")
+		h.leader.Release(ctx)
+		h.leader = nil
+	}
+	l, err := h.Store.TryLead(ctx, store.HousekeepingLeader)
+	if err != nil {
+		return err
+	}
+	if l != nil {
+		h.Log.Info("leading housekeeping")
+	}
+	h.leader = l
+	return nil
+}
+
+// Release gives up the lead, if held.
+func (h *Housekeeper) Release() {
+	if h.leader != nil {
+		h.leader.Release(context.Background())
+		h.leader = nil
 	}
 }

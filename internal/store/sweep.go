@@ -32,7 +32,8 @@ type SkippedJob struct {
 // sweep skips it and goes on with the others.
 var errBadSchedule = errors.New("stored schedule does not parse")
 
-// SweepLostRuns records, for every active job, each slot that ended more
+// SweepLostRuns records, for every active job (and every failed one: it
+// still runs on the nodes that have it), each slot that ended more
 // than timeout + grace ago and for which no node reported anything, as a
 // "lost" run. A node that died mid-run never reports, so this is how such
 // a run shows up in history. Lost runs are not the tenant's failures: they
@@ -40,9 +41,9 @@ var errBadSchedule = errors.New("stored schedule does not parse")
 // is skipped and reported, not an end of the sweep.
 func (s *Store) SweepLostRuns(ctx context.Context, now time.Time, grace time.Duration) (SweepReport, error) {
 	var rep SweepReport
-	rows, err := s.pool.Query(ctx, `SELECT id FROM cron_jobs WHERE enabled AND status = $3
+	rows, err := s.pool.Query(ctx, `SELECT id FROM cron_jobs WHERE enabled AND status IN ($3, $4)
 		AND swept_until < $1::timestamptz - make_interval(secs => timeout_seconds) - $2::interval`,
-		now, grace, wire.StatusActive)
+		now, grace, wire.StatusActive, wire.StatusFailed)
 	if err != nil {
 		return rep, fmt.Errorf("sweep: list jobs: %w", err)
 	}
@@ -74,7 +75,7 @@ func (s *Store) sweepJob(ctx context.Context, id string, now time.Time, grace ti
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var sweptUntil time.Time
 		job, err := scanJob(tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM cron_jobs
-			WHERE id = $1 AND enabled AND status = $2 FOR UPDATE`, id, wire.StatusActive))
+			WHERE id = $1 AND enabled AND status IN ($2, $3) FOR UPDATE`, id, wire.StatusActive, wire.StatusFailed))
 		if err != nil {
 			return nil // changed since listed; the next sweep looks again
 		}

@@ -1,0 +1,109 @@
+package housekeeping
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hostcron/hostcron/internal/pgtest"
+	"github.com/hostcron/hostcron/internal/store"
+	"github.com/hostcron/hostcron/internal/wire"
+)
+
+// jobWithMissedSlots stores an every-minute job in status whose slots of
+// the last hour were never reported.
+func jobWithMissedSlots(t *testing.T, st *store.Store, tenant string, status wire.Status) string {
+	t.Helper()
+	ctx := context.Background()
+	sh, err := st.CreateShard(ctx, "shard-"+tenant, "/srv/shared/www")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn, err := st.CreateTenant(ctx, store.Tenant{Name: tenant, ShardID: sh.ID, LinuxUser: tenant, LinuxGroup: tenant})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wr, err := st.CreateWebroot(ctx, tn.ID, "/srv/shared/www/"+tenant+"/public")
+	if err != nil {
+		t.Fatal(err)
+	}
+	job, err := st.CreateJob(ctx, tn.ID, store.JobSpec{WebrootID: wr.ID, Schedule: "* * * * *", Timezone: "UTC",
+		Command: "true", Enabled: true, TimeoutSeconds: 30, MaxMemoryMB: 64, MaxFailures: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Pool().Exec(ctx, `UPDATE cron_jobs SET status = $2, swept_until = now() - interval '1 hour' WHERE id = $1`,
+		job.ID, status); err != nil {
+		t.Fatal(err)
+	}
+	return job.ID
+}
+
+func lostRuns(t *testing.T, st *store.Store, jobID string) int {
+	t.Helper()
+	var n int
+	if err := st.Pool().QueryRow(context.Background(),
+		`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1 AND result = 'lost'`, jobID).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func housekeeper(st *store.Store) *Housekeeper {
+	return &Housekeeper{Store: st, Config: Config{Grace: time.Minute}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+}
+
+// TestOneReplicaSweeps: two replicas tick at once; one leads and sweeps,
+// the other does nothing, and the lead passes on when the leader stops.
+func TestOneReplicaSweeps(t *testing.T) {
+	st := pgtest.New(t)
+	active := jobWithMissedSlots(t, st, "acme", wire.StatusActive)
+	failed := jobWithMissedSlots(t, st, "bravo", wire.StatusFailed)
+	a, b := housekeeper(st), housekeeper(st)
+	defer a.Release()
+	defer b.Release()
+
+	now := time.Now()
+	var wg sync.WaitGroup
+	led := make([]bool, 2)
+	for i, h := range []*Housekeeper{a, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error
+			if led[i], err = h.Tick(context.Background(), now); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if led[0] == led[1] {
+		t.Fatalf("led = %v; want exactly one replica to sweep", led)
+	}
+	// ~58 slots of the last hour ended more than timeout + grace ago.
+	n := lostRuns(t, st, active)
+	if n < 55 || n > 60 {
+		t.Errorf("active job: %d lost runs recorded, want one per missed slot (about 58)", n)
+	}
+	if m := lostRuns(t, st, failed); m != n {
+		t.Errorf("failed job: %d lost runs, want %d like the active job (failed jobs are swept too)", m, n)
+	}
+
+	leader, follower := a, b
+	if led[1] {
+		leader, follower = b, a
+	}
+	if ok, _ := follower.Tick(context.Background(), now); ok {
+		t.Fatal("the follower swept while the leader holds the lock")
+	}
+	leader.Release()
+	if ok, err := follower.Tick(context.Background(), now); !ok || err != nil {
+		t.Fatalf("the follower did not take over after the leader left: %v %v", ok, err)
+	}
+	if got := lostRuns(t, st, active); got != n {
+		t.Errorf("after the second sweep %d lost runs, want still %d", got, n)
+	}
+}
