@@ -74,6 +74,10 @@ func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 			ae = errNotFound
 		case errors.As(err, &ce):
 			ae = &apiError{http.StatusConflict, ProblemDetail{Code: "conflict", Message: ce.Reason}}
+		case store.Unavailable(err):
+			log.Warn("database unavailable", "method", c.Request().Method, "path", c.Path(), "err", err)
+			c.Response().Header().Set("Retry-After", "5")
+			ae = &apiError{http.StatusServiceUnavailable, ProblemDetail{Code: "unavailable", Message: "database unavailable, retry later"}}
 		case errors.As(err, &he):
 			ae = &apiError{he.Code, ProblemDetail{Code: strings.ReplaceAll(strings.ToLower(http.StatusText(he.Code)), " ", "_"), Message: fmt.Sprint(he.Message)}}
 		default:

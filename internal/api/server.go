@@ -27,6 +27,13 @@ type Config struct {
 	// Converger starts a node's converge when it announces itself; nil
 	// answers announcements with 503 (no workflow engine configured).
 	Converger Converger
+	// Temporal is asked by /healthz; nil: not configured, not checked.
+	Temporal HealthChecker
+	// OutboxMaxAge: /healthz is degraded when the oldest undispatched
+	// change is older (default 2m).
+	OutboxMaxAge time.Duration
+	// RequestTimeout bounds every request (default 30s).
+	RequestTimeout time.Duration
 }
 
 // Converger starts converging a node to its shard's desired state.
@@ -54,13 +61,19 @@ func New(st *store.Store, cfg Config) *echo.Echo {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.OutboxMaxAge <= 0 {
+		cfg.OutboxMaxAge = 2 * time.Minute
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = 30 * time.Second
+	}
 	s := &Server{cfg: cfg, store: st, log: cfg.Logger, metrics: newMetrics(cfg.Registry), now: cfg.Now}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = errorHandler(s.log)
-	e.Use(s.metrics.middleware)
+	e.Use(s.metrics.middleware, requestDeadline(cfg.RequestTimeout))
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{})))
-	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
+	e.GET("/healthz", s.healthz)
 	e.GET("/api/v1/openapi.yaml", func(c echo.Context) error { return c.Blob(http.StatusOK, "application/yaml", OpenAPI) })
 
 	v1 := e.Group("/api/v1", s.requireKey)
@@ -81,6 +94,8 @@ func New(st *store.Store, cfg Config) *echo.Echo {
 	admin.POST("/shards", s.createShard)
 	admin.POST("/shards/:shard/nodes", s.createNode)
 	admin.GET("/shards/:shard/nodes", s.listNodes)
+	admin.POST("/nodes/:node/drain", s.drainNode)
+	admin.DELETE("/nodes/:node", s.deleteNode)
 	admin.POST("/tenants", s.createTenant)
 	admin.POST("/tenants/:tenant/webroots", s.createWebroot)
 	admin.POST("/api-keys", s.createAPIKey)

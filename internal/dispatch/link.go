@@ -1,0 +1,82 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/hostcron/hostcron/internal/store"
+	"github.com/hostcron/hostcron/workflows"
+)
+
+// ErrTemporalUnavailable: the core has no Temporal connection (yet).
+var ErrTemporalUnavailable = errors.New("temporal not connected")
+
+// Link is the core's connection to Temporal. core-api starts without
+// Temporal (changes wait in the outbox and the API keeps serving); Run
+// dials in the background, retrying, and once connected starts the core
+// worker, the converge schedule and the outbox dispatcher.
+type Link struct {
+	Addr, Namespace string
+	Store           *store.Store
+	Log             *slog.Logger
+	NodeTimeout     time.Duration
+	ConvergeEvery   time.Duration
+
+	client atomic.Pointer[client.Client]
+}
+
+// Run connects and dispatches until ctx ends, then stops the worker and
+// closes the client.
+func (l *Link) Run(ctx context.Context) {
+	c, err := workflows.Dial(ctx, l.Addr, l.Namespace, l.Log)
+	if err != nil {
+		return // ctx ended before Temporal answered
+	}
+	defer c.Close()
+	w, err := workflows.StartCoreWorker(c, l.Store)
+	if err != nil {
+		l.Log.Error("no core worker; changes wait in the outbox", "err", err)
+		return
+	}
+	defer w.Stop()
+	if err := workflows.EnsureConvergeSchedule(ctx, c, l.ConvergeEvery); err != nil {
+		l.Log.Warn("no periodic converge", "err", err)
+	}
+	l.client.Store(&c)
+	defer l.client.Store(nil)
+	l.Log.Info("temporal connected; dispatching the outbox", "address", l.Addr)
+	d := &Dispatcher{Store: l.Store, Temporal: c, Log: l.Log, NodeTimeout: l.NodeTimeout}
+	d.Run(ctx)
+}
+
+func (l *Link) get() client.Client {
+	if p := l.client.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// ConvergeNode starts (or joins) a node's converge; the API's announce
+// endpoint calls it.
+func (l *Link) ConvergeNode(ctx context.Context, nodeID string) error {
+	c := l.get()
+	if c == nil {
+		return ErrTemporalUnavailable
+	}
+	return workflows.Converger{Client: c, NodeTimeout: l.NodeTimeout}.ConvergeNode(ctx, nodeID)
+}
+
+// Check reports whether Temporal answers, for /healthz.
+func (l *Link) Check(ctx context.Context) error {
+	c := l.get()
+	if c == nil {
+		return ErrTemporalUnavailable
+	}
+	_, err := c.CheckHealth(ctx, &client.CheckHealthRequest{})
+	return err
+}
