@@ -152,3 +152,36 @@ func (s *Server) createAPIKey(c echo.Context) error {
 		Key string `json:"key"`
 	}{k, token})
 }
+
+// drainNode marks a node as leaving: provisioning stops waiting for it,
+// and the shard's failed jobs are provisioned again without it.
+func (s *Server) drainNode(c echo.Context) error {
+	id, err := pathID(c, "node")
+	if err != nil {
+		return err
+	}
+	n, requeued, err := s.store.DrainNode(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	s.log.Info("node draining", "node", n.Name, "requeued_jobs", requeued)
+	return c.JSON(http.StatusOK, struct {
+		store.Node
+		Requeued int `json:"requeued_jobs"`
+	}{n, requeued})
+}
+
+// deleteNode removes a node; the shard's failed jobs are provisioned again
+// without it. Its units stay on the host, which is being decommissioned.
+func (s *Server) deleteNode(c echo.Context) error {
+	id, err := pathID(c, "node")
+	if err != nil {
+		return err
+	}
+	requeued, err := s.store.DeleteNode(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	s.log.Info("node removed", "node_id", id, "requeued_jobs", requeued)
+	return c.NoContent(http.StatusNoContent)
+}

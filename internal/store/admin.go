@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/hostcron/hostcron/internal/wire"
 )
 
 // Shard is a group of web nodes on one shared storage.
@@ -26,6 +28,7 @@ type Node struct {
 	Name       string     `json:"name"`
 	LastSeenAt *time.Time `json:"last_seen_at"`
 	CreatedAt  time.Time  `json:"created_at"`
+	Draining   bool       `json:"draining"` // leaving: provisioning skips it
 }
 
 // Tenant is a hosting customer with a Linux user on its shard's nodes.
@@ -46,11 +49,11 @@ type Webroot struct {
 	CreatedAt time.Time `json:"created_at"`
 }
 
-const nodeColumns = `id, shard_id, name, last_seen_at, created_at`
+const nodeColumns = `id, shard_id, name, last_seen_at, created_at, draining`
 
 func scanNode(row pgx.Row) (Node, error) {
 	var n Node
-	err := row.Scan(&n.ID, &n.ShardID, &n.Name, &n.LastSeenAt, &n.CreatedAt)
+	err := row.Scan(&n.ID, &n.ShardID, &n.Name, &n.LastSeenAt, &n.CreatedAt, &n.Draining)
 	return n, err
 }
 
@@ -222,4 +225,66 @@ func (s *Store) ShardIDs(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("list shards: %w", err)
 	}
 	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// DrainNode marks a node as leaving and re-queues provisioning of its
+// shard's failed jobs, which may have failed only because of it. It
+// returns the node and how many jobs it re-queued.
+func (s *Store) DrainNode(ctx context.Context, id string) (Node, int, error) {
+	var n Node
+	var requeued int
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		n, err = scanNode(tx.QueryRow(ctx, `UPDATE nodes SET draining = true WHERE id = $1 RETURNING `+nodeColumns, id))
+		if err != nil {
+			return notFound(err, "drain node")
+		}
+		requeued, err = requeueFailed(ctx, tx, n.ShardID)
+		return err
+	})
+	return n, requeued, err
+}
+
+// DeleteNode removes a node (its runs keep their history without it) and
+// re-queues provisioning of its shard's failed jobs. It returns how many
+// jobs it re-queued.
+func (s *Store) DeleteNode(ctx context.Context, id string) (int, error) {
+	var requeued int
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var shardID string
+		if err := tx.QueryRow(ctx, `DELETE FROM nodes WHERE id = $1 RETURNING shard_id`, id).Scan(&shardID); err != nil {
+			return notFound(err, "delete node")
+		}
+		var err error
+		requeued, err = requeueFailed(ctx, tx, shardID)
+		return err
+	})
+	return requeued, err
+}
+
+// requeueFailed makes the shard's failed jobs pending at a new version and
+// queues a retry for each, inside tx. The new version keeps a verdict of
+// a provisioning still in flight (with the old node list) from landing.
+func requeueFailed(ctx context.Context, tx pgx.Tx, shardID string) (int, error) {
+	rows, err := tx.Query(ctx, `
+		UPDATE cron_jobs j SET status = 'pending', status_message = '', version = version + 1, updated_at = now()
+		FROM tenants t WHERE t.id = j.tenant_id AND t.shard_id = $1 AND j.status = 'failed'
+		RETURNING j.id, j.version`, shardID)
+	if err != nil {
+		return 0, fmt.Errorf("requeue failed jobs: %w", err)
+	}
+	type jv struct {
+		ID      string
+		Version int64
+	}
+	jobs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[jv])
+	if err != nil {
+		return 0, fmt.Errorf("requeue failed jobs: %w", err)
+	}
+	for _, j := range jobs {
+		if err := queueTask(ctx, tx, j.ID, wire.ActionRetry, j.Version); err != nil {
+			return 0, err
+		}
+	}
+	return len(jobs), nil
 }

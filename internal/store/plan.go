@@ -11,11 +11,12 @@ import (
 )
 
 // jobPlanQuery is a job as its nodes must have it, its status and its
-// shard's nodes in one statement: one round trip per provisioning batch,
+// shard's nodes (not the draining ones: provisioning does not wait for a
+// node that is leaving) in one statement: one round trip per provisioning batch,
 // and the three come from one snapshot.
 const jobPlanQuery = `SELECT ` + desiredColumns + `, j.status,
 	       COALESCE((SELECT json_agg(json_build_object('id', n.id, 'name', n.name) ORDER BY n.name)
-	                 FROM nodes n WHERE n.shard_id = t.shard_id), '[]')` + desiredFrom + `
+	                 FROM nodes n WHERE n.shard_id = t.shard_id AND NOT n.draining), '[]')` + desiredFrom + `
 	WHERE j.id = $1`
 
 // JobPlan is what provisioning a job needs: the job as its shard's nodes
@@ -37,9 +38,10 @@ func (s *Store) JobPlan(ctx context.Context, jobID string) (wire.JobPlan, error)
 	return p, nil
 }
 
-// ShardNodeIDs lists the ids of a shard's nodes, by name.
+// ShardNodeIDs lists the ids of a shard's nodes that are not draining, by
+// name.
 func (s *Store) ShardNodeIDs(ctx context.Context, shardID string) ([]string, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id FROM nodes WHERE shard_id = $1 ORDER BY name`, shardID)
+	rows, err := s.pool.Query(ctx, `SELECT id FROM nodes WHERE shard_id = $1 AND NOT draining ORDER BY name`, shardID)
 	if err != nil {
 		return nil, fmt.Errorf("shard nodes: %w", err)
 	}
