@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -49,7 +50,7 @@ func (s *Store) ClaimTasks(ctx context.Context, limit int, lease time.Duration) 
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox tasks: %w", err)
 	}
-	slices.SortFunc(tasks, func(a, b Task) int { return int(a.ID - b.ID) })
+	slices.SortFunc(tasks, func(a, b Task) int { return cmp.Compare(a.ID, b.ID) })
 	return tasks, nil
 }
 
