@@ -17,7 +17,9 @@ func (s *Server) announce(c echo.Context) error {
 		return &apiError{http.StatusServiceUnavailable, ProblemDetail{Code: "unavailable", Message: "no workflow engine configured"}}
 	}
 	if err := s.cfg.Converger.ConvergeNode(c.Request().Context(), n.ID); err != nil {
-		return err
+		// Temporal is down or not connected yet: the agent retries later.
+		s.log.Warn("converge not started", "node", n.Name, "err", err)
+		return &apiError{http.StatusServiceUnavailable, ProblemDetail{Code: "unavailable", Message: "workflow engine unreachable"}}
 	}
 	return c.JSON(http.StatusAccepted, map[string]string{"node_id": n.ID, "node": n.Name, "converge": "started"})
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/hostcron/hostcron/internal/pgtest"
+	"github.com/hostcron/hostcron/internal/wire"
 )
 
 type fakeTemporal struct{ err error }
@@ -110,7 +111,7 @@ func TestDrainAndRemoveNodeRequeueFailedJobs(t *testing.T) {
 	nodeID := nodes[0].(map[string]any)["id"].(string)
 	failed, ok := v.createJob("")["id"].(string), v.createJob("")["id"].(string)
 	v.activate(ok)
-	if _, err := v.store.Pool().Exec(ctx, `UPDATE cron_jobs SET status = 'failed', status_message = 'not provisioned on node1' WHERE id = $1`, failed); err != nil {
+	if _, err := v.store.Pool().Exec(ctx, `UPDATE cron_jobs SET status = $2, status_message = 'not provisioned on node1' WHERE id = $1`, failed, wire.StatusFailed); err != nil {
 		t.Fatal(err)
 	}
 
@@ -119,13 +120,13 @@ func TestDrainAndRemoveNodeRequeueFailedJobs(t *testing.T) {
 		t.Errorf("drain answered %v; want draining with 1 job requeued", n)
 	}
 	job := v.mustJSON("GET", "/api/v1/cron-jobs/"+failed, v.key, "", 200)
-	if job["status"] != "pending" || job["version"] != float64(2) {
+	if job["status"] != string(wire.StatusPending) || job["version"] != float64(2) {
 		t.Errorf("failed job after drain: status %v version %v; want pending at version 2", job["status"], job["version"])
 	}
-	if c := v.count(`SELECT count(*) FROM cron_job_tasks WHERE cron_job_id = $1 AND action = 'retry' AND version = 2`, failed); c != 1 {
+	if c := v.count(`SELECT count(*) FROM cron_job_tasks WHERE cron_job_id = $1 AND action = $2 AND version = 2`, failed, wire.ActionRetry); c != 1 {
 		t.Errorf("%d retry tasks queued for the failed job, want 1", c)
 	}
-	if c := v.count(`SELECT count(*) FROM cron_job_tasks WHERE cron_job_id = $1 AND action = 'retry'`, ok); c != 0 {
+	if c := v.count(`SELECT count(*) FROM cron_job_tasks WHERE cron_job_id = $1 AND action = $2`, ok, wire.ActionRetry); c != 0 {
 		t.Errorf("an active job was requeued")
 	}
 	if nodes, _ := v.store.ShardNodeIDs(ctx, v.shardID); len(nodes) != 0 {
@@ -136,7 +137,7 @@ func TestDrainAndRemoveNodeRequeueFailedJobs(t *testing.T) {
 	}
 
 	// The node reported a run; removing it keeps that history.
-	if code, _ := v.outcome(ok, time.Now().Truncate(5*time.Minute), 1, "success"); code != 200 && code != 201 {
+	if code, _ := v.outcome(ok, time.Now().Truncate(5*time.Minute), 1, string(wire.ResultSuccess)); code != 200 && code != 201 {
 		t.Fatalf("outcome: %d", code)
 	}
 	if code, _ := v.do("DELETE", "/api/v1/admin/nodes/"+nodeID, adminKey, ""); code != 204 {
@@ -151,7 +152,20 @@ func TestDrainAndRemoveNodeRequeueFailedJobs(t *testing.T) {
 	if c := v.count(`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1`, ok); c != 1 {
 		t.Errorf("run history of the removed node: %d runs, want 1", c)
 	}
-	if code, _ := v.outcome(ok, time.Now().Truncate(5*time.Minute).Add(-5*time.Minute), 1, "success"); code != 401 {
+	if code, _ := v.outcome(ok, time.Now().Truncate(5*time.Minute).Add(-5*time.Minute), 1, string(wire.ResultSuccess)); code != 401 {
 		t.Errorf("the removed node's credential still works: %d", code)
+	}
+}
+
+type downConverger struct{}
+
+func (downConverger) ConvergeNode(context.Context, string) error { return errors.New("temporal not connected") }
+
+// TestAnnounceWhileTemporalDown: a node announcing itself during a
+// Temporal outage gets 503 (it retries), not 500.
+func TestAnnounceWhileTemporalDown(t *testing.T) {
+	v := newEnvWith(t, Config{Converger: downConverger{}})
+	if code, out := v.do("POST", "/internal/v1/nodes/announce", v.node, ""); code != http.StatusServiceUnavailable {
+		t.Errorf("announce = %d %s, want 503", code, out)
 	}
 }

@@ -46,7 +46,7 @@ func lostRuns(t *testing.T, st *store.Store, jobID string) int {
 	t.Helper()
 	var n int
 	if err := st.Pool().QueryRow(context.Background(),
-		`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1 AND result = 'lost'`, jobID).Scan(&n); err != nil {
+		`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1 AND result = $2`, jobID, wire.ResultLost).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n

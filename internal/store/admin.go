@@ -267,9 +267,9 @@ func (s *Store) DeleteNode(ctx context.Context, id string) (int, error) {
 // a provisioning still in flight (with the old node list) from landing.
 func requeueFailed(ctx context.Context, tx pgx.Tx, shardID string) (int, error) {
 	rows, err := tx.Query(ctx, `
-		UPDATE cron_jobs j SET status = 'pending', status_message = '', version = version + 1, updated_at = now()
-		FROM tenants t WHERE t.id = j.tenant_id AND t.shard_id = $1 AND j.status = 'failed'
-		RETURNING j.id, j.version`, shardID)
+		UPDATE cron_jobs j SET status = $2, status_message = '', version = version + 1, updated_at = now()
+		FROM tenants t WHERE t.id = j.tenant_id AND t.shard_id = $1 AND j.status = $3
+		RETURNING j.id, j.version`, shardID, wire.StatusPending, wire.StatusFailed)
 	if err != nil {
 		return 0, fmt.Errorf("requeue failed jobs: %w", err)
 	}
