@@ -159,7 +159,9 @@ func TestDrainAndRemoveNodeRequeueFailedJobs(t *testing.T) {
 
 type downConverger struct{}
 
-func (downConverger) ConvergeNode(context.Context, string) error { return errors.New("temporal not connected") }
+func (downConverger) ConvergeNode(context.Context, string) error {
+	return errors.New("temporal not connected")
+}
 
 // TestAnnounceWhileTemporalDown: a node announcing itself during a
 // Temporal outage gets 503 (it retries), not 500.

@@ -62,14 +62,27 @@ func (d *Dispatcher) defaults() {
 	}
 }
 
-// Run dispatches until ctx ends.
+// Run dispatches until ctx ends. After a pass that sent something it
+// goes again at once: the jobs' next tasks have just become eligible. An
+// outage is logged when it starts and when it ends, not every pass.
 func (d *Dispatcher) Run(ctx context.Context) {
 	d.defaults()
 	t := time.NewTicker(d.Interval)
 	defer t.Stop()
+	paused := false
 	for {
-		if _, err := d.Pass(ctx); err != nil && ctx.Err() == nil {
+		sent, err := d.Pass(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil && !paused:
 			d.Log.Warn("outbox dispatch paused", "err", err)
+		case err == nil && paused:
+			d.Log.Info("outbox dispatch resumed")
+		}
+		paused = err != nil
+		if err == nil && sent > 0 {
+			continue
 		}
 		select {
 		case <-ctx.Done():
