@@ -66,8 +66,8 @@ func TestJobWorkflowRunNowRedeliveredRunsOnce(t *testing.T) {
 	env := newEnv(t)
 	provisionCounter(env)
 	runs := 0
-	env.OnActivity(node.RunNow, mock.Anything, "cron-acme-"+jobID).Return(
-		func(context.Context, string) error { runs++; return nil })
+	env.OnActivity(node.RunNow, mock.Anything, wire.RunNowRequest{Unit: "cron-acme-" + jobID, Request: "8"}).Return(
+		func(context.Context, wire.RunNowRequest) error { runs++; return nil })
 	signalAt(env, 0, Change{TaskID: 8, Action: wire.ActionRunNow})
 	signalAt(env, time.Minute, Change{TaskID: 8, Action: wire.ActionRunNow})
 	env.ExecuteWorkflow(JobWorkflow, JobInput{JobID: jobID, NodeTimeout: time.Minute, IdleTimeout: 5 * time.Minute})

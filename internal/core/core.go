@@ -17,7 +17,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/worker"
 
 	"github.com/hostcron/hostcron/internal/api"
 	"github.com/hostcron/hostcron/internal/dispatch"
@@ -60,22 +59,20 @@ type Config struct {
 
 // Core is a running core API. Stop ends it.
 type Core struct {
-	log      *slog.Logger
-	store    *store.Store
-	temporal client.Client
-	worker   worker.Worker
-	http     *http.Server
-	addr     string
-	cancel   context.CancelFunc // ends the background loops
-	loops    sync.WaitGroup
-	served   chan error // Serve's end
+	log    *slog.Logger
+	store  *store.Store
+	http   *http.Server
+	addr   string
+	cancel context.CancelFunc // ends the background loops
+	loops  sync.WaitGroup
+	served chan error // Serve's end
 
 	stopOnce sync.Once
 	stopErr  error
 }
 
-// Start brings the core up: it migrates the schema, connects to Temporal
-// (waiting for it while ctx lasts), and serves HTTP. ctx bounds the start
+// Start brings the core up: it migrates the schema, starts connecting to
+// Temporal in the background, and serves HTTP. ctx bounds the start
 // only; the core runs until Stop. On error, what was started is stopped.
 func Start(ctx context.Context, cfg Config) (*Core, error) {
 	cfg = cfg.withDefaults()
@@ -125,9 +122,8 @@ func (c *Core) start(ctx, bg context.Context, cfg Config) error {
 		apiCfg.Logs = &logship.Client{URL: cfg.LokiURL, OrgID: cfg.LokiOrgID}
 	}
 	if cfg.TemporalAddress != "" {
-		if apiCfg.Converger, err = c.startTemporal(ctx, bg, cfg); err != nil {
-			return err
-		}
+		link := c.startTemporal(bg, cfg)
+		apiCfg.Converger, apiCfg.Temporal = link, link
 	}
 	if cfg.Housekeeping != nil {
 		hk := *cfg.Housekeeping
@@ -137,31 +133,21 @@ func (c *Core) start(ctx, bg context.Context, cfg Config) error {
 	return c.serve(cfg.Listen, apiCfg)
 }
 
-// startTemporal starts the core's worker, the periodic converge and the
-// outbox dispatcher, and returns what the API's announce endpoint uses.
-func (c *Core) startTemporal(ctx, bg context.Context, cfg Config) (api.Converger, error) {
-	var err error
+// startTemporal connects to Temporal in the background (dispatch.Link):
+// the core serves while Temporal is down, changes wait in the outbox, and
+// the worker, the periodic converge and the dispatcher start once it
+// answers. The link stops them when bg ends.
+func (c *Core) startTemporal(bg context.Context, cfg Config) *dispatch.Link {
 	var secure func(*client.Options) error
 	if cfg.Trust.Enabled() {
 		secure = cfg.Trust.ApplyCore
 	} else {
 		c.log.Warn("Temporal without TLS and payload signing: only for development")
 	}
-	if c.temporal, err = workflows.Dial(ctx, cfg.TemporalAddress, cfg.TemporalNamespace, secure, c.log); err != nil {
-		return nil, err
-	}
-	if c.worker, err = workflows.StartCoreWorker(c.temporal, c.store); err != nil {
-		return nil, err
-	}
-	if cfg.ConvergeEvery > 0 {
-		if err := workflows.EnsureConvergeSchedule(ctx, c.temporal, cfg.ConvergeEvery); err != nil {
-			// Announce-time converges still work; drift waits for the next start.
-			c.log.Warn("no periodic converge", "err", err)
-		}
-	}
-	d := &dispatch.Dispatcher{Store: c.store, Temporal: c.temporal, Log: c.log, NodeTimeout: cfg.NodeTimeout}
-	c.goLoop(func() { d.Run(bg) })
-	return workflows.Converger{Client: c.temporal, NodeTimeout: cfg.NodeTimeout}, nil
+	link := &dispatch.Link{Addr: cfg.TemporalAddress, Namespace: cfg.TemporalNamespace, Secure: secure,
+		Store: c.store, Log: c.log, NodeTimeout: cfg.NodeTimeout, ConvergeEvery: cfg.ConvergeEvery}
+	c.goLoop(func() { link.Run(bg) })
+	return link
 }
 
 // serve listens before it returns, so a taken address fails Start and a
@@ -192,8 +178,9 @@ func (c *Core) Addr() string { return c.addr }
 func (c *Core) Failed() <-chan error { return c.served }
 
 // Stop ends the core in reverse order of its start: no new requests (those
-// in flight finish while ctx lasts), then the loops, the worker (its
-// running activities finish), Temporal, the database. It is safe on a
+// in flight finish while ctx lasts), then the loops (the Temporal link's
+// end stops the worker, whose running activities finish, and closes the
+// client), the database. It is safe on a
 // partly started core, and a second call returns the first one's result.
 func (c *Core) Stop(ctx context.Context) error {
 	c.stopOnce.Do(func() { c.stopErr = c.stop(ctx) })
@@ -209,12 +196,6 @@ func (c *Core) stop(ctx context.Context) error {
 	}
 	c.cancel()
 	c.loops.Wait()
-	if c.worker != nil {
-		c.worker.Stop()
-	}
-	if c.temporal != nil {
-		c.temporal.Close()
-	}
 	if c.store != nil {
 		c.store.Close()
 	}

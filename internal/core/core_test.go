@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -110,5 +111,26 @@ func TestRunStopsOnContext(t *testing.T) {
 	}
 	if _, err := get(t, "http://"+addr+"/healthz"); err == nil {
 		t.Error("the API still answers after Run returned")
+	}
+}
+
+// TestStartsWithTemporalDown: the core starts and serves while Temporal
+// does not answer, and /healthz says so.
+func TestStartsWithTemporalDown(t *testing.T) {
+	db := pgtest.NewDB(t)
+	ctx := context.Background()
+	c, err := Start(ctx, Config{DatabaseURL: db.DSN, Listen: "127.0.0.1:0", Log: quiet, TemporalAddress: "127.0.0.1:1"})
+	if err != nil {
+		t.Fatalf("start with Temporal down: %v", err)
+	}
+	defer c.Stop(ctx)
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + c.Addr() + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "temporal unreachable") {
+		t.Errorf("GET /healthz = %d %s; want 503 naming Temporal", resp.StatusCode, body)
 	}
 }

@@ -22,6 +22,7 @@ var ErrTemporalUnavailable = errors.New("temporal not connected")
 // worker, the converge schedule and the outbox dispatcher.
 type Link struct {
 	Addr, Namespace string
+	Secure          func(*client.Options) error // TLS and payload codec; nil: plain (development)
 	Store           *store.Store
 	Log             *slog.Logger
 	NodeTimeout     time.Duration
@@ -33,7 +34,7 @@ type Link struct {
 // Run connects and dispatches until ctx ends, then stops the worker and
 // closes the client.
 func (l *Link) Run(ctx context.Context) {
-	c, err := workflows.Dial(ctx, l.Addr, l.Namespace, l.Log)
+	c, err := workflows.Dial(ctx, l.Addr, l.Namespace, l.Secure, l.Log)
 	if err != nil {
 		return // ctx ended before Temporal answered
 	}
@@ -44,8 +45,10 @@ func (l *Link) Run(ctx context.Context) {
 		return
 	}
 	defer w.Stop()
-	if err := workflows.EnsureConvergeSchedule(ctx, c, l.ConvergeEvery); err != nil {
-		l.Log.Warn("no periodic converge", "err", err)
+	if l.ConvergeEvery > 0 { // 0: no schedule (one that exists keeps running)
+		if err := workflows.EnsureConvergeSchedule(ctx, c, l.ConvergeEvery); err != nil {
+			l.Log.Warn("no periodic converge", "err", err)
+		}
 	}
 	l.client.Store(&c)
 	defer l.client.Store(nil)
