@@ -30,12 +30,12 @@ func jobWithMissedSlots(t *testing.T, st *store.Store, tenant string, status wir
 	if err != nil {
 		t.Fatal(err)
 	}
-	job, err := st.CreateJob(ctx, tn.ID, store.JobSpec{WebrootID: wr.ID, Schedule: "* * * * *", Timezone: "UTC",
-		Command: "true", Enabled: true, TimeoutSeconds: 30, MaxMemoryMB: 64, MaxFailures: 0})
+	job, _, err := st.CreateJob(ctx, tn.ID, store.JobFields{WebrootID: wr.ID, Schedule: "* * * * *", Timezone: "UTC",
+		Command: "true", Enabled: true, TimeoutSeconds: 30, MaxMemoryMB: 64, MaxFailures: 0}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Pool().Exec(ctx, `UPDATE cron_jobs SET status = $2, swept_until = now() - interval '1 hour' WHERE id = $1`,
+	if _, err := st.Pool().Exec(ctx, `UPDATE cron_jobs SET status = $2, swept_until = now() - interval '1 hour', not_before = now() - interval '1 hour' WHERE id = $1`,
 		job.ID, status); err != nil {
 		t.Fatal(err)
 	}
