@@ -224,5 +224,5 @@ func ValidSignal(name string) bool {
 // Bounds of what a node reports; the hook and the API check the same ones.
 const (
 	MaxExitCode      = 255
-	MaxFailureReason = 1024 // bytes of failure_reason
+	MaxFailureReason = 2048 // bytes of failure_reason
 )
