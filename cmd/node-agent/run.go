@@ -53,7 +53,8 @@ func runCmd(configPath *string, log *slog.Logger) *cobra.Command {
 			}
 			if cfg.LokiURL != "" {
 				go logship.Run(ctx, logship.Config{
-					Loki: &logship.Client{URL: cfg.LokiURL}, Node: cfg.NodeName,
+					Loki: &logship.Client{URL: cfg.LokiURL, OrgID: cfg.LokiOrgID, BearerToken: cfg.LokiToken,
+						Username: cfg.LokiUsername, Password: cfg.LokiPassword}, Node: cfg.NodeName,
 					CursorFile: filepath.Join(cfg.StateDir, "journal.cursor"), Log: log.With("component", "logship"),
 				})
 			}
