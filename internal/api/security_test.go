@@ -109,3 +109,51 @@ func TestMetricsCountTheStatusSent(t *testing.T) {
 		t.Error("a client-chosen path or method became a label value")
 	}
 }
+
+// TestAdminInputsSafeByConstruction: a tenant cannot be given root, a
+// privileged group or another tenant's user; a webroot outside the
+// tenant's own storage directory is refused.
+func TestAdminInputsSafeByConstruction(t *testing.T) {
+	v := newEnv(t)
+	tenant := func(name, user, group string) string {
+		b := `{"name":"` + name + `","shard_id":"` + v.shardID + `","linux_user":"` + user + `"`
+		if group != "" {
+			b += `,"linux_group":"` + group + `"`
+		}
+		return b + `}`
+	}
+	for _, tc := range []struct {
+		body string
+		code int
+	}{
+		{tenant("evil", "root", ""), 400},
+		{tenant("evil", "evil", "sudo"), 400},
+		{tenant("evil", "evil", "docker"), 400},
+		{tenant("evil", "systemd-journal", ""), 400},
+		{tenant("evil", "acme", ""), 409},     // acme's user
+		{tenant("evil", "evil", "acme"), 409}, // acme's group
+		{tenant("fine", "fine", ""), 201},
+	} {
+		if code, out := v.do("POST", "/api/v1/admin/tenants", adminKey, tc.body); code != tc.code {
+			t.Errorf("%s: %d %s, want %d", tc.body, code, out, tc.code)
+		}
+	}
+	for _, p := range []string{"/srv/shared/www/globex/public", "/srv/shared/www/acme", "/srv/shared/www/acmeX/public",
+		"/srv/shared/www", "/etc/acme/public", "/srv/shared/wwwacme/public"} {
+		if code, out := v.do("POST", "/api/v1/admin/tenants/"+v.tenant+"/webroots", adminKey, `{"path":"`+p+`"}`); code != 400 {
+			t.Errorf("webroot %s: %d %s, want 400", p, code, out)
+		}
+	}
+	if code, _ := v.do("POST", "/api/v1/admin/tenants/"+v.tenant+"/webroots", adminKey, `{"path":"/srv/shared/www/acme/other"}`); code != 201 {
+		t.Errorf("webroot under the tenant's dir: %d, want 201", code)
+	}
+}
+
+func TestValidateAdminKey(t *testing.T) {
+	if ValidateAdminKey("short-key") == nil {
+		t.Error("accepted a 9-character admin key")
+	}
+	if ValidateAdminKey(strings.Repeat("k", MinAdminKeyLen)) != nil || ValidateAdminKey("") != nil {
+		t.Error("refused a long key or no key")
+	}
+}
