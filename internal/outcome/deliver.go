@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
 	"time"
 
 	"github.com/hostcron/hostcron/internal/atomicfile"
@@ -168,60 +169,110 @@ type Stats struct {
 }
 
 // Redeliver tries every spooled report that is due, each on its own: a
-// failing report is rescheduled with backoff, never blocking the rest.
+// failing report is rescheduled with its own backoff, never blocking the
+// rest. Backoff must not delay recovery after an outage, though: when no
+// report is due, the one due soonest is tried anyway (one request a pass),
+// and once any report is delivered the API is up, so every waiting report
+// is tried at once.
 func Redeliver(ctx context.Context, c Client, dir string, now time.Time) (Stats, error) {
 	var st Stats
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return st, nil
+	items, errs := loadSpool(dir, now, &st)
+	due, waiting := splitDue(items, now)
+	if len(due) == 0 && len(waiting) > 0 {
+		due, waiting = waiting[:1], waiting[1:] // probe
 	}
-	if err != nil {
-		return st, fmt.Errorf("redeliver: %w", err)
+	for _, it := range due {
+		if ctx.Err() != nil {
+			return st, errors.Join(errs...)
+		}
+		if err := attempt(ctx, c, dir, it, now, &st); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	var errs []error
-	for _, e := range entries {
+	if st.Delivered == 0 {
+		st.Waiting = len(waiting)
+		return st, errors.Join(errs...)
+	}
+	for _, it := range waiting { // the API answers: no reason to wait
 		if ctx.Err() != nil {
 			break
 		}
-		if !e.Type().IsRegular() || filepath.Ext(e.Name()) != ".json" {
-			continue
-		}
-		if err := redeliverOne(ctx, c, dir, e.Name(), now, &st); err != nil {
+		if err := attempt(ctx, c, dir, it, now, &st); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return st, errors.Join(errs...)
 }
 
-func redeliverOne(ctx context.Context, c Client, dir, name string, now time.Time, st *Stats) error {
-	path := filepath.Join(dir, name)
-	b, err := os.ReadFile(path)
+// spoolItem is one decoded spool file.
+type spoolItem struct {
+	name string
+	s    Spooled
+}
+
+// loadSpool decodes every report in dir; an undecodable one is
+// dead-lettered.
+func loadSpool(dir string, now time.Time, st *Stats) ([]spoolItem, []error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
 	if err != nil {
-		return fmt.Errorf("redeliver %s: %w", name, err)
+		return nil, []error{fmt.Errorf("redeliver: %w", err)}
 	}
-	var s Spooled
-	if err := json.Unmarshal(b, &s); err != nil {
-		st.DeadLettered++
-		return deadLetter(dir, name, fmt.Errorf("undecodable: %w", err))
+	var items []spoolItem
+	var errs []error
+	for _, e := range entries {
+		if !e.Type().IsRegular() || filepath.Ext(e.Name()) != ".json" {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("redeliver %s: %w", e.Name(), err))
+			continue
+		}
+		var s Spooled
+		if err := json.Unmarshal(b, &s); err != nil {
+			st.DeadLettered++
+			errs = append(errs, deadLetter(dir, e.Name(), fmt.Errorf("undecodable: %w", err)))
+			continue
+		}
+		if s.SpooledAt.IsZero() { // written by an older hook: start its clock now
+			s.SpooledAt = now
+		}
+		items = append(items, spoolItem{e.Name(), s})
 	}
-	if s.SpooledAt.IsZero() { // written by an older hook: start its clock now
-		s.SpooledAt = now
+	return items, errs
+}
+
+// splitDue separates reports due now from those still backing off, the
+// latter soonest first.
+func splitDue(items []spoolItem, now time.Time) (due, waiting []spoolItem) {
+	for _, it := range items {
+		if now.Before(it.s.NextAttempt) {
+			waiting = append(waiting, it)
+		} else {
+			due = append(due, it)
+		}
 	}
-	if now.Before(s.NextAttempt) {
-		st.Waiting++
-		return nil
-	}
+	sort.Slice(waiting, func(i, j int) bool { return waiting[i].s.NextAttempt.Before(waiting[j].s.NextAttempt) })
+	return due, waiting
+}
+
+// attempt posts one report and acts on the verdict.
+func attempt(ctx context.Context, c Client, dir string, it spoolItem, now time.Time, st *Stats) error {
+	path, s := filepath.Join(dir, it.name), it.s
 	postErr := c.Post(ctx, s.JobID, s.Report)
 	switch Decide(postErr, s.SpooledAt, now) {
 	case Delivered:
 		st.Delivered++
 		if err := os.Remove(path); err != nil {
-			return fmt.Errorf("redeliver %s: %w", name, err)
+			return fmt.Errorf("redeliver %s: %w", it.name, err)
 		}
 		return nil
 	case DeadLetter:
 		st.DeadLettered++
-		return deadLetter(dir, name, postErr)
+		return deadLetter(dir, it.name, postErr)
 	}
 	st.Retrying++
 	s.Attempts++

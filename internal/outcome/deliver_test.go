@@ -108,10 +108,10 @@ func TestRedeliverNeverBlocks(t *testing.T) {
 	if pending, dead := SpoolCounts(dir); pending != 1 || dead != 1 {
 		t.Fatalf("spool has %d pending, %d dead", pending, dead)
 	}
-	// The failing report waits for its own backoff.
+	// Nothing else is due: the failing report is the pass's one probe.
 	st, _ = Redeliver(context.Background(), c, dir, time.Now())
-	if st.Waiting != 1 || st.Retrying != 0 {
-		t.Errorf("second pass %+v: the failing report was not backing off", st)
+	if st.Retrying != 1 || st.Delivered != 0 {
+		t.Errorf("second pass %+v", st)
 	}
 	// After 24 h of 5xx it is dead-lettered, not deleted.
 	st, _ = Redeliver(context.Background(), c, dir, time.Now().Add(MaxSpoolAge+time.Hour))
@@ -156,5 +156,48 @@ func TestSpoolNames(t *testing.T) {
 	}
 	if info, _ := os.Stat(filepath.Join(dir, entries[0].Name())); info.Mode().Perm() != 0o600 {
 		t.Errorf("spool file mode %v", info.Mode())
+	}
+}
+
+// TestRedeliverRecoversAtOnce: during an outage reports back off (far
+// fewer posts than passes times reports, and a pass with nothing due costs
+// one probe), and the pass that finds the API up delivers every report,
+// however far its backoff had grown.
+func TestRedeliverRecoversAtOnce(t *testing.T) {
+	var mu sync.Mutex
+	up, posts := false, 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		posts++
+		if !up {
+			http.Error(w, "down", http.StatusBadGateway)
+		}
+	}))
+	defer srv.Close()
+	c := Client{BaseURL: srv.URL}
+	dir := t.TempDir()
+	t0 := time.Now()
+	for i := range 5 {
+		_ = Spool(dir, jobA, wire.Outcome{RunKey: runkey.Scheduled(jobA, t0.Add(time.Duration(-i)*time.Minute)), Result: wire.ResultSuccess})
+	}
+	now := time.Now()
+	for range 60 {
+		before := posts
+		st, _ := Redeliver(context.Background(), c, dir, now)
+		if st.Retrying+st.Waiting != 5 || (st.Waiting == 4 && posts-before != 1) {
+			t.Fatalf("pass during the outage: %+v, %d posts", st, posts-before)
+		}
+		now = now.Add(2 * time.Second)
+	}
+	if posts > 60*5/3 {
+		t.Errorf("%d posts in 60 passes of 5 reports: no backoff", posts)
+	}
+	mu.Lock()
+	up = true
+	mu.Unlock()
+	st, err := Redeliver(context.Background(), c, dir, now)
+	if err != nil || st.Delivered != 5 {
+		t.Fatalf("first pass after the outage: %+v, %v", st, err)
 	}
 }
