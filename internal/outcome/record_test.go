@@ -211,3 +211,34 @@ func TestBadDetailsFallBackToSystemd(t *testing.T) {
 		t.Errorf("forged key: %+v, %v", got, err)
 	}
 }
+
+// TestRuntimeDirOwner: the record's owner is the runtime directory's
+// owner; a root-owned directory or a symlink in its place names nobody.
+func TestRuntimeDirOwner(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to chown")
+	}
+	base := t.TempDir()
+	dir := filepath.Join(base, "cron-acme-x")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := RuntimeDirOwner(dir, ""); err == nil {
+		t.Error("accepted a root-owned runtime dir")
+	}
+	chownTenant(t, dir)
+	if uid, err := RuntimeDirOwner(dir, ""); err != nil || uid != tenantUID(t) {
+		t.Errorf("owner %d, %v", uid, err)
+	}
+	if _, err := RuntimeDirOwner(dir, "root"); err != nil {
+		t.Errorf("USER=root (a full-privilege hook) refused: %v", err)
+	}
+	if _, err := RuntimeDirOwner(dir, "daemon"); err == nil {
+		t.Error("accepted a dir whose owner is not $USER")
+	}
+	link := filepath.Join(base, "link")
+	_ = os.Symlink(dir, link)
+	if _, err := RuntimeDirOwner(link, ""); err == nil {
+		t.Error("followed a symlink")
+	}
+}
