@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 DEV_DIR=${DEV_DIR:-/run/hostcron-dev}
 API_PORT=${API_PORT:-8080} TEMPORAL_PORT=${TEMPORAL_PORT:-7233} PG_PORT=${PG_PORT:-55432} NODES=${NODES:-3}
-export NODES_DIR=$DEV_DIR/nodes SHARED=$DEV_DIR/shared HOSTCRON_ADMIN_KEY=${HOSTCRON_ADMIN_KEY:-dev-admin-key}
+export NODES_DIR=$DEV_DIR/nodes SHARED=$DEV_DIR/shared HOSTCRON_ADMIN_KEY=${HOSTCRON_ADMIN_KEY:-dev-admin-key-0123456789abcdef0123456789}
 log() { echo "[dev $(date +%T)] $*" >&2; }
 [ "$(id -u)" = 0 ] || { log "needs root (systemd-nspawn, PostgreSQL as the postgres user)"; exit 1; }
 [ ! -e "$DEV_DIR" ] || { log "$DEV_DIR exists: is another 'make dev' running? (remove it if not)"; exit 1; }

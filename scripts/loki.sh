@@ -56,7 +56,7 @@ schema_config:
         period: 24h
 limits_config:
   reject_old_samples: false
-  allow_structured_metadata: false
+  allow_structured_metadata: true   # cron_job_id travels as structured metadata
 ingester:
   chunk_idle_period: 1m
 query_range:

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/hostcron/hostcron/internal/api"
 	"github.com/hostcron/hostcron/internal/core"
 	"github.com/hostcron/hostcron/internal/housekeeping"
 	"github.com/hostcron/hostcron/internal/store"
@@ -59,6 +60,9 @@ func serveCmd(dsn *string, log *slog.Logger) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, os.Interrupt)
 			defer stop()
+			if err := api.ValidateAdminKey(cfg.AdminKey); err != nil {
+				return err
+			}
 			cfg.DatabaseURL, cfg.Housekeeping = *dsn, &hk
 			return core.Run(ctx, cfg, 15*time.Second)
 		},

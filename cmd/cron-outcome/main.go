@@ -11,11 +11,14 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"time"
 
+	"github.com/hostcron/hostcron/internal/jobspec"
 	"github.com/hostcron/hostcron/internal/nodeconf"
 	"github.com/hostcron/hostcron/internal/outcome"
 	"github.com/hostcron/hostcron/internal/runner"
+	"github.com/hostcron/hostcron/internal/schedule"
 	"github.com/hostcron/hostcron/internal/units"
 )
 
@@ -46,11 +49,14 @@ func run(ctx context.Context, log *slog.Logger) error {
 	// would report a hung run under another slot's key. Without a record
 	// (or a key) the runner never named a run; the core's sweeper records
 	// a slot nobody reported as lost.
-	rec, err := runner.ReadRecord(os.Getenv("RUNTIME_DIRECTORY"))
+	// The record is the tenant's to write: only a run key, slot and version
+	// that check out name the run; other values that do not check out are
+	// dropped and systemd's view is reported instead.
+	rec, details, err := readRecord(filepath.Join(cfg.SpecDir, units.Name(tenant, jobID)+".json"), jobID, log)
 	if err != nil {
-		return fmt.Errorf("no run record, nothing to report: %w", err)
+		return fmt.Errorf("no usable run record, nothing to report: %w", err)
 	}
-	report, silent := outcome.Classify(outcome.ServiceFromEnv(), rec, true, time.Now())
+	report, silent := outcome.Classify(outcome.ServiceFromEnv(), rec, details, time.Now())
 	if silent {
 		return nil
 	}
@@ -68,6 +74,32 @@ func run(ctx context.Context, log *slog.Logger) error {
 	}
 	log.Warn("core API unreachable, spooling outcome", "run_key", report.RunKey, "err", err)
 	return outcome.Spool(cfg.SpoolDir, jobID, report)
+}
+
+// readRecord reads the tenant-owned run record as hostile input, holding it
+// against the root-only job spec and the unit's environment.
+func readRecord(specPath, jobID string, log *slog.Logger) (runner.Record, bool, error) {
+	spec, err := jobspec.Read(specPath)
+	if err != nil {
+		return runner.Record{}, false, err
+	}
+	sched, err := schedule.ParseWithSeconds(spec.Schedule, spec.Timezone)
+	if err != nil {
+		return runner.Record{}, false, err
+	}
+	dir := os.Getenv("RUNTIME_DIRECTORY")
+	uid, err := outcome.RuntimeDirOwner(dir, os.Getenv("USER"))
+	if err != nil {
+		return runner.Record{}, false, err
+	}
+	rec, err := outcome.ReadRecord(dir, outcome.Expect{
+		JobID: jobID, UID: uid, MaxVersion: spec.Version, Fires: sched.Matches, Now: time.Now(),
+	})
+	if errors.Is(err, outcome.ErrBadDetails) {
+		log.Warn("run record details refused, reporting what systemd saw", "run_key", rec.RunKey, "err", err)
+		return rec, false, nil
+	}
+	return rec, err == nil, err
 }
 
 func envOr(k, def string) string {

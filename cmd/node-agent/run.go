@@ -53,7 +53,8 @@ func runCmd(configPath *string, log *slog.Logger) *cobra.Command {
 			}
 			if cfg.LokiURL != "" {
 				go logship.Run(ctx, logship.Config{
-					Loki: &logship.Client{URL: cfg.LokiURL}, Node: cfg.NodeName,
+					Loki: &logship.Client{URL: cfg.LokiURL, OrgID: cfg.LokiOrgID, BearerToken: cfg.LokiToken,
+						Username: cfg.LokiUsername, Password: cfg.LokiPassword}, Node: cfg.NodeName,
 					CursorFile: filepath.Join(cfg.StateDir, "journal.cursor"), Log: log.With("component", "logship"),
 				})
 			}
@@ -69,15 +70,19 @@ func runCmd(configPath *string, log *slog.Logger) *cobra.Command {
 	return cmd
 }
 
-// redeliverLoop drains the outcome spool until ctx ends.
+// redeliverLoop drains the outcome spool until ctx ends; each report keeps
+// its own backoff, so a pass only posts the ones that are due.
 func redeliverLoop(ctx context.Context, cfg nodeconf.Config, every time.Duration, log *slog.Logger) {
 	client := outcome.Client{BaseURL: cfg.APIURL, Credential: cfg.Credential, HTTP: &http.Client{Timeout: 10 * time.Second}}
 	t := time.NewTicker(every)
 	defer t.Stop()
+	deadTotal := 0 // dead-lettered since start; the dead/ directory keeps them all
 	for {
-		n, err := outcome.Redeliver(ctx, client, cfg.SpoolDir)
-		if n > 0 {
-			log.Info("redelivered spooled outcomes", "count", n)
+		st, err := outcome.Redeliver(ctx, client, cfg.SpoolDir, time.Now())
+		deadTotal += st.DeadLettered
+		if st.Delivered > 0 || st.DeadLettered > 0 {
+			log.Info("redelivered spooled outcomes", "delivered", st.Delivered, "dead_lettered", st.DeadLettered,
+				"dead_lettered_total", deadTotal, "retrying", st.Retrying, "waiting", st.Waiting)
 		}
 		if err != nil && ctx.Err() == nil {
 			log.Warn("outcomes stay spooled", "err", err)

@@ -120,6 +120,7 @@ func unitsCmds(configPath *string, log *slog.Logger) []*cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: withManager(func(ctx context.Context, m *unitmgr.Manager, _ []string) (any, error) {
 			showClockOffset(*configPath, os.Stderr)
+			spoolState(*configPath)
 			return m.State(ctx)
 		}),
 	}

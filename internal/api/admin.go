@@ -2,8 +2,10 @@ package api
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"regexp"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -96,8 +98,12 @@ func (s *Server) createTenant(c echo.Context) error {
 		return invalid("shard_id", "must be a shard's UUID")
 	case !units.ValidUser(req.LinuxUser):
 		return invalid("linux_user", "not a valid Linux user name")
+	case privilegedAccount(req.LinuxUser):
+		return invalid("linux_user", "is a system or privileged account")
 	case !units.ValidUser(req.LinuxGroup):
 		return invalid("linux_group", "not a valid Linux group name")
+	case privilegedAccount(req.LinuxGroup):
+		return invalid("linux_group", "is a system or privileged group")
 	}
 	t, err := s.store.CreateTenant(c.Request().Context(), req)
 	if errors.Is(err, store.ErrNotFound) {
@@ -122,6 +128,9 @@ func (s *Server) createWebroot(c echo.Context) error {
 	}
 	if !units.ValidPath(req.Path) {
 		return invalid("path", "want an absolute clean path of letters, digits and ._-")
+	}
+	if err := s.checkWebrootPlace(c, tenantID, req.Path); err != nil {
+		return err
 	}
 	w, err := s.store.CreateWebroot(c.Request().Context(), tenantID, req.Path)
 	if err != nil {
@@ -184,4 +193,53 @@ func (s *Server) deleteNode(c echo.Context) error {
 	}
 	s.log.Info("node removed", "node_id", id, "requeued_jobs", requeued)
 	return c.NoContent(http.StatusNoContent)
+}
+
+// privileged are accounts and groups a tenant's command must never run
+// as: root, groups that are root in all but name (sudo, disk, docker,
+// lxd, shadow, systemd-journal, ...), and the system's service accounts.
+var privileged = map[string]bool{
+	"root": true, "sudo": true, "adm": true, "wheel": true, "shadow": true, "disk": true, "docker": true,
+	"systemd-journal": true, "lxd": true, "kmem": true, "tty": true, "daemon": true, "bin": true, "sys": true,
+	"staff": true, "operator": true, "www-data": true, "nobody": true, "nogroup": true, "kvm": true,
+	"systemd-network": true, "systemd-resolve": true, "systemd-timesync": true, "messagebus": true,
+}
+
+func privilegedAccount(name string) bool { return privileged[name] }
+
+// checkWebrootPlace admits a webroot only below the tenant's own directory
+// of its shard's storage, {web_storage_dir}/{tenant name}/, so a tenant's
+// command never runs in (and may not write to) another tenant's files.
+func (s *Server) checkWebrootPlace(c echo.Context, tenantID, path string) error {
+	ctx := c.Request().Context()
+	t, err := s.store.GetTenant(ctx, tenantID)
+	if err != nil {
+		return err
+	}
+	sh, err := s.store.GetShard(ctx, t.ShardID)
+	if err != nil {
+		return err
+	}
+	if !webrootUnder(path, sh.WebStorageDir, t.Name) {
+		return invalid("path", "must lie under %s/%s/", sh.WebStorageDir, t.Name)
+	}
+	return nil
+}
+
+// webrootUnder reports whether path is strictly below dir/tenant/. Both
+// are clean (units.ValidPath), so a prefix test is exact.
+func webrootUnder(path, dir, tenant string) bool {
+	return strings.HasPrefix(path, dir+"/"+tenant+"/")
+}
+
+// MinAdminKeyLen bounds the bootstrap admin key from below: it is compared
+// as given, so it must carry its own entropy.
+const MinAdminKeyLen = 32
+
+// ValidateAdminKey refuses a bootstrap admin key that is set but short.
+func ValidateAdminKey(key string) error {
+	if key != "" && len(key) < MinAdminKeyLen {
+		return fmt.Errorf("admin key is %d characters, at least %d required", len(key), MinAdminKeyLen)
+	}
+	return nil
 }

@@ -4,9 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -92,25 +92,73 @@ func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 
 // decodeStrict decodes a JSON body, rejecting unknown fields, trailing data
 // and bodies over 64 KiB.
-func decodeStrict(c echo.Context, v any) error {
-	dec := json.NewDecoder(io.LimitReader(c.Request().Body, 64<<10))
-	dec.DisallowUnknownFields()
+func decodeStrict(c echo.Context, v any) error { return decodeBody(c, v, true) }
+
+// decodeLenient is decodeStrict that ignores unknown fields: for bodies a
+// newer peer may extend (a node's outcome).
+func decodeLenient(c echo.Context, v any) error { return decodeBody(c, v, false) }
+
+// maxJSONBody bounds a decoded request body.
+const maxJSONBody = 64 << 10
+
+func decodeBody(c echo.Context, v any, strict bool) error {
+	dec := json.NewDecoder(http.MaxBytesReader(c.Response(), c.Request().Body, maxJSONBody))
+	if strict {
+		dec.DisallowUnknownFields()
+	}
 	if err := dec.Decode(v); err != nil {
 		var te *json.UnmarshalTypeError
+		var se *json.SyntaxError
+		var me *http.MaxBytesError
 		switch {
+		case errors.As(err, &me):
+			return invalid("body", "larger than %d bytes", maxJSONBody)
+		case errors.As(err, &te) && te.Field == "":
+			return invalid("body", "must be a JSON object")
 		case errors.As(err, &te):
-			return invalid(te.Field, "must be a %s", te.Type.String())
+			// The JSON kind, never the Go type: that would leak internals.
+			return invalid(te.Field, "must be %s", jsonKind(te.Type))
 		case strings.HasPrefix(err.Error(), "json: unknown field "):
 			name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
 			return invalid(name, "unknown field")
+		case errors.As(err, &se):
+			return invalid("body", "not valid JSON at byte %d", se.Offset)
 		default:
-			return invalid("body", "not valid JSON: %v", err)
+			return invalid("body", "not valid JSON")
 		}
 	}
 	if dec.More() {
 		return invalid("body", "has data after the JSON object")
 	}
 	return nil
+}
+
+// jsonKind names what JSON value a Go type accepts.
+func jsonKind(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Struct:
+		if t.String() == "time.Time" {
+			return "an RFC 3339 time string"
+		}
+		return "an object"
+	case reflect.Map:
+		return "an object"
+	}
+	return "of another type"
 }
 
 // intParam reads an optional integer query parameter in [lo, hi]; absent,

@@ -24,17 +24,18 @@ type LogQuerier interface {
 
 // cronLogQuery builds the LogQL for a tenant's cron logs. Every value is a
 // quoted string literal (LogQL uses Go's syntax), the tenant selector is
-// always present, and a line filter can only narrow: no parameter can
-// reach another tenant's streams.
+// always present, and the job and line filters can only narrow: no
+// parameter can reach another tenant's streams. cron_job_id is structured
+// metadata, not a label, so it is a label filter after the selector.
 func cronLogQuery(tenantName, jobID, contains string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `{%s=%q, %s=`, wire.LabelLogType, wire.LogTypeCron, wire.LabelTenant)
 	b.WriteString(strconv.Quote(tenantName))
+	b.WriteString(`}`)
 	if jobID != "" {
-		b.WriteString(`, ` + wire.LabelCronJobID + `=`)
+		b.WriteString(` | ` + wire.LabelCronJobID + `=`)
 		b.WriteString(strconv.Quote(jobID))
 	}
-	b.WriteString(`}`)
 	if contains != "" {
 		b.WriteString(` |= `)
 		b.WriteString(strconv.Quote(contains))

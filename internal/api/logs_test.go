@@ -51,7 +51,7 @@ func TestTenantLogs(t *testing.T) {
 	if lines := out["lines"].([]any); len(lines) != 1 || lines[0].(map[string]any)["node"] != "node1" {
 		t.Errorf("lines: %v", out)
 	}
-	if q := loki.last(); q != `{log_type="cron", tenant_id="acme", cron_job_id="`+id+`"}` {
+	if q := loki.last(); q != `{log_type="cron", tenant_id="acme"} | cron_job_id="`+id+`"` {
 		t.Errorf("query %s", q)
 	}
 	v.mustJSON("GET", base, v.key, "", 200)

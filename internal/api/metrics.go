@@ -1,6 +1,7 @@
 package api
 
 import (
+	"net/http"
 	"strconv"
 	"time"
 
@@ -15,6 +16,7 @@ type metrics struct {
 	lag          prometheus.Histogram
 	autoDisables prometheus.Counter
 	latency      *prometheus.HistogramVec
+	routes       map[string]struct{} // route templates: the only route label values
 }
 
 func newMetrics(reg *prometheus.Registry) *metrics {
@@ -45,21 +47,45 @@ func (m *metrics) observeOutcome(result wire.Result, finished *time.Time, now ti
 	}
 }
 
-// middleware times every request by its route pattern (not its path, to
-// keep label cardinality bounded).
+// middleware times every request by its route template (not its path, to
+// keep label cardinality bounded). It hands an error to Echo's error
+// handler first, so the status it records is the one the client got (a
+// store's not-found is a 404, not the 200 the response held before).
 func (m *metrics) middleware(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		start := time.Now()
-		err := next(c)
-		code := c.Response().Status
-		if err != nil {
-			if he, ok := err.(*echo.HTTPError); ok {
-				code = he.Code
-			} else if ae, ok := err.(*apiError); ok {
-				code = ae.status
-			}
+		if err := next(c); err != nil {
+			c.Error(err) // commits the response; Echo's own call then does nothing
 		}
-		m.latency.WithLabelValues(c.Request().Method, c.Path(), strconv.Itoa(code)).Observe(time.Since(start).Seconds())
-		return err
+		m.latency.WithLabelValues(methodLabel(c.Request().Method), m.routeLabel(c.Path()),
+			strconv.Itoa(c.Response().Status)).Observe(time.Since(start).Seconds())
+		return nil
+	}
+}
+
+// methodLabel keeps a client's made-up method out of the label values.
+func methodLabel(method string) string {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions:
+		return method
+	}
+	return "other"
+}
+
+// routeLabel accepts only registered route templates; anything else (an
+// unmatched path Echo may echo back) is "other".
+func (m *metrics) routeLabel(path string) string {
+	if _, ok := m.routes[path]; ok {
+		return path
+	}
+	return "other"
+}
+
+// setRoutes records the server's route templates once they are registered.
+func (m *metrics) setRoutes(routes []*echo.Route) {
+	m.routes = map[string]struct{}{}
+	for _, r := range routes {
+		m.routes[r.Path] = struct{}{}
 	}
 }

@@ -1,8 +1,11 @@
 package api
 
 import (
+	"errors"
 	"net/http"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
@@ -16,31 +19,22 @@ func (s *Server) outcome(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	// Unknown fields are ignored: a node upgraded before the core must not
+	// have its reports refused. Every known field is range-checked.
 	var req wire.Outcome // what cron-outcome posts
-	if err := decodeStrict(c, &req); err != nil {
+	if err := decodeLenient(c, &req); err != nil {
 		return err
 	}
-	key, err := runkey.Parse(req.RunKey)
-	switch {
-	case err != nil:
-		return invalid("run_key", "%v", err)
-	case key.JobID != jobID:
-		return invalid("run_key", "names job %s, not %s", key.JobID, jobID)
-	case key.Trigger == wire.TriggerScheduled && !key.Slot.Equal(req.ScheduledAt):
-		return invalid("scheduled_at", "does not match the run key's slot %s", key.Slot.Format(time.RFC3339))
-	case req.Version < 1:
-		return invalid("version", "must be the version of the job spec the run used")
-	case !req.Result.ReportedByNode():
-		return invalid("result", "unknown result %q", req.Result)
-	case len(req.FailureReason) > 2048:
-		return invalid("failure_reason", "at most 2048 bytes")
-	case req.StartedAt != nil && req.FinishedAt != nil && req.FinishedAt.Before(*req.StartedAt):
-		return invalid("finished_at", "is before started_at")
+	if err := validateOutcome(jobID, req, s.now()); err != nil {
+		return err
 	}
 	res, err := s.store.RecordOutcome(c.Request().Context(), nodeOf(c), jobID, store.Outcome{
 		RunKey: req.RunKey, Version: req.Version, ScheduledAt: req.ScheduledAt.UTC(), StartedAt: req.StartedAt, FinishedAt: req.FinishedAt,
 		Result: req.Result, ExitCode: req.ExitCode, Signal: req.Signal, FailureReason: req.FailureReason,
 	})
+	if errors.Is(err, store.ErrVersionAhead) {
+		return invalid("version", "%v", err)
+	}
 	if err != nil {
 		return err
 	}
@@ -55,4 +49,51 @@ func (s *Server) outcome(c echo.Context) error {
 		"duplicate": res.Duplicate, "auto_disabled": res.AutoDisabled,
 		"consecutive_failures": res.Job.ConsecutiveFailures, "status": res.Job.Status,
 	})
+}
+
+// Bounds of an outcome's times: a node's clock may run a little ahead; a
+// slot older than run retention would be deleted at once.
+const (
+	outcomeSkew  = 5 * time.Minute
+	runRetention = 180 * 24 * time.Hour
+)
+
+// validateOutcome checks a report against the path's job and the clock.
+// Everything it refuses is a 400: the store never sees a value it cannot
+// hold (PostgreSQL refuses NUL bytes with an error that would be a 500).
+func validateOutcome(jobID string, req wire.Outcome, now time.Time) error {
+	key, err := runkey.Parse(req.RunKey)
+	switch {
+	case err != nil:
+		return invalid("run_key", "%v", err)
+	case key.JobID != jobID:
+		return invalid("run_key", "names job %s, not %s", key.JobID, jobID)
+	case key.Trigger == wire.TriggerScheduled && !key.Slot.Equal(req.ScheduledAt):
+		return invalid("scheduled_at", "does not match the run key's slot %s", key.Slot.Format(time.RFC3339))
+	case req.ScheduledAt.After(now.Add(outcomeSkew)):
+		return invalid("scheduled_at", "is in the future")
+	case req.ScheduledAt.Before(now.Add(-runRetention)):
+		return invalid("scheduled_at", "is older than run retention")
+	case req.Version < 1:
+		return invalid("version", "must be the version of the job spec the run used")
+	case !req.Result.ReportedByNode():
+		return invalid("result", "unknown result")
+	case req.ExitCode != nil && (*req.ExitCode < 0 || *req.ExitCode > wire.MaxExitCode):
+		return invalid("exit_code", "must be from 0 to %d", wire.MaxExitCode)
+	case req.Signal != nil && !wire.ValidSignal(*req.Signal):
+		return invalid("signal", "unknown signal name")
+	case len(req.FailureReason) > wire.MaxFailureReason:
+		return invalid("failure_reason", "at most %d bytes", wire.MaxFailureReason)
+	case !utf8.ValidString(req.FailureReason) || strings.ContainsRune(req.FailureReason, 0):
+		return invalid("failure_reason", "must be UTF-8 without NUL bytes")
+	}
+	for name, t := range map[string]*time.Time{"started_at": req.StartedAt, "finished_at": req.FinishedAt} {
+		if t != nil && (t.After(now.Add(outcomeSkew)) || t.Before(now.Add(-runRetention))) {
+			return invalid(name, "is in the future or older than run retention")
+		}
+	}
+	if req.StartedAt != nil && req.FinishedAt != nil && req.FinishedAt.Before(*req.StartedAt) {
+		return invalid("finished_at", "is before started_at")
+	}
+	return nil
 }

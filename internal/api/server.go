@@ -103,7 +103,24 @@ func New(st *store.Store, cfg Config) *echo.Echo {
 	internal := e.Group("/internal/v1", s.requireNode)
 	internal.POST("/cron-jobs/:id/outcome", s.outcome)
 	internal.POST("/nodes/announce", s.announce)
+	s.metrics.setRoutes(e.Routes())
 	return e
+}
+
+// MaxBodyBytes bounds every request body; the largest legitimate one (a
+// job with a 4 KiB command) is far below it.
+const MaxBodyBytes = 1 << 20
+
+// HTTPServer wraps the handler in a server whose every phase has a time
+// limit, so slow or stalled clients cannot pin connections. The write
+// limit leaves room for a logs query, which is itself bounded.
+func HTTPServer(addr string, h http.Handler) *http.Server {
+	return &http.Server{
+		Addr: addr, Handler: http.MaxBytesHandler(h, MaxBodyBytes),
+		ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: 90 * time.Second, IdleTimeout: 120 * time.Second,
+		MaxHeaderBytes: 64 << 10,
+	}
 }
 
 var uuidRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)

@@ -159,7 +159,7 @@ func (c *Core) serve(listen string, apiCfg api.Config) error {
 	}
 	c.addr = ln.Addr().String()
 	e := api.New(c.store, apiCfg)
-	c.http = &http.Server{Handler: e, ReadHeaderTimeout: 10 * time.Second}
+	c.http = api.HTTPServer("", e) // timeouts and a body limit
 	go func() { c.served <- c.http.Serve(ln) }()
 	c.log.Info("core-api listening", "addr", c.addr)
 	return nil

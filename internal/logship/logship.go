@@ -1,8 +1,10 @@
 // Package logship ships cron jobs' journald output to Loki with the labels
 // tenants query by. It follows the journal with journalctl (a static agent
-// cannot link libsystemd), keeps only entries that carry the fields every
-// cron unit sets (LogExtraFields=HOSTCRON_TENANT, HOSTCRON_CRON_JOB_ID), and
-// pushes them in batches. The journal cursor is saved only after Loki
+// cannot link libsystemd), keeps only entries whose trusted _SYSTEMD_UNIT
+// (set by journald, not by the logging process) is a cron unit, names the
+// tenant and job from that unit's name, and pushes them in batches. The
+// HOSTCRON_* fields are ignored: any process can log them, so a tenant
+// could write into another tenant's logs with them. The journal cursor is saved only after Loki
 // accepted a batch, so a restart resumes where it stopped: nothing is lost,
 // and a batch pushed twice (a crash between push and save) carries the same
 // timestamps and lines, which Loki stores once. While Loki is down the
@@ -17,14 +19,19 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hostcron/hostcron/internal/atomicfile"
+	"github.com/hostcron/hostcron/internal/units"
+	"github.com/hostcron/hostcron/internal/wire"
 )
 
 // Config configures a shipper.
@@ -118,16 +125,32 @@ func follow(ctx context.Context, cfg Config) error {
 	}
 }
 
-// ship pushes a batch, retrying with backoff until Loki takes it, then
-// saves the cursor of its last entry.
+// Retry bounds of a push Loki may take later.
+const (
+	pushBackoffBase = 500 * time.Millisecond
+	pushBackoffCap  = 30 * time.Second
+)
+
+// ship pushes a batch, retrying with capped backoff while Loki is down or
+// throttling (5xx, 429, network), then saves the cursor of its last entry.
+// A batch Loki refuses for good (another 4xx: too old, too large, invalid)
+// is dropped, logged and counted, and the cursor moves past it: retrying
+// would block every later line behind it forever.
 func ship(ctx context.Context, cfg Config, batch []Entry) error {
 	if len(batch) == 0 {
 		return nil
 	}
-	backoff := 500 * time.Millisecond
+	backoff := pushBackoffBase
 	for {
 		err := cfg.Loki.Push(ctx, cfg.Node, batch)
 		if err == nil {
+			break
+		}
+		if !retryable(err) {
+			droppedBatches.Add(1)
+			droppedLines.Add(int64(len(batch)))
+			cfg.Log.Error("loki refused a batch, dropped", "lines", len(batch), "err", err,
+				"dropped_batches_total", droppedBatches.Load())
 			break
 		}
 		cfg.Log.Warn("loki push failed, retrying", "lines", len(batch), "retry_in", backoff.String(), "err", err)
@@ -136,9 +159,49 @@ func ship(ctx context.Context, cfg Config, batch []Entry) error {
 			return ctx.Err()
 		case <-time.After(backoff):
 		}
-		backoff = min(backoff*2, 30*time.Second)
+		backoff = min(backoff*2, pushBackoffCap)
 	}
 	return writeCursor(cfg.CursorFile, batch[len(batch)-1].cursor)
+}
+
+// retryable: only Loki's own trouble (5xx), throttling (429) and network
+// errors are worth retrying.
+func retryable(err error) bool {
+	var pe *PushError
+	if errors.As(err, &pe) {
+		return pe.Status == http.StatusTooManyRequests || pe.Status >= 500
+	}
+	return true
+}
+
+// Counters of what the shipper gave up on, for the agent's logs and tests.
+var (
+	droppedBatches, droppedLines, truncatedLines atomic.Int64
+)
+
+// Dropped reports batches and lines Loki refused for good, and lines
+// truncated to MaxLineBytes, since the process started.
+func Dropped() (batches, lines, truncated int64) {
+	return droppedBatches.Load(), droppedLines.Load(), truncatedLines.Load()
+}
+
+// MaxLineBytes bounds one shipped line; a longer one is cut, with a
+// marker, so one huge line cannot get a whole batch refused.
+const MaxLineBytes = 16 << 10
+
+// TruncatedMarker ends a cut line.
+const TruncatedMarker = " …[truncated]"
+
+// truncate cuts line to at most MaxLineBytes, at a rune boundary.
+func truncate(line string) (string, bool) {
+	if len(line) <= MaxLineBytes {
+		return line, false
+	}
+	cut := MaxLineBytes - len(TruncatedMarker)
+	for cut > 0 && !utf8.RuneStart(line[cut]) {
+		cut--
+	}
+	return line[:cut] + TruncatedMarker, true
 }
 
 // scan decodes journalctl's JSON lines into entries of cron units.
@@ -147,20 +210,52 @@ func scan(r interface{ Read([]byte) (int, error) }, out chan<- Entry) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
 	for sc.Scan() {
-		var f map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &f); err != nil {
-			continue
+		if e, ok := decodeEntry(sc.Bytes()); ok {
+			out <- e
 		}
-		tenant, _ := f["HOSTCRON_TENANT"].(string)
-		job, _ := f["HOSTCRON_CRON_JOB_ID"].(string)
-		if tenant == "" || job == "" {
-			continue
-		}
-		us, _ := strconv.ParseInt(fmt.Sprint(f["__REALTIME_TIMESTAMP"]), 10, 64)
-		cursor, _ := f["__CURSOR"].(string)
-		out <- Entry{Time: time.UnixMicro(us), Tenant: tenant, JobID: job, Line: message(f["MESSAGE"]), cursor: cursor}
 	}
 	return sc.Err()
+}
+
+// decodeEntry turns one journal entry into a cron log line, or ok=false
+// for an entry that is not a cron unit's.
+func decodeEntry(b []byte) (Entry, bool) {
+	var f map[string]any
+	if err := json.Unmarshal(b, &f); err != nil {
+		return Entry{}, false
+	}
+	unit, _ := f["_SYSTEMD_UNIT"].(string)
+	tenant, job, ok := ParseUnit(unit)
+	if !ok {
+		return Entry{}, false
+	}
+	us, _ := strconv.ParseInt(fmt.Sprint(f["__REALTIME_TIMESTAMP"]), 10, 64)
+	cursor, _ := f["__CURSOR"].(string)
+	line, cut := truncate(message(f["MESSAGE"]))
+	if cut {
+		truncatedLines.Add(1)
+	}
+	return Entry{Time: time.UnixMicro(us), Tenant: tenant, JobID: job, Line: line, cursor: cursor}, true
+}
+
+// ParseUnit splits cron-{tenant}-{id}.service into tenant and job id, by
+// the rules unit names are made with (the id is a UUID, so the tenant is
+// everything between the prefix and the last 37 bytes).
+func ParseUnit(unit string) (tenant, id string, ok bool) {
+	name, found := strings.CutSuffix(unit, ".service")
+	if !found {
+		return "", "", false
+	}
+	name, found = strings.CutPrefix(name, wire.UnitPrefix)
+	const idLen = 36
+	if !found || len(name) < idLen+2 || name[len(name)-idLen-1] != '-' {
+		return "", "", false
+	}
+	tenant, id = name[:len(name)-idLen-1], name[len(name)-idLen:]
+	if !units.ValidTenant(tenant) || !units.ValidID(id) || units.Name(tenant, id)+".service" != unit {
+		return "", "", false
+	}
+	return tenant, id, true
 }
 
 // message decodes MESSAGE, which journald gives as an array of bytes when

@@ -1,17 +1,21 @@
 package logship
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // fakeJournal writes a journalctl stand-in that prints the entries of a
@@ -39,9 +43,10 @@ func appendEntries(t *testing.T, path string, from, to int) {
 	defer f.Close()
 	for i := from; i <= to; i++ {
 		e := map[string]any{"__CURSOR": fmt.Sprintf("c%d", i), "__REALTIME_TIMESTAMP": fmt.Sprint(1763700000000000 + i),
-			"MESSAGE": fmt.Sprintf("line %d", i), "HOSTCRON_TENANT": "acme", "HOSTCRON_CRON_JOB_ID": "job-1"}
-		if i%4 == 0 { // a line of another unit: not shipped
-			delete(e, "HOSTCRON_TENANT")
+			"MESSAGE": fmt.Sprintf("line %d", i), "_SYSTEMD_UNIT": "cron-acme-" + testJob + ".service"}
+		if i%4 == 0 { // a line of another unit claiming to be acme's: not shipped
+			e["_SYSTEMD_UNIT"] = "php-fpm.service"
+			e["HOSTCRON_TENANT"], e["HOSTCRON_CRON_JOB_ID"] = "acme", testJob
 		}
 		if i == 3 { // not UTF-8: journald gives bytes
 			e["MESSAGE"] = []int{'l', 'i', 'n', 'e', ' ', '3', 0xff}
@@ -51,30 +56,43 @@ func appendEntries(t *testing.T, path string, from, to int) {
 	}
 }
 
-// lokiStub fails the first `down` pushes, then records lines.
+const testJob = "0b7f6c1e-2f44-4d2a-9a53-1c2d3e4f5a6b"
+
+// lokiStub fails the first `down` pushes with downCode (503 if 0), then
+// records lines.
 type lokiStub struct {
-	mu    sync.Mutex
-	down  int
-	lines map[string]int
-	label map[string]string
+	mu       sync.Mutex
+	down     int
+	downCode int
+	lines    map[string]int
+	label    map[string]string
+	meta     map[string]string
+	auth     string
 }
 
 func (l *lokiStub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.auth = r.Header.Get("Authorization") + "|" + r.Header.Get("X-Scope-OrgID")
 	if l.down > 0 {
 		l.down--
-		http.Error(w, "starting", http.StatusServiceUnavailable)
+		http.Error(w, "starting", cmp.Or(l.downCode, http.StatusServiceUnavailable))
 		return
 	}
 	var body struct {
-		Streams []pushStream `json:"streams"`
+		Streams []struct {
+			Stream map[string]string    `json:"stream"`
+			Values [][3]json.RawMessage `json:"values"`
+		} `json:"streams"`
 	}
 	_ = json.NewDecoder(r.Body).Decode(&body)
 	for _, s := range body.Streams {
 		l.label = s.Stream
 		for _, v := range s.Values {
-			l.lines[v[1]]++
+			var line string
+			_ = json.Unmarshal(v[1], &line)
+			_ = json.Unmarshal(v[2], &l.meta)
+			l.lines[line]++
 		}
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -130,10 +148,90 @@ func TestShipSurvivesLokiDownAndRestart(t *testing.T) {
 	if _, ok := stub.lines["line 3\uFFFD"]; !ok {
 		t.Errorf("binary message not decoded: %v", stub.lines)
 	}
-	want := map[string]string{"log_type": "cron", "job": "cron", "node": "node1", "tenant_id": "acme", "cron_job_id": "job-1"}
-	for k, v := range want {
-		if stub.label[k] != v {
-			t.Errorf("label %s = %q, want %q", k, stub.label[k], v)
+	want := map[string]string{"log_type": "cron", "job": "cron", "node": "node1", "tenant_id": "acme"}
+	if !maps.Equal(stub.label, want) {
+		t.Errorf("labels %v, want %v (cron_job_id is not a label)", stub.label, want)
+	}
+	if stub.meta["cron_job_id"] != testJob {
+		t.Errorf("structured metadata %v, want cron_job_id", stub.meta)
+	}
+}
+
+// TestLokiRefusalDropsBatch: a 400 drops the batch (counted) and the
+// cursor moves on, so later lines still ship; a 429 is retried.
+func TestLokiRefusalDropsBatch(t *testing.T) {
+	for _, tc := range []struct {
+		code     int
+		shipped  int
+		droppedN int64
+	}{{http.StatusBadRequest, 0, 1}, {http.StatusTooManyRequests, 5, 0}} {
+		t.Run(fmt.Sprint(tc.code), func(t *testing.T) {
+			dir := t.TempDir()
+			script, entries := fakeJournal(t, dir)
+			appendEntries(t, entries, 1, 6)
+			stub := &lokiStub{down: 1, downCode: tc.code, lines: map[string]int{}}
+			srv := httptest.NewServer(stub)
+			defer srv.Close()
+			cfg := Config{Loki: &Client{URL: srv.URL, BearerToken: "tok", OrgID: "hosting"}, Node: "node1",
+				CursorFile: filepath.Join(dir, "cursor"), BatchWait: 50 * time.Millisecond, Journalctl: script,
+				Log: slog.New(slog.NewTextHandler(os.Stderr, nil))}
+			before, _, _ := Dropped()
+			shipUntil(t, cfg, stub, tc.shipped)
+			if b, _ := os.ReadFile(cfg.CursorFile); string(b) != "c6\n" {
+				t.Errorf("cursor %q, want c6", b)
+			}
+			if after, _, _ := Dropped(); after-before != tc.droppedN {
+				t.Errorf("dropped %d batches, want %d", after-before, tc.droppedN)
+			}
+			if stub.count() != tc.shipped {
+				t.Errorf("shipped %d lines, want %d", stub.count(), tc.shipped)
+			}
+			if stub.auth != "Bearer tok|hosting" {
+				t.Errorf("auth headers %q", stub.auth)
+			}
+		})
+	}
+}
+
+// TestDecodeEntryTrustsOnlyTheUnit: tenant and job come from journald's
+// _SYSTEMD_UNIT; HOSTCRON_* fields a process logs itself are ignored.
+func TestDecodeEntryTrustsOnlyTheUnit(t *testing.T) {
+	other := "1c8a7d2f-3a55-4e3b-8b64-2d3e4f5a6b7c"
+	tests := []struct {
+		name   string
+		fields map[string]any
+		tenant string // "" = not shipped
+	}{
+		{"own unit", map[string]any{"_SYSTEMD_UNIT": "cron-acme-" + testJob + ".service"}, "acme"},
+		{"hyphenated tenant", map[string]any{"_SYSTEMD_UNIT": "cron-my-shop-" + testJob + ".service"}, "my-shop"},
+		{"spoofed fields, own unit", map[string]any{"_SYSTEMD_UNIT": "cron-evil-" + testJob + ".service",
+			"HOSTCRON_TENANT": "acme", "HOSTCRON_CRON_JOB_ID": other}, "evil"},
+		{"spoofed fields, no unit", map[string]any{"HOSTCRON_TENANT": "acme", "HOSTCRON_CRON_JOB_ID": testJob}, ""},
+		{"user unit", map[string]any{"_SYSTEMD_USER_UNIT": "cron-acme-" + testJob + ".service"}, ""},
+		{"timer", map[string]any{"_SYSTEMD_UNIT": "cron-acme-" + testJob + ".timer"}, ""},
+		{"bad id", map[string]any{"_SYSTEMD_UNIT": "cron-acme-" + strings.ToUpper(testJob) + ".service"}, ""},
+		{"bad tenant", map[string]any{"_SYSTEMD_UNIT": "cron-Acme-" + testJob + ".service"}, ""},
+	}
+	for _, tt := range tests {
+		tt.fields["MESSAGE"], tt.fields["__CURSOR"] = "hi", "c1"
+		b, _ := json.Marshal(tt.fields)
+		e, ok := decodeEntry(b)
+		if got := map[bool]string{true: e.Tenant, false: ""}[ok]; got != tt.tenant {
+			t.Errorf("%s: tenant %q, want %q", tt.name, got, tt.tenant)
 		}
+		if ok && e.JobID != testJob {
+			t.Errorf("%s: job %q", tt.name, e.JobID)
+		}
+	}
+}
+
+func TestTruncate(t *testing.T) {
+	long := strings.Repeat("é", MaxLineBytes) // 2 bytes a rune
+	got, cut := truncate(long)
+	if !cut || len(got) > MaxLineBytes || !strings.HasSuffix(got, TruncatedMarker) || !utf8.ValidString(got) {
+		t.Errorf("truncate: cut=%v len=%d", cut, len(got))
+	}
+	if got, cut := truncate("short"); cut || got != "short" {
+		t.Errorf("short line changed: %q", got)
 	}
 }

@@ -18,12 +18,21 @@ import (
 type Client struct {
 	URL   string // base URL, e.g. http://127.0.0.1:3100
 	OrgID string // X-Scope-OrgID, when Loki runs multi-tenant
-	HTTP  *http.Client
+	// Credentials: a bearer token, or basic auth (Username, Password).
+	BearerToken        string
+	Username, Password string
+	HTTP               *http.Client
 }
 
 func (c *Client) do(req *http.Request) (*http.Response, error) {
 	if c.OrgID != "" {
 		req.Header.Set("X-Scope-OrgID", c.OrgID)
+	}
+	switch {
+	case c.BearerToken != "":
+		req.Header.Set("Authorization", "Bearer "+c.BearerToken)
+	case c.Username != "":
+		req.SetBasicAuth(c.Username, c.Password)
 	}
 	hc := c.HTTP
 	if hc == nil {
@@ -32,28 +41,40 @@ func (c *Client) do(req *http.Request) (*http.Response, error) {
 	return hc.Do(req)
 }
 
+// pushStream is one stream of the push API. Each value is [timestamp,
+// line, structured metadata].
 type pushStream struct {
 	Stream map[string]string `json:"stream"`
-	Values [][2]string       `json:"values"`
+	Values [][3]any          `json:"values"`
 }
 
-// Push sends entries as streams labelled log_type=cron, job=cron, node,
-// tenant_id (the tenant's name) and cron_job_id.
+// PushError is a push Loki answered with a status other than 2xx.
+type PushError struct {
+	Status int
+	Body   string
+}
+
+func (e *PushError) Error() string { return fmt.Sprintf("push: %d %s", e.Status, e.Body) }
+
+// Push sends entries as one stream per tenant, labelled log_type=cron,
+// job=cron, node and tenant_id (the tenant's name). cron_job_id travels as
+// structured metadata of each line: as a label it would make one stream
+// per job and node, beyond Loki's stream limits at ten thousand jobs.
 func (c *Client) Push(ctx context.Context, node string, entries []Entry) error {
-	streams := map[[2]string]*pushStream{}
-	var keys [][2]string
+	streams := map[string]*pushStream{}
+	var keys []string
 	for _, e := range entries {
-		k := [2]string{e.Tenant, e.JobID}
-		s, ok := streams[k]
+		s, ok := streams[e.Tenant]
 		if !ok {
 			s = &pushStream{Stream: map[string]string{
 				wire.LabelLogType: wire.LogTypeCron, wire.LabelJob: wire.LogTypeCron, wire.LabelNode: node,
-				wire.LabelTenant: e.Tenant, wire.LabelCronJobID: e.JobID,
+				wire.LabelTenant: e.Tenant,
 			}}
-			streams[k] = s
-			keys = append(keys, k)
+			streams[e.Tenant] = s
+			keys = append(keys, e.Tenant)
 		}
-		s.Values = append(s.Values, [2]string{strconv.FormatInt(e.Time.UnixNano(), 10), e.Line})
+		s.Values = append(s.Values, [3]any{strconv.FormatInt(e.Time.UnixNano(), 10), e.Line,
+			map[string]string{wire.LabelCronJobID: e.JobID}})
 	}
 	body := struct {
 		Streams []*pushStream `json:"streams"`
@@ -77,7 +98,7 @@ func (c *Client) Push(ctx context.Context, node string, entries []Entry) error {
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("push: %s %s", resp.Status, bytes.TrimSpace(msg))
+		return &PushError{Status: resp.StatusCode, Body: string(bytes.TrimSpace(msg))}
 	}
 	return nil
 }

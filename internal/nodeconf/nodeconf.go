@@ -5,6 +5,8 @@ package nodeconf
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 )
 
@@ -24,8 +26,14 @@ type Config struct {
 	TemporalAddress   string `json:"temporal_address"`
 	TemporalNamespace string `json:"temporal_namespace"`
 	// LokiURL is where the agent ships cron logs ("" = do not ship).
-	LokiURL  string `json:"loki_url"`
-	StateDir string `json:"state_dir"` // the agent's own state (journal cursor)
+	LokiURL string `json:"loki_url"`
+	// Loki credentials: a bearer token, or basic auth; and the Loki tenant
+	// (X-Scope-OrgID) the cron logs belong to.
+	LokiToken    string `json:"loki_token,omitempty"`
+	LokiUsername string `json:"loki_username,omitempty"`
+	LokiPassword string `json:"loki_password,omitempty"`
+	LokiOrgID    string `json:"loki_org_id,omitempty"`
+	StateDir     string `json:"state_dir"` // the agent's own state (journal cursor)
 	// WebStorageDir is the shard's shared storage as mounted here: the
 	// agent admits only webroots and lock dirs below {it}/{tenant}/.
 	WebStorageDir string `json:"web_storage_dir"`
@@ -46,10 +54,24 @@ type TrustFiles struct {
 	MaxAge      string   `json:"max_age"`
 }
 
-// Load reads the configuration and fills defaults.
+// Load reads the configuration and fills defaults. It refuses a file that
+// anyone but its owner may read or write: it holds the node's credential,
+// which can report any outcome of the shard's jobs.
 func Load(path string) (Config, error) {
 	var c Config
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
+	if err != nil {
+		return c, fmt.Errorf("read node config: %w", err)
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return c, fmt.Errorf("read node config: %w", err)
+	}
+	if err := CheckMode(info.Mode()); err != nil {
+		return c, fmt.Errorf("node config %s: %w", path, err)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, 1<<20))
 	if err != nil {
 		return c, fmt.Errorf("read node config: %w", err)
 	}
@@ -61,6 +83,17 @@ func Load(path string) (Config, error) {
 		return c, fmt.Errorf("node config %s: api_url and credential are required", path)
 	}
 	return c, nil
+}
+
+// CheckMode accepts a regular file without group or other permissions.
+func CheckMode(m fs.FileMode) error {
+	switch {
+	case !m.IsRegular():
+		return fmt.Errorf("not a regular file")
+	case m.Perm()&0o077 != 0:
+		return fmt.Errorf("mode %04o lets others read it; it holds the node credential: chmod 0600", m.Perm())
+	}
+	return nil
 }
 
 // Defaults is the configuration with every default and no credential.

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,18 +17,36 @@ import (
 	"time"
 
 	"github.com/hostcron/hostcron/internal/atomicfile"
+	"github.com/hostcron/hostcron/internal/runkey"
 	"github.com/hostcron/hostcron/internal/wire"
 )
 
-// Spooled is one undelivered report on disk.
+// Spooled is one undelivered report on disk, with its own retry state:
+// one report the API keeps refusing never holds up the others.
 type Spooled struct {
-	JobID  string       `json:"job_id"`
-	Report wire.Outcome `json:"report"`
+	JobID       string       `json:"job_id"`
+	Report      wire.Outcome `json:"report"`
+	SpooledAt   time.Time    `json:"spooled_at"`
+	Attempts    int          `json:"attempts"`
+	NextAttempt time.Time    `json:"next_attempt"`
+	LastError   string       `json:"last_error,omitempty"`
 }
 
-// ErrPermanent marks an answer that will not change on retry (400, 404):
-// the report is dropped rather than retried forever.
+// ErrPermanent marks an answer that will not change on retry (a 4xx other
+// than 401, 403, 408 and 429): the report goes to the dead-letter directory.
 var ErrPermanent = errors.New("rejected by the core API")
+
+// Delivery bounds.
+const (
+	// MaxSpoolAge is how long a report is retried before it is dead-lettered.
+	MaxSpoolAge = 24 * time.Hour
+	// BackoffBase and BackoffCap bound the wait between two attempts of one report.
+	BackoffBase = 5 * time.Second
+	BackoffCap  = 10 * time.Minute
+	// DeadLetterDir is the spool's subdirectory of reports given up on;
+	// nothing is ever deleted, an operator decides.
+	DeadLetterDir = "dead"
+)
 
 // Client posts reports to the core API as one node.
 type Client struct {
@@ -61,76 +80,231 @@ func (c Client) Post(ctx context.Context, jobID string, r wire.Outcome) error {
 	switch {
 	case resp.StatusCode == http.StatusOK:
 		return nil
-	case resp.StatusCode == http.StatusBadRequest || resp.StatusCode == http.StatusNotFound:
+	case permanentStatus(resp.StatusCode):
 		return fmt.Errorf("post outcome: %d %s: %w", resp.StatusCode, bytes.TrimSpace(msg), ErrPermanent)
 	default:
 		return fmt.Errorf("post outcome: %d %s", resp.StatusCode, bytes.TrimSpace(msg))
 	}
 }
 
-// Spool stores a report durably for later delivery. Its file name derives
-// from the run key, so spooling the same report twice keeps one copy.
+// permanentStatus: a 4xx is the API's final word on this report, except
+// the ones about the node's credential or the API's load.
+func permanentStatus(code int) bool {
+	switch code {
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusRequestTimeout, http.StatusTooManyRequests:
+		return false
+	}
+	return code >= 400 && code < 500
+}
+
+// SpoolName is a report's file name in the spool: derived from the job id
+// the hook got from its unit and the validated run key, never from free
+// record text, so a tenant can neither pick a path nor collide with
+// another job's report. Spooling the same run twice keeps one copy.
+func SpoolName(jobID, runKey string) string {
+	sum := sha256.Sum256([]byte(jobID + "\n" + runKey))
+	return hex.EncodeToString(sum[:16]) + ".json"
+}
+
+// Spool stores a report durably for later delivery.
 func Spool(dir, jobID string, r wire.Outcome) error {
+	if k, err := runkey.Parse(r.RunKey); err != nil || k.JobID != jobID {
+		return fmt.Errorf("spool: run key %q is not one of job %s", r.RunKey, jobID)
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("spool: %w", err)
 	}
-	b, err := json.Marshal(Spooled{JobID: jobID, Report: r})
+	now := time.Now().UTC()
+	return writeSpooled(filepath.Join(dir, SpoolName(jobID, r.RunKey)), Spooled{JobID: jobID, Report: r, SpooledAt: now, NextAttempt: now})
+}
+
+func writeSpooled(path string, s Spooled) error {
+	b, err := json.Marshal(s)
 	if err != nil {
 		return fmt.Errorf("spool: %w", err)
 	}
-	sum := sha256.Sum256([]byte(r.RunKey))
-	name := filepath.Join(dir, hex.EncodeToString(sum[:12])+".json")
-	if err := atomicfile.Write(name, b, 0o600); err != nil {
+	if err := atomicfile.Write(path, b, 0o600); err != nil {
 		return fmt.Errorf("spool: %w", err)
 	}
 	return nil
 }
 
-// Redeliver posts spooled reports, oldest first, removing each one the API
-// accepted or rejected for good. It stops at the first transient failure
-// (the API is probably down) and returns how many it delivered.
-func Redeliver(ctx context.Context, c Client, dir string) (int, error) {
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return 0, nil
+// Backoff is the wait before attempt n+1 after n failed ones: exponential
+// from BackoffBase up to BackoffCap, with jitter in [50%, 100%] (jitter is
+// a number in [0, 1)) so that a node's reports do not all retry at once.
+func Backoff(attempts int, jitter float64) time.Duration {
+	d := BackoffCap
+	if attempts < 20 {
+		d = min(BackoffBase<<max(attempts-1, 0), BackoffCap)
 	}
-	if err != nil {
-		return 0, fmt.Errorf("redeliver: %w", err)
+	return time.Duration(float64(d) * (0.5 + jitter/2))
+}
+
+// Verdict is what becomes of a spooled report after one attempt.
+type Verdict int
+
+// Verdicts.
+const (
+	Delivered  Verdict = iota // accepted (or a duplicate): remove
+	Retry                     // keep, try again after Backoff
+	DeadLetter                // move to DeadLetterDir
+)
+
+// Decide is the pure delivery rule: a report is given up on only for a
+// permanent answer or after MaxSpoolAge; a 5xx or a network error never
+// loses it.
+func Decide(postErr error, spooledAt, now time.Time) Verdict {
+	switch {
+	case postErr == nil:
+		return Delivered
+	case errors.Is(postErr, ErrPermanent), now.Sub(spooledAt) > MaxSpoolAge:
+		return DeadLetter
 	}
-	type item struct {
-		path string
-		mod  time.Time
+	return Retry
+}
+
+// Stats counts what one Redeliver pass did.
+type Stats struct {
+	Delivered, Retrying, DeadLettered, Waiting int
+}
+
+// Redeliver tries every spooled report that is due, each on its own: a
+// failing report is rescheduled with its own backoff, never blocking the
+// rest. Backoff must not delay recovery after an outage, though: when no
+// report is due, the one due soonest is tried anyway (one request a pass),
+// and once any report is delivered the API is up, so every waiting report
+// is tried at once.
+func Redeliver(ctx context.Context, c Client, dir string, now time.Time) (Stats, error) {
+	var st Stats
+	items, errs := loadSpool(dir, now, &st)
+	due, waiting := splitDue(items, now)
+	if len(due) == 0 && len(waiting) > 0 {
+		due, waiting = waiting[:1], waiting[1:] // probe
 	}
-	var items []item
-	for _, e := range entries {
-		if e.Type().IsRegular() && filepath.Ext(e.Name()) == ".json" {
-			if info, err := e.Info(); err == nil {
-				items = append(items, item{filepath.Join(dir, e.Name()), info.ModTime()})
-			}
+	for _, it := range due {
+		if ctx.Err() != nil {
+			return st, errors.Join(errs...)
+		}
+		if err := attempt(ctx, c, dir, it, now, &st); err != nil {
+			errs = append(errs, err)
 		}
 	}
-	sort.Slice(items, func(i, j int) bool { return items[i].mod.Before(items[j].mod) })
-	sent := 0
-	for _, it := range items {
-		b, err := os.ReadFile(it.path)
+	if st.Delivered == 0 {
+		st.Waiting = len(waiting)
+		return st, errors.Join(errs...)
+	}
+	for _, it := range waiting { // the API answers: no reason to wait
+		if ctx.Err() != nil {
+			break
+		}
+		if err := attempt(ctx, c, dir, it, now, &st); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return st, errors.Join(errs...)
+}
+
+// spoolItem is one decoded spool file.
+type spoolItem struct {
+	name string
+	s    Spooled
+}
+
+// loadSpool decodes every report in dir; an undecodable one is
+// dead-lettered.
+func loadSpool(dir string, now time.Time, st *Stats) ([]spoolItem, []error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, []error{fmt.Errorf("redeliver: %w", err)}
+	}
+	var items []spoolItem
+	var errs []error
+	for _, e := range entries {
+		if !e.Type().IsRegular() || filepath.Ext(e.Name()) != ".json" {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
 		if err != nil {
-			return sent, fmt.Errorf("redeliver: %w", err)
+			errs = append(errs, fmt.Errorf("redeliver %s: %w", e.Name(), err))
+			continue
 		}
 		var s Spooled
 		if err := json.Unmarshal(b, &s); err != nil {
-			_ = os.Rename(it.path, it.path+".bad") // keep for an operator, out of the way
+			st.DeadLettered++
+			errs = append(errs, deadLetter(dir, e.Name(), fmt.Errorf("undecodable: %w", err)))
 			continue
 		}
-		err = c.Post(ctx, s.JobID, s.Report)
-		if err != nil && !errors.Is(err, ErrPermanent) {
-			return sent, err
+		if s.SpooledAt.IsZero() { // written by an older hook: start its clock now
+			s.SpooledAt = now
 		}
-		if err := os.Remove(it.path); err != nil {
-			return sent, fmt.Errorf("redeliver: %w", err)
-		}
-		if err == nil {
-			sent++
+		items = append(items, spoolItem{e.Name(), s})
+	}
+	return items, errs
+}
+
+// splitDue separates reports due now from those still backing off, the
+// latter soonest first.
+func splitDue(items []spoolItem, now time.Time) (due, waiting []spoolItem) {
+	for _, it := range items {
+		if now.Before(it.s.NextAttempt) {
+			waiting = append(waiting, it)
+		} else {
+			due = append(due, it)
 		}
 	}
-	return sent, nil
+	sort.Slice(waiting, func(i, j int) bool { return waiting[i].s.NextAttempt.Before(waiting[j].s.NextAttempt) })
+	return due, waiting
+}
+
+// attempt posts one report and acts on the verdict.
+func attempt(ctx context.Context, c Client, dir string, it spoolItem, now time.Time, st *Stats) error {
+	path, s := filepath.Join(dir, it.name), it.s
+	postErr := c.Post(ctx, s.JobID, s.Report)
+	switch Decide(postErr, s.SpooledAt, now) {
+	case Delivered:
+		st.Delivered++
+		if err := os.Remove(path); err != nil {
+			return fmt.Errorf("redeliver %s: %w", it.name, err)
+		}
+		return nil
+	case DeadLetter:
+		st.DeadLettered++
+		return deadLetter(dir, it.name, postErr)
+	}
+	st.Retrying++
+	s.Attempts++
+	s.NextAttempt = now.Add(Backoff(s.Attempts, rand.Float64()))
+	s.LastError = postErr.Error()
+	return writeSpooled(path, s)
+}
+
+// deadLetter moves a report out of the way, keeping it for an operator.
+func deadLetter(dir, name string, why error) error {
+	dead := filepath.Join(dir, DeadLetterDir)
+	if err := os.MkdirAll(dead, 0o700); err != nil {
+		return fmt.Errorf("dead-letter %s: %w", name, err)
+	}
+	if err := os.Rename(filepath.Join(dir, name), filepath.Join(dead, name)); err != nil {
+		return fmt.Errorf("dead-letter %s: %w", name, err)
+	}
+	return fmt.Errorf("outcome %s dead-lettered: %w", name, why)
+}
+
+// SpoolCounts returns how many reports wait in the spool and how many were
+// dead-lettered, for `node-agent state`.
+func SpoolCounts(dir string) (pending, dead int) {
+	count := func(d string) int {
+		n := 0
+		entries, _ := os.ReadDir(d)
+		for _, e := range entries {
+			if e.Type().IsRegular() && filepath.Ext(e.Name()) == ".json" {
+				n++
+			}
+		}
+		return n
+	}
+	return count(dir), count(filepath.Join(dir, DeadLetterDir))
 }

@@ -1,12 +1,6 @@
 package outcome
 
 import (
-	"context"
-	"encoding/json"
-	"net/http"
-	"net/http/httptest"
-	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -69,73 +63,5 @@ func TestClassify(t *testing.T) {
 	}
 	if r, _ := Classify(Service{Result: "exit-code"}, ran(&seventyFive, ""), true, now); *r.ExitCode != 75 || r.FinishedAt == nil {
 		t.Errorf("own 75 report %+v", r)
-	}
-}
-
-// TestSpoolAndRedeliver: reports spooled while the API is down arrive once
-// it answers, oldest first, and each exactly once.
-func TestSpoolAndRedeliver(t *testing.T) {
-	var mu sync.Mutex
-	var got []string
-	up := false
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		defer mu.Unlock()
-		if !up {
-			http.Error(w, "down", http.StatusServiceUnavailable)
-			return
-		}
-		if r.Header.Get("Authorization") != "Bearer secret" {
-			http.Error(w, "who", http.StatusUnauthorized)
-			return
-		}
-		var rep wire.Outcome
-		_ = json.NewDecoder(r.Body).Decode(&rep)
-		if rep.Result == "bogus" {
-			http.Error(w, "bad", http.StatusBadRequest)
-			return
-		}
-		got = append(got, rep.RunKey)
-	}))
-	defer srv.Close()
-	c := Client{BaseURL: srv.URL, Credential: "secret"}
-	dir := t.TempDir()
-	for i, key := range []string{"a", "b", "bad", "c"} {
-		res := wire.ResultSuccess
-		if key == "bad" {
-			res = "bogus"
-		}
-		if err := c.Post(context.Background(), "job", wire.Outcome{RunKey: key, Result: res}); err == nil {
-			t.Fatal("post succeeded while the API is down")
-		}
-		if err := Spool(dir, "job", wire.Outcome{RunKey: key, Result: res}); err != nil {
-			t.Fatal(err)
-		}
-		// distinct mtimes so the order is defined
-		past := time.Now().Add(time.Duration(i-10) * time.Second)
-		entries, _ := os.ReadDir(dir)
-		for _, e := range entries {
-			if info, _ := e.Info(); info.ModTime().After(past.Add(500 * time.Millisecond)) {
-				_ = os.Chtimes(dir+"/"+e.Name(), past, past)
-			}
-		}
-	}
-	_ = Spool(dir, "job", wire.Outcome{RunKey: "a", Result: "success"}) // same run key: one copy
-	if n, err := Redeliver(context.Background(), c, dir); err == nil || n != 0 {
-		t.Fatalf("redeliver while down: %d, %v", n, err)
-	}
-	mu.Lock()
-	up = true
-	mu.Unlock()
-	n, err := Redeliver(context.Background(), c, dir)
-	if err != nil || n != 3 {
-		t.Fatalf("redeliver: %d, %v", n, err)
-	}
-	// "a" was spooled again last, so it is now the newest.
-	if len(got) != 3 || got[0] != "b" || got[1] != "c" || got[2] != "a" {
-		t.Errorf("delivered %v", got)
-	}
-	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
-		t.Errorf("%d files left in the spool", len(entries))
 	}
 }

@@ -71,7 +71,7 @@ func WriteRecord(dir string, r Record) error {
 	if err != nil {
 		return fmt.Errorf("encode record: %w", err)
 	}
-	if err := atomicfile.Write(filepath.Join(dir, RecordFile), b, 0o644); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, RecordFile), b, 0o600); err != nil {
 		return fmt.Errorf("record: %w", err)
 	}
 	return nil

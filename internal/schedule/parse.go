@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // field describes one of the five cron fields.
@@ -105,18 +107,25 @@ func parse(expr, tz string, seconds bool) (*Schedule, error) {
 }
 
 func parseExpr(expr string, seconds bool) (*Schedule, error) {
-	text := strings.TrimSpace(expr)
+	// Only space and tab separate fields, as in crontab. Go's TrimSpace and
+	// Fields would also split on \v, \f, U+0085, U+00A0, U+2028/2029/3000:
+	// text that looks like one field to a reviewer would parse as two.
+	// A line end around the expression is trimmed, as before.
+	text := strings.Trim(expr, " \t\r\n")
+	if r, bad := badSeparator(text); bad {
+		if unicode.IsControl(r) || r == utf8.RuneError {
+			return nil, &Error{Field: "expression", Reason: fmt.Sprintf("contains a control character (%U)", r)}
+		}
+		return nil, &Error{Field: "expression", Reason: fmt.Sprintf("contains %U; only space and tab separate fields", r)}
+	}
 	if text == "" {
 		return nil, &Error{Field: "expression", Reason: "is empty"}
 	}
-	if strings.ContainsRune(text, 0) || strings.ContainsAny(text, "\n\r") {
-		return nil, &Error{Field: "expression", Reason: "contains a control character"}
-	}
 	if strings.HasPrefix(text, "@") {
-		word := strings.Fields(text)[0]
+		word := fieldsOf(text)[0]
 		m, ok := macros[strings.ToLower(word)]
 		switch {
-		case ok && len(strings.Fields(text)) == 1:
+		case ok && len(fieldsOf(text)) == 1:
 			text = m
 		case ok:
 			return nil, &Error{Field: "expression", Value: expr, Reason: "a macro takes no further fields"}
@@ -128,7 +137,7 @@ func parseExpr(expr string, seconds bool) (*Schedule, error) {
 			return nil, &Error{Field: "expression", Value: word, Reason: "unknown macro (want @yearly, @annually, @monthly, @weekly, @daily, @midnight or @hourly)"}
 		}
 	}
-	parts := strings.Fields(text)
+	parts := fieldsOf(text)
 	secondSet := uint64(1)
 	if seconds && len(parts) == 6 {
 		set, err := parseField(parts[0], secondField)
@@ -154,7 +163,7 @@ func parseExpr(expr string, seconds bool) (*Schedule, error) {
 		sets[4] = sets[4]&^(1<<7) | 1
 	}
 	s := &Schedule{
-		expr:   strings.TrimSpace(expr),
+		expr:   strings.Trim(expr, " \t\r\n"),
 		second: secondSet,
 		minute: sets[0], hour: sets[1], dom: sets[2], month: sets[3], dow: sets[4],
 		domStar: strings.HasPrefix(parts[2], "*"),
@@ -165,6 +174,25 @@ func parseExpr(expr string, seconds bool) (*Schedule, error) {
 			Reason: fmt.Sprintf("never occurs in month %q, so the job would never run", parts[3])}
 	}
 	return s, nil
+}
+
+// badSeparator finds the first control character or whitespace other than
+// space and tab (invalid UTF-8 counts as a control character).
+func badSeparator(expr string) (rune, bool) {
+	for _, r := range expr {
+		if r == ' ' || r == '\t' {
+			continue
+		}
+		if r == utf8.RuneError || unicode.IsControl(r) || unicode.IsSpace(r) || unicode.In(r, unicode.Zs, unicode.Zl, unicode.Zp) {
+			return r, true
+		}
+	}
+	return 0, false
+}
+
+// fieldsOf splits on runs of spaces and tabs only.
+func fieldsOf(text string) []string {
+	return strings.FieldsFunc(text, func(r rune) bool { return r == ' ' || r == '\t' })
 }
 
 // parseField parses a comma-separated list of items into a bit set.

@@ -27,6 +27,12 @@ func LoadZone(name string) (*time.Location, error) {
 	if strings.HasPrefix(name, "Etc/") || strings.HasPrefix(name, "SystemV/") {
 		return nil, bad("fixed-offset zones are not accepted; use a region name such as Europe/Berlin")
 	}
+	// right/ zones count leap seconds (their clock is not the system's) and
+	// posix/ duplicates the plain names; systemd may not resolve either
+	// the way Go does, so next_run_at could disagree with the timer.
+	if strings.HasPrefix(name, "right/") || strings.HasPrefix(name, "posix/") {
+		return nil, bad("right/ and posix/ zones are not accepted; use the plain name such as Europe/Berlin")
+	}
 	loc, err := time.LoadLocation(name)
 	if err != nil {
 		return nil, bad("unknown time zone")

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"time"
 
@@ -127,14 +128,34 @@ func (s *Store) ListNodes(ctx context.Context, shardID string) ([]Node, error) {
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Node, error) { return scanNode(r) })
 }
 
-// CreateTenant registers a tenant on a shard.
+// CreateTenant registers a tenant on a shard. Its Linux user and group
+// belong to it alone: two tenants sharing one could read and write each
+// other's files and kill each other's runs. An advisory lock serialises
+// the check with the insert.
 func (s *Store) CreateTenant(ctx context.Context, t Tenant) (Tenant, error) {
-	err := s.pool.QueryRow(ctx,
-		`INSERT INTO tenants (name, shard_id, linux_user, linux_group) SELECT $1, id, $3, $4 FROM shards WHERE id = $2
-		 RETURNING id, name, shard_id, linux_user, linux_group, created_at`,
-		t.Name, t.ShardID, t.LinuxUser, t.LinuxGroup).
-		Scan(&t.ID, &t.Name, &t.ShardID, &t.LinuxUser, &t.LinuxGroup, &t.CreatedAt)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('hostcron.tenants.linux_user'))`); err != nil {
+			return fmt.Errorf("create tenant: %w", err)
+		}
+		var owner string
+		err := tx.QueryRow(ctx, `SELECT name FROM tenants WHERE linux_user IN ($1, $2) OR linux_group IN ($1, $2) LIMIT 1`,
+			t.LinuxUser, t.LinuxGroup).Scan(&owner)
+		switch {
+		case err == nil:
+			return conflict("Linux user or group %q/%q belongs to tenant %q", t.LinuxUser, t.LinuxGroup, owner)
+		case !errors.Is(err, pgx.ErrNoRows):
+			return fmt.Errorf("create tenant: %w", err)
+		}
+		return tx.QueryRow(ctx,
+			`INSERT INTO tenants (name, shard_id, linux_user, linux_group) SELECT $1, id, $3, $4 FROM shards WHERE id = $2
+			 RETURNING id, name, shard_id, linux_user, linux_group, created_at`,
+			t.Name, t.ShardID, t.LinuxUser, t.LinuxGroup).
+			Scan(&t.ID, &t.Name, &t.ShardID, &t.LinuxUser, &t.LinuxGroup, &t.CreatedAt)
+	})
+	var ce *ConflictError
 	switch {
+	case errors.As(err, &ce):
+		return t, err
 	case uniqueViolation(err):
 		return t, conflict("a tenant named %q exists", t.Name)
 	case err != nil:

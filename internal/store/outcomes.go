@@ -55,6 +55,10 @@ type OutcomeResult struct {
 // the largest max_failures allowed.
 const recentRuns = 1000
 
+// ErrVersionAhead refuses an outcome naming a job version the core never
+// issued: a node's report is input, not truth.
+var ErrVersionAhead = errors.New("outcome version is above the job's")
+
 // RecordOutcome stores a node's outcome for a job on that node's shard. In
 // one transaction it inserts the run (idempotent by run key; a real result
 // replaces a lost or overlap_skipped record), recounts the job's failures
@@ -71,6 +75,9 @@ func (s *Store) RecordOutcome(ctx context.Context, node Node, jobID string, o Ou
 			return notFound(err, "outcome: cron job on this node's shard")
 		}
 		res.Job = job
+		if o.Version > job.Version {
+			return fmt.Errorf("%w: %d, the job is at %d", ErrVersionAhead, o.Version, job.Version)
+		}
 		stored, err := storedResult(ctx, tx, jobID, o.RunKey)
 		if err != nil {
 			return err

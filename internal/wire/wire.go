@@ -200,3 +200,29 @@ const (
 	// node agent, read by the runner (world-readable, not secret).
 	RunNowDir = "/run/hostcron/manual"
 )
+
+// Signals are the names a run may report as what killed it (Linux, as
+// golang.org/x/sys/unix.SignalName spells them). Anything else in a report
+// is refused: the name comes from a file the tenant can write.
+var Signals = []string{
+	"SIGHUP", "SIGINT", "SIGQUIT", "SIGILL", "SIGTRAP", "SIGABRT", "SIGBUS", "SIGFPE",
+	"SIGKILL", "SIGUSR1", "SIGSEGV", "SIGUSR2", "SIGPIPE", "SIGALRM", "SIGTERM", "SIGSTKFLT",
+	"SIGCHLD", "SIGCONT", "SIGSTOP", "SIGTSTP", "SIGTTIN", "SIGTTOU", "SIGURG", "SIGXCPU",
+	"SIGXFSZ", "SIGVTALRM", "SIGPROF", "SIGWINCH", "SIGIO", "SIGPWR", "SIGSYS",
+}
+
+// ValidSignal reports whether name is one of Signals.
+func ValidSignal(name string) bool {
+	for _, s := range Signals {
+		if s == name {
+			return true
+		}
+	}
+	return false
+}
+
+// Bounds of what a node reports; the hook and the API check the same ones.
+const (
+	MaxExitCode      = 255
+	MaxFailureReason = 2048 // bytes of failure_reason
+)

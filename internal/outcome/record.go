@@ -1,0 +1,239 @@
+package outcome
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/user"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hostcron/hostcron/internal/runkey"
+	"github.com/hostcron/hostcron/internal/runner"
+	"github.com/hostcron/hostcron/internal/wire"
+)
+
+// The run record lives in the service's runtime directory, which the
+// tenant's user owns: the tenant's command can replace it with anything
+// (a symlink to /etc/shadow, a FIFO, a huge file, a record of another job
+// or of a slot that never was). cron-outcome runs as root, so the record is
+// read here as hostile input, and a record that fails any check is dropped:
+// the hook then reports what systemd saw instead.
+
+// MaxRecordSize bounds the record file; the runner writes well under 1 KiB.
+const MaxRecordSize = 64 << 10
+
+// Bounds on a record's times relative to now.
+const (
+	// FutureSkew is how far ahead of the hook's clock a slot or a start may lie.
+	FutureSkew = 2 * time.Minute
+	// MaxRunAge is how far back a slot may lie: a run never lasts longer
+	// (the API caps timeout_seconds well below it).
+	MaxRunAge = 48 * time.Hour
+)
+
+// MaxReason bounds the runner's reason, warning and node name, leaving
+// room in failure_reason.
+const MaxReason = 1024
+
+// ErrBadRecord marks a record that is missing, unsafe to read, or names
+// no run the hook can trust.
+var ErrBadRecord = errors.New("run record refused")
+
+// ErrBadDetails marks a record whose run checks out but whose account of
+// the run does not.
+var ErrBadDetails = errors.New("run record details refused")
+
+// Expect is what the hook knows from trusted sources (the unit's
+// environment, the root-only job spec) and holds the record against.
+type Expect struct {
+	JobID      string
+	UID        int                  // the unit's user: the record's owner
+	MaxVersion int64                // the job spec's version
+	Fires      func(time.Time) bool // whether t is a fire time of the job's schedule
+	Now        time.Time
+}
+
+// ReadRecord opens dir/record.json safely and validates it. An error
+// wrapping ErrBadRecord means the record names no run the hook can
+// trust; ErrBadDetails means the run it names (key, slot, version) checks
+// out but other values do not: the record returned then holds only the
+// run's identity, and the caller reports what systemd saw.
+func ReadRecord(dir string, want Expect) (runner.Record, error) {
+	b, err := readOwnedFile(dir, runner.RecordFile, want.UID)
+	if err != nil {
+		return runner.Record{}, err
+	}
+	var r runner.Record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return runner.Record{}, fmt.Errorf("%w: decode: %v", ErrBadRecord, err)
+	}
+	if runner.Silent(r.Kind) {
+		// Nothing is reported for it; forging one only silences the
+		// tenant's own run, which the core then records as lost.
+		return runner.Record{Kind: r.Kind}, nil
+	}
+	if err := validateIdentity(r, want); err != nil {
+		return runner.Record{}, err
+	}
+	if err := validateDetails(r, want); err != nil {
+		return runner.Record{RunKey: r.RunKey, Slot: r.Slot, Version: r.Version, Trigger: r.Trigger}, err
+	}
+	return r, nil
+}
+
+// readOwnedFile reads name in dir only if it is a small regular file with
+// one link, owned by uid. O_NOFOLLOW refuses a symlink, O_NONBLOCK keeps a
+// FIFO from hanging the open; the checks run on the opened descriptor, so
+// nothing can be swapped in between.
+func readOwnedFile(dir, name string, uid int) ([]byte, error) {
+	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: open runtime dir: %v", ErrBadRecord, err)
+	}
+	defer unix.Close(dfd)
+	fd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: open: %v", ErrBadRecord, err)
+	}
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("%w: stat: %v", ErrBadRecord, err)
+	}
+	if err := checkRecordFile(st.Mode, st.Uid, st.Nlink, st.Size, uid); err != nil {
+		return nil, err
+	}
+	b, err := io.ReadAll(io.LimitReader(f, MaxRecordSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("%w: read: %v", ErrBadRecord, err)
+	}
+	if len(b) > MaxRecordSize { // grew after the stat
+		return nil, fmt.Errorf("%w: larger than %d bytes", ErrBadRecord, MaxRecordSize)
+	}
+	return b, nil
+}
+
+// checkRecordFile is the decision on the opened file's metadata.
+func checkRecordFile(mode uint32, owner uint32, nlink uint64, size int64, uid int) error {
+	switch {
+	case mode&unix.S_IFMT != unix.S_IFREG:
+		return fmt.Errorf("%w: not a regular file", ErrBadRecord)
+	case uid <= 0 || owner != uint32(uid):
+		return fmt.Errorf("%w: owned by uid %d, want %d", ErrBadRecord, owner, uid)
+	case nlink != 1:
+		return fmt.Errorf("%w: %d hard links", ErrBadRecord, nlink)
+	case size > MaxRecordSize:
+		return fmt.Errorf("%w: %d bytes, at most %d", ErrBadRecord, size, MaxRecordSize)
+	}
+	return nil
+}
+
+// ValidateRecord checks every value of a decoded record against what the
+// hook knows. It is pure.
+func ValidateRecord(r runner.Record, want Expect) error {
+	if err := validateIdentity(r, want); err != nil {
+		return err
+	}
+	return validateDetails(r, want)
+}
+
+// validateIdentity checks what names the run: the key is this job's, the
+// slot is the key's, a fire time, and near now; the version was issued.
+func validateIdentity(r runner.Record, want Expect) error {
+	key, err := runkey.Parse(r.RunKey)
+	if err != nil || key.JobID != want.JobID {
+		return fmt.Errorf("%w: run key %q is not one of job %s", ErrBadRecord, r.RunKey, want.JobID)
+	}
+	if err := checkSlot(key, r.Slot, want); err != nil {
+		return fmt.Errorf("%w: %v", ErrBadRecord, err)
+	}
+	if r.Version < 1 || r.Version > want.MaxVersion {
+		return fmt.Errorf("%w: version %d outside 1..%d", ErrBadRecord, r.Version, want.MaxVersion)
+	}
+	if r.Trigger != "" && wire.Trigger(r.Trigger) != key.Trigger {
+		return fmt.Errorf("%w: trigger %q differs from the run key's", ErrBadRecord, r.Trigger)
+	}
+	return nil
+}
+
+// validateDetails checks how the run went, as the record tells it.
+func validateDetails(r runner.Record, want Expect) error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: %s", ErrBadDetails, fmt.Sprintf(format, a...))
+	}
+	switch r.Kind {
+	case runner.KindStarted, runner.KindRan, runner.KindOverlap, runner.KindSetupError, runner.KindPlatformError:
+	default:
+		return bad("unknown kind %q", r.Kind)
+	}
+	for _, t := range []*time.Time{r.StartedAt, r.FinishedAt} {
+		if t != nil && (t.Before(r.Slot.Add(-FutureSkew)) || t.After(want.Now.Add(FutureSkew))) {
+			return bad("start or finish %s outside the slot and now", t.Format(time.RFC3339))
+		}
+	}
+	if r.StartedAt != nil && r.FinishedAt != nil && r.FinishedAt.Before(*r.StartedAt) {
+		return bad("finished before it started")
+	}
+	if r.ExitCode != nil && (*r.ExitCode < 0 || *r.ExitCode > wire.MaxExitCode) {
+		return bad("exit code %d outside 0..%d", *r.ExitCode, wire.MaxExitCode)
+	}
+	if r.Signal != "" && !wire.ValidSignal(r.Signal) {
+		return bad("unknown signal %q", r.Signal)
+	}
+	for name, v := range map[string]string{"reason": r.Reason, "warning": r.Warning, "node": r.Node} {
+		if len(v) > MaxReason || !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
+			return bad("%s is over %d bytes, not UTF-8 or holds NUL", name, MaxReason)
+		}
+	}
+	return nil
+}
+
+// checkSlot accepts a slot within [now-MaxRunAge, now+FutureSkew] that the
+// key spells; a scheduled slot must also be a fire time of the schedule.
+func checkSlot(key runkey.Key, slot time.Time, want Expect) error {
+	if slot.Before(want.Now.Add(-MaxRunAge)) || slot.After(want.Now.Add(FutureSkew)) {
+		return fmt.Errorf("slot %s too far from now", slot.UTC().Format(time.RFC3339))
+	}
+	if key.Trigger != wire.TriggerScheduled {
+		return nil
+	}
+	if !key.Slot.Equal(slot) {
+		return fmt.Errorf("slot %s differs from the run key's", slot.UTC().Format(time.RFC3339))
+	}
+	if want.Fires == nil || !want.Fires(slot) {
+		return fmt.Errorf("slot %s is not a fire time of the schedule", slot.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+// RuntimeDirOwner returns the uid the record must belong to: the owner of
+// the runtime directory systemd created for the unit's user (its parent is
+// root's, so the tenant cannot replace it). When $USER names the unit's
+// user (systemd sets it from User=), it must agree. Root never qualifies.
+func RuntimeDirOwner(dir, userName string) (int, error) {
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return 0, fmt.Errorf("%w: runtime dir: %v", ErrBadRecord, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Uid == 0 {
+		return 0, fmt.Errorf("%w: runtime dir is not a directory of the unit's user", ErrBadRecord)
+	}
+	if userName != "" && userName != "root" { // a full-privilege hook may see root's
+		u, err := user.Lookup(userName)
+		if err != nil {
+			return 0, fmt.Errorf("%w: user %q: %v", ErrBadRecord, userName, err)
+		}
+		if u.Uid != strconv.FormatUint(uint64(st.Uid), 10) {
+			return 0, fmt.Errorf("%w: runtime dir owned by uid %d, not %s", ErrBadRecord, st.Uid, userName)
+		}
+	}
+	return int(st.Uid), nil
+}
