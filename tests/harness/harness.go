@@ -37,7 +37,7 @@ import (
 )
 
 // AdminKey is the bootstrap admin key of the harness's API.
-const AdminKey = "e2e-admin"
+const AdminKey = "e2e-admin-key-0123456789abcdef0123"
 
 // tenants are the shard's tenants with their Linux uid (and gid), the same
 // on every node.
