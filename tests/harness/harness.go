@@ -33,6 +33,7 @@ import (
 	"github.com/hostcron/hostcron/internal/nodeconf"
 	"github.com/hostcron/hostcron/internal/pgtest"
 	"github.com/hostcron/hostcron/internal/store"
+	"github.com/hostcron/hostcron/internal/trust"
 	"github.com/hostcron/hostcron/internal/wire"
 )
 
@@ -82,8 +83,13 @@ type Cluster struct {
 	loki     *exec.Cmd
 	// temporalAddr is the embedded server's frontend ("" without Temporal).
 	temporalAddr string
-	core         *core.Core // nil while the API is stopped
-	apiAddr      string
+	// trustDir holds the CA, certificates and payload keys of
+	// scripts/certs.sh and scripts/keys.sh: with Temporal, every
+	// connection is mutual TLS and every payload sealed and signed, as in
+	// production ("" without Temporal).
+	trustDir string
+	core     *core.Core // nil while the API is stopped
+	apiAddr  string
 }
 
 // Start brings everything up; on error it tears down what it started.
@@ -164,6 +170,7 @@ func (c *Cluster) Stop() {
 	os.RemoveAll(c.Shared)
 	os.RemoveAll(c.bin)
 	os.RemoveAll(c.base + "-loki")
+	os.RemoveAll(c.base + "-trust")
 }
 
 // startStore makes the cluster's database, the way unit tests get theirs,
@@ -215,7 +222,11 @@ func (c *Cluster) startTemporal() error {
 	if err != nil {
 		return err
 	}
-	c.temporal = exec.Command(tbin, "--port", fmt.Sprint(port), "--namespace", "default")
+	if err := c.makeTrust(); err != nil {
+		return err
+	}
+	c.temporal = exec.Command(tbin, "--port", fmt.Sprint(port), "--namespace", "default",
+		"--tls-cert", c.trustDir+"/temporal.crt", "--tls-key", c.trustDir+"/temporal.key", "--tls-ca", c.trustDir+"/ca.crt")
 	stderr, _ := c.temporal.StderrPipe()
 	if err := c.temporal.Start(); err != nil {
 		return err
@@ -240,8 +251,66 @@ func (c *Cluster) startTemporal() error {
 	}
 	c.temporalAddr = fmt.Sprintf("127.0.0.1:%d", port)
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	c.Temporal, err = client.Dial(client.Options{HostPort: c.temporalAddr, Logger: tlog.NewStructuredLogger(quiet)})
+	opts := client.Options{HostPort: c.temporalAddr, Logger: tlog.NewStructuredLogger(quiet)}
+	if err := c.coreTrust().ApplyCore(&opts); err != nil {
+		return err
+	}
+	c.Temporal, err = client.Dial(opts)
 	return err
+}
+
+// trustNodes are the node names the harness makes keys for: every test
+// tier boots at most these.
+var trustNodes = []string{"node1", "node2", "node3", "node4", "node5", "node6"}
+
+// makeTrust generates the CA, certificates and payload keys.
+func (c *Cluster) makeTrust() error {
+	c.trustDir = c.base + "-trust"
+	for _, script := range []string{"scripts/certs.sh", "scripts/keys.sh"} {
+		if out, err := c.run(nil, filepath.Join(c.Repo, script), append([]string{c.trustDir}, trustNodes...)...); err != nil {
+			return fmt.Errorf("%s: %v\n%s", script, err, out)
+		}
+	}
+	return nil
+}
+
+// coreTrust is the core's trust material (empty without Temporal).
+func (c *Cluster) coreTrust() trust.Files {
+	if c.trustDir == "" {
+		return trust.Files{}
+	}
+	d := c.trustDir
+	return trust.Files{TLSCert: d + "/core.crt", TLSKey: d + "/core.key", TLSCA: d + "/ca.crt",
+		PayloadKeys: []string{d + "/payload.aes"}, SigningKey: d + "/core-sign.key",
+		TrustedKeys: []string{d + "/node-*-sign.pub"}}
+}
+
+// nodeTrust copies node n's trust material into its root filesystem and
+// returns the paths its config names (empty without Temporal).
+func (c *Cluster) nodeTrust(n string) (nodeconf.TrustFiles, error) {
+	if c.trustDir == "" {
+		return nodeconf.TrustFiles{}, nil
+	}
+	const dir = "/etc/hostcron/trust/"
+	files := map[string]string{
+		"ca.crt": "ca.crt", "node.crt": "node-" + n + ".crt", "node.key": "node-" + n + ".key",
+		"payload.aes": "payload.aes", "node-sign.key": "node-" + n + "-sign.key", "core-sign.pub": "core-sign.pub",
+	}
+	if err := os.MkdirAll(filepath.Join(c.Root(n), dir), 0o700); err != nil {
+		return nodeconf.TrustFiles{}, err
+	}
+	for dst, src := range files {
+		b, err := os.ReadFile(filepath.Join(c.trustDir, src))
+		if err != nil {
+			return nodeconf.TrustFiles{}, err
+		}
+		if err := os.WriteFile(filepath.Join(c.Root(n), dir, dst), b, 0o600); err != nil {
+			return nodeconf.TrustFiles{}, err
+		}
+	}
+	return nodeconf.TrustFiles{TLSCert: dir + "node.crt", TLSKey: dir + "node.key", TLSCA: dir + "ca.crt",
+		PayloadKeys: []string{dir + "payload.aes"}, SigningKey: dir + "node-sign.key",
+		TrustedKeys: []string{dir + "core-sign.pub"}}, nil
 }
 
 // startLoki runs a real Loki built from devtools/loki (cached).
@@ -311,6 +380,7 @@ func (c *Cluster) startAPI() error {
 		DatabaseURL: c.db.DSN, MaxConns: 20, Listen: addr, AdminKey: AdminKey,
 		Log:             slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		TemporalAddress: c.temporalAddr, NodeTimeout: c.opts.NodeTimeout, LokiURL: c.LokiURL,
+		Trust: c.coreTrust(),
 	}
 	if c.opts.OutcomeGrace > 0 {
 		cfg.Housekeeping = &housekeeping.Config{Interval: 5 * time.Second, Grace: c.opts.OutcomeGrace}
@@ -392,6 +462,9 @@ func (c *Cluster) prepareNode(n string) error {
 	c.NodeIDs[n] = node.ID
 	cfg := nodeconf.Config{APIURL: c.APIURL, Credential: token, NodeName: n, NodeID: node.ID, WebStorageDir: sharedWWW}
 	cfg.TemporalAddress, cfg.LokiURL = c.temporalAddr, c.LokiURL
+	if cfg.Trust, err = c.nodeTrust(n); err != nil {
+		return fmt.Errorf("trust files for %s: %w", n, err)
+	}
 	b, err := json.Marshal(cfg)
 	if err != nil {
 		return err
