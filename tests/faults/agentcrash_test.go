@@ -4,6 +4,8 @@ package faults
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -23,10 +25,16 @@ func TestAgentKilledDuringApply(t *testing.T) {
 		// Never due during the test: only the units matter here.
 		jobs = append(jobs, c.NewJob(t, "globex", "0 0 1 1 *", "true", 60, 64, 0))
 	}
-	stdin, _ := json.Marshal(jobs)
+	// The batch goes in a file of its own, so pkill matches this apply and
+	// no other test's.
+	batch, _ := json.Marshal(jobs)
+	const file = "/var/tmp/crash-batch.json"
+	if err := os.WriteFile(filepath.Join(c.Root(node), file), batch, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	done := make(chan string, 1)
 	go func() {
-		out, _ := c.Exec(node, stdin, "/usr/local/bin/node-agent", "apply")
+		out, _ := c.Exec(node, nil, "/usr/local/bin/node-agent", "apply", "--file", file)
 		done <- out
 	}()
 	// Kill as soon as the first unit file of the batch is on disk.
@@ -38,10 +46,12 @@ func TestAgentKilledDuringApply(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if out, err := c.Exec(node, nil, "pkill", "-KILL", "-f", "node-agent apply"); err != nil {
+	if out, err := c.Exec(node, nil, "pkill", "-KILL", "-f", "crash-batch.json"); err != nil {
 		t.Logf("pkill: %v %s (the apply may have finished first)", err, out)
 	}
-	t.Logf("killed apply: %s", strings.TrimSpace(<-done))
+	if out := <-done; strings.Contains(out, `"written"`) {
+		t.Fatalf("the apply finished before it was killed; nothing was tested:\n%s", out)
+	}
 
 	c.Agent(t, node, jobs, nil, "apply")
 	st := c.State(t, node)

@@ -25,6 +25,7 @@ func TestOverrunningJob(t *testing.T) {
 	marker := filepath.Join(c.Shared, "www/acme/public/overrun.log")
 	job := c.NewJob(t, "acme", "*/10 * * * * *", witnessCommand("overrun.log", "sleep $(shuf -i 9-11 -n 1)"), 30, 64, 0)
 	applyAll(t, job)
+	dumpOnFailure(t, job.UnitName())
 	lock := "/srv/shared/www/acme/.locks/" + wire.LockFileName(job.ID)
 
 	start := time.Now()

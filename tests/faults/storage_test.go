@@ -25,6 +25,7 @@ func TestSharedStorageFaults(t *testing.T) {
 	marker := filepath.Join(c.Shared, "www/globex/public/storage.log")
 	job := c.NewJob(t, "globex", "*/10 * * * * *", witnessCommand("storage.log", ""), 20, 64, 2)
 	applyAll(t, job)
+	dumpOnFailure(t, job.UnitName())
 	c.WaitRuns(t, job.ID, 60*time.Second, func(r []store.Run) bool { return countResult(r, wire.ResultSuccess) >= 2 })
 
 	locks := filepath.Join(c.Shared, "www/globex/.locks")

@@ -34,6 +34,7 @@ func TestEditStorm(t *testing.T) {
 	marker := filepath.Join(c.Shared, "www/acme/public/storm.log")
 	job := c.NewJob(t, "acme", a, witnessCommand("storm.log", "echo v1"), 20, 64, 0)
 	applyAll(t, job)
+	dumpOnFailure(t, job.UnitName())
 	phases := []phase{{schedule: a, enabled: true, from: time.Now()}}
 
 	// change applies one change through the store and on every node at a

@@ -144,3 +144,17 @@ func untilNextSlot(every, offset time.Duration) {
 	}
 	time.Sleep(time.Until(next))
 }
+
+// dumpOnFailure logs, when the test fails, what each node's journal says
+// about the job's units: the runner's decisions are there, one line each.
+func dumpOnFailure(t *testing.T, unit string) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, n := range c.Nodes {
+			out, _ := c.Exec(n, nil, "journalctl", "-q", "--no-pager", "-o", "short-precise", "-n", "150", "-u", unit+".service", "-u", unit+".timer")
+			t.Logf("journal of %s on %s:\n%s", unit, n, out)
+		}
+	})
+}
