@@ -324,3 +324,32 @@ func TestIfMatch(t *testing.T) {
 		t.Errorf("current version: %v", err)
 	}
 }
+
+// Node A's shared storage fails (ESTALE) and it reports platform_error at
+// once; node B, healthy, wins the election, runs the slot and reports
+// later. B's result is the run's: it replaces A's report and counts.
+func TestRunResultReplacesAnotherNodesPlatformError(t *testing.T) {
+	f := newFixture(t)
+	j := f.job(2)
+	s0 := time.Now().UTC().Truncate(time.Minute).Add(-time.Hour)
+	for i := 0; i < 2; i++ {
+		slot := s0.Add(time.Duration(i) * time.Minute)
+		if res := f.outcome(j, slot, wire.ResultPlatformError); res.Duplicate {
+			t.Fatalf("platform error of node A: %+v", res)
+		}
+		res := f.outcome(j, slot, wire.ResultExitCode)
+		if res.Duplicate || !res.Replaced {
+			t.Fatalf("node B's exit_code after A's platform error: %+v; want it recorded", res)
+		}
+	}
+	got := f.get(j.ID)
+	if got.ConsecutiveFailures != 2 || got.Status != wire.StatusAutoDisabled {
+		t.Errorf("after two real failures hidden behind platform errors: %+v; want 2 failures, auto_disabled", got)
+	}
+	if n := f.count(`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1 AND result = 'exit_code'`, j.ID); n != 2 {
+		t.Errorf("%d exit_code rows, want 2", n)
+	}
+	if res := f.outcome(j, s0, wire.ResultPlatformError); !res.Duplicate {
+		t.Errorf("a platform error after the real result: %+v, want duplicate", res)
+	}
+}
