@@ -353,3 +353,25 @@ func TestRunResultReplacesAnotherNodesPlatformError(t *testing.T) {
 		t.Errorf("a platform error after the real result: %+v, want duplicate", res)
 	}
 }
+
+// A change that leaves the schedule alone (a command edit, a retry) does
+// not move the sweep past the slots the nodes had all along: a run lost
+// on a node that died just before the edit is still recorded.
+func TestEditKeepsSweepingSlotsTheNodesHad(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	j := f.job(0)
+	from := time.Now().UTC().Truncate(time.Minute).Add(-10 * time.Minute)
+	// On its nodes since long before from, swept up to from; no report since.
+	_, err := f.st.Pool().Exec(ctx, `UPDATE cron_jobs SET swept_until = $2, not_before = $2::timestamptz - interval '1 hour' WHERE id = $1`,
+		j.ID, from.Add(-time.Second))
+	must(t, err)
+	_, err = f.st.UpdateJob(ctx, j.ID, 0, func(x store.JobFields) (store.JobFields, error) { x.Command = "false"; return x, nil })
+	must(t, err)
+	f.activate(j.ID)
+	_, err = f.st.SweepLostRuns(ctx, time.Now().Add(5*time.Minute), time.Minute)
+	must(t, err)
+	if n := f.count(`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1 AND result = 'lost' AND scheduled_at = $2`, j.ID, from); n != 1 {
+		t.Errorf("slot %s, unreported, before a command edit: %d lost records, want 1", from, n)
+	}
+}
