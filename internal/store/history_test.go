@@ -375,3 +375,27 @@ func TestEditKeepsSweepingSlotsTheNodesHad(t *testing.T) {
 		t.Errorf("slot %s, unreported, before a command edit: %d lost records, want 1", from, n)
 	}
 }
+
+// A failure that replaces a placeholder never lifts an auto-disable, even
+// when the threshold was raised while the job stood disabled: only enable
+// and retry (or a success that breaks the streak) do.
+func TestReplacingFailureNeverLifts(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	j := f.job(2)
+	s0 := time.Now().UTC().Truncate(time.Minute).Add(-time.Hour)
+	f.outcome(j, s0, wire.ResultOverlapSkipped)
+	f.outcome(j, s0.Add(time.Minute), wire.ResultExitCode)
+	if res := f.outcome(j, s0.Add(2*time.Minute), wire.ResultExitCode); !res.AutoDisabled {
+		t.Fatalf("second failure: %+v", res)
+	}
+	_, err := f.st.UpdateJob(ctx, j.ID, 0, func(x store.JobFields) (store.JobFields, error) { x.MaxFailures = 10; return x, nil })
+	must(t, err)
+	res := f.outcome(f.get(j.ID), s0, wire.ResultExitCode) // the skipped slot's real run, reported late: a failure
+	if !res.Replaced || res.Reenabled {
+		t.Errorf("a failure replacing a skip: %+v; want replaced, not re-enabled", res)
+	}
+	if got := f.get(j.ID); got.Enabled || got.Status != wire.StatusAutoDisabled || got.ConsecutiveFailures != 3 {
+		t.Errorf("after a third failure: %+v; want 3 failures, still auto_disabled", got)
+	}
+}
