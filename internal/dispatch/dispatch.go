@@ -40,7 +40,8 @@ type Dispatcher struct {
 	// Lease is how long a claim keeps other dispatchers off a row
 	// (default 30s); a dispatcher that dies mid-send frees it then.
 	Lease time.Duration
-	// SendTimeout bounds one signal (default 10s, below Lease).
+	// SendTimeout bounds one signal (default 10s; at most half the Lease:
+	// a send starts only while the lease outlasts it).
 	SendTimeout time.Duration
 }
 
@@ -54,8 +55,8 @@ func (d *Dispatcher) defaults() {
 	if d.Lease <= 0 {
 		d.Lease = 30 * time.Second
 	}
-	if d.SendTimeout <= 0 {
-		d.SendTimeout = 10 * time.Second
+	if d.SendTimeout <= 0 || d.SendTimeout > d.Lease/2 {
+		d.SendTimeout = min(10*time.Second, d.Lease/3)
 	}
 	if d.Log == nil {
 		d.Log = slog.Default()
@@ -97,12 +98,21 @@ func (d *Dispatcher) Run(ctx context.Context) {
 // the others still go.
 func (d *Dispatcher) Pass(ctx context.Context) (int, error) {
 	d.defaults()
+	claimed := time.Now() // no later than the lease's start in the database
 	tasks, err := d.Store.ClaimTasks(ctx, d.Batch, d.Lease)
 	if err != nil {
 		return 0, err
 	}
 	sent := 0
 	for i, task := range tasks {
+		if time.Since(claimed) > d.Lease-d.SendTimeout {
+			// The lease could run out during this send, and another
+			// dispatcher send the task too (after the job's workflow has
+			// idled out, a run_now would run twice). The rest wait for
+			// the lease to end; another pass, here or elsewhere, takes them.
+			d.Log.Warn("outbox batch outlasted its lease; leaving the rest", "unsent", len(tasks)-i)
+			return sent, nil
+		}
 		err := d.send(ctx, task)
 		if err == nil {
 			sent++

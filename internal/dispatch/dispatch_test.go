@@ -201,3 +201,42 @@ func TestLeaseExpiryResendsAndPruneRemovesDispatched(t *testing.T) {
 		t.Errorf("oldest pending after everything went: %v %v", ok, err)
 	}
 }
+
+// slowTemporal accepts every signal, each after delay: Temporal under load.
+type slowTemporal struct {
+	fakeTemporal
+	delay time.Duration
+}
+
+func (s *slowTemporal) SignalWithStartWorkflow(ctx context.Context, workflowID, name string, arg any,
+	o client.StartWorkflowOptions, w any, args ...any) (client.WorkflowRun, error) {
+	time.Sleep(s.delay)
+	return s.fakeTemporal.SignalWithStartWorkflow(ctx, workflowID, name, arg, o, w, args...)
+}
+
+// A dispatcher whose batch takes longer than its lease (each send slow but
+// accepted) must not send tasks whose lease ran out: another dispatcher
+// has claimed and sent them meanwhile, and a run_now sent twice runs twice
+// once the job's workflow has idled out between the two.
+func TestSlowBatchDoesNotSendPastItsLease(t *testing.T) {
+	st := pgtest.New(t)
+	queue(t, st, 12, 1)
+	f := &slowTemporal{delay: 60 * time.Millisecond}
+	mk := func() *Dispatcher {
+		return &Dispatcher{Store: st, Temporal: f, Log: quiet(), Interval: 10 * time.Millisecond,
+			Lease: 300 * time.Millisecond, SendTimeout: 100 * time.Millisecond}
+	}
+	runUntil(t, func() bool { return pending(t, st) == 0 }, mk(), mk())
+	if n := pending(t, st); n != 0 {
+		t.Fatalf("%d tasks still pending", n)
+	}
+	seen := map[int64]int{}
+	for _, c := range f.sent {
+		seen[c.TaskID]++
+	}
+	for id, n := range seen {
+		if n > 1 {
+			t.Errorf("task %d signalled %d times", id, n)
+		}
+	}
+}

@@ -81,7 +81,12 @@ const (
 // decideRecord says whether an outcome is a new run, replaces the record
 // already stored under its run key, or is a duplicate. A node's report
 // replaces the sweeper's lost record, and a real result replaces an
-// overlap skip; any other second report is a redelivery.
+// overlap skip or a platform error; any other second report is a
+// redelivery. A platform error is always reported by a node that did not
+// run the command (its shared storage failed before or during the
+// election, or its runner died before the command started), while a
+// healthy node of the shard may have run the slot: that node's result is
+// the run's, whichever report arrives first.
 func decideRecord(stored *wire.Result, incoming wire.Result) recordStep {
 	switch {
 	case stored == nil:
@@ -89,6 +94,8 @@ func decideRecord(stored *wire.Result, incoming wire.Result) recordStep {
 	case *stored == wire.ResultLost && incoming != wire.ResultLost:
 		return replaceRun
 	case *stored == wire.ResultOverlapSkipped && incoming != wire.ResultOverlapSkipped && incoming != wire.ResultLost:
+		return replaceRun
+	case *stored == wire.ResultPlatformError && counted(incoming): // the result of the node that ran it
 		return replaceRun
 	}
 	return duplicateRun

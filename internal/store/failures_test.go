@@ -109,7 +109,12 @@ func TestDecideRecord(t *testing.T) {
 		{r(ok), ok, duplicateRun},
 		{r(ok), exit, duplicateRun},
 		{r(exit), ok, duplicateRun},
-		{r(plat), ok, duplicateRun},
+		{r(plat), ok, replaceRun}, // another node ran the slot its storage failed
+		{r(plat), exit, replaceRun},
+		{r(plat), plat, duplicateRun},
+		{r(plat), skip, duplicateRun},
+		{r(plat), lost, duplicateRun},
+		{r(ok), plat, duplicateRun},
 	} {
 		stored := "none"
 		if tc.stored != nil {

@@ -324,3 +324,78 @@ func TestIfMatch(t *testing.T) {
 		t.Errorf("current version: %v", err)
 	}
 }
+
+// Node A's shared storage fails (ESTALE) and it reports platform_error at
+// once; node B, healthy, wins the election, runs the slot and reports
+// later. B's result is the run's: it replaces A's report and counts.
+func TestRunResultReplacesAnotherNodesPlatformError(t *testing.T) {
+	f := newFixture(t)
+	j := f.job(2)
+	s0 := time.Now().UTC().Truncate(time.Minute).Add(-time.Hour)
+	for i := 0; i < 2; i++ {
+		slot := s0.Add(time.Duration(i) * time.Minute)
+		if res := f.outcome(j, slot, wire.ResultPlatformError); res.Duplicate {
+			t.Fatalf("platform error of node A: %+v", res)
+		}
+		res := f.outcome(j, slot, wire.ResultExitCode)
+		if res.Duplicate || !res.Replaced {
+			t.Fatalf("node B's exit_code after A's platform error: %+v; want it recorded", res)
+		}
+	}
+	got := f.get(j.ID)
+	if got.ConsecutiveFailures != 2 || got.Status != wire.StatusAutoDisabled {
+		t.Errorf("after two real failures hidden behind platform errors: %+v; want 2 failures, auto_disabled", got)
+	}
+	if n := f.count(`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1 AND result = 'exit_code'`, j.ID); n != 2 {
+		t.Errorf("%d exit_code rows, want 2", n)
+	}
+	if res := f.outcome(j, s0, wire.ResultPlatformError); !res.Duplicate {
+		t.Errorf("a platform error after the real result: %+v, want duplicate", res)
+	}
+}
+
+// A change that leaves the schedule alone (a command edit, a retry) does
+// not move the sweep past the slots the nodes had all along: a run lost
+// on a node that died just before the edit is still recorded.
+func TestEditKeepsSweepingSlotsTheNodesHad(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	j := f.job(0)
+	from := time.Now().UTC().Truncate(time.Minute).Add(-10 * time.Minute)
+	// On its nodes since long before from, swept up to from; no report since.
+	_, err := f.st.Pool().Exec(ctx, `UPDATE cron_jobs SET swept_until = $2, not_before = $2::timestamptz - interval '1 hour' WHERE id = $1`,
+		j.ID, from.Add(-time.Second))
+	must(t, err)
+	_, err = f.st.UpdateJob(ctx, j.ID, 0, func(x store.JobFields) (store.JobFields, error) { x.Command = "false"; return x, nil })
+	must(t, err)
+	f.activate(j.ID)
+	_, err = f.st.SweepLostRuns(ctx, time.Now().Add(5*time.Minute), time.Minute)
+	must(t, err)
+	if n := f.count(`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1 AND result = 'lost' AND scheduled_at = $2`, j.ID, from); n != 1 {
+		t.Errorf("slot %s, unreported, before a command edit: %d lost records, want 1", from, n)
+	}
+}
+
+// A failure that replaces a placeholder never lifts an auto-disable, even
+// when the threshold was raised while the job stood disabled: only enable
+// and retry (or a success that breaks the streak) do.
+func TestReplacingFailureNeverLifts(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	j := f.job(2)
+	s0 := time.Now().UTC().Truncate(time.Minute).Add(-time.Hour)
+	f.outcome(j, s0, wire.ResultOverlapSkipped)
+	f.outcome(j, s0.Add(time.Minute), wire.ResultExitCode)
+	if res := f.outcome(j, s0.Add(2*time.Minute), wire.ResultExitCode); !res.AutoDisabled {
+		t.Fatalf("second failure: %+v", res)
+	}
+	_, err := f.st.UpdateJob(ctx, j.ID, 0, func(x store.JobFields) (store.JobFields, error) { x.MaxFailures = 10; return x, nil })
+	must(t, err)
+	res := f.outcome(f.get(j.ID), s0, wire.ResultExitCode) // the skipped slot's real run, reported late: a failure
+	if !res.Replaced || res.Reenabled {
+		t.Errorf("a failure replacing a skip: %+v; want replaced, not re-enabled", res)
+	}
+	if got := f.get(j.ID); got.Enabled || got.Status != wire.StatusAutoDisabled || got.ConsecutiveFailures != 3 {
+		t.Errorf("after a third failure: %+v; want 3 failures, still auto_disabled", got)
+	}
+}

@@ -390,13 +390,16 @@ func (s *Store) RunNow(ctx context.Context, id string, ifVersion int64) (CronJob
 // changes nothing if the job has moved on (another version) or left
 // pending, so a slow workflow cannot overwrite a newer state such as
 // auto_disabled. When the job becomes active (or failed: the nodes that
-// took it run it) its nodes have it from now
-// on, so the lost-run sweep starts here: slots before it (an enable or
-// schedule change waiting out a Temporal outage) were never the nodes'.
+// took it run it) after a create, enable or schedule change (not_before
+// at or past swept_until: the sweep has not looked at the job since), its
+// nodes have this schedule from now on, so the lost-run sweep starts
+// here: slots before it (a change waiting out a Temporal outage) were
+// never the nodes'. After any other change (a command edit, a retry) the
+// nodes had the schedule all along, and the sweep goes on where it was.
 func (s *Store) SetProvisioned(ctx context.Context, id string, version int64, status wire.Status, message string) (bool, error) {
 	tag, err := s.pool.Exec(ctx, `
 		UPDATE cron_jobs SET status = $3, status_message = $4, updated_at = now(),
-		       swept_until = CASE WHEN $3 IN ($5, $7) THEN now() ELSE swept_until END
+		       swept_until = CASE WHEN $3 IN ($5, $7) AND not_before >= swept_until THEN now() ELSE swept_until END
 		WHERE id = $1 AND version = $2 AND status = $6`,
 		id, version, status, message, wire.StatusActive, wire.StatusPending, wire.StatusFailed)
 	if err != nil {

@@ -160,7 +160,11 @@ func recount(ctx context.Context, tx pgx.Tx, job CronJob, replaced bool) (CronJo
 		return job, keepState, fmt.Errorf("recount failures: %w", err)
 	}
 	failures, disable := CountFailures(results, job.MaxFailures)
-	step := decideAutoDisable(job, disable, replaced)
+	// A replaced record lifts an auto-disable only if it broke the streak
+	// (the recount fell): a placeholder counted nothing, so a failure that
+	// replaces one never lowers the count, and must never re-enable a job
+	// whose threshold was raised while it stood disabled.
+	step := decideAutoDisable(job, disable, replaced && failures < job.ConsecutiveFailures)
 	switch step {
 	case tripAutoDisable:
 		job, err = autoDisable(ctx, tx, job.ID, failures)
