@@ -101,8 +101,12 @@ func Run(env Env) int {
 	}
 	// The local record comes first: if shared storage hangs until the
 	// timeout, the outcome hook still reports this run, under its own key.
+	// A node that cannot write it (the runtime dir's tmpfs full or read
+	// only) does not contend: its hook would report nothing, hiding a run
+	// that really happened, while another node can run and report the slot.
 	if err := WriteRecord(env.RuntimeDir, rec); err != nil {
-		env.Log.Error("write run record", "err", err)
+		env.Log.Error("cannot write the run record, not contending for the run (another node runs it)", "run_key", d.Key, "err", err)
+		return 1
 	}
 	return elect(env, spec, d, rec)
 }
@@ -150,7 +154,12 @@ func won(env Env, spec jobspec.Spec, d decision, rec Record) int {
 		rec = recordFor(env, spec, d)
 		rec.Warning = warn
 		if err := WriteRecord(env.RuntimeDir, rec); err != nil {
-			env.Log.Error("write run record", "err", err)
+			// The record still names the slot another node ran: reported
+			// as this node's platform error it would shadow that run's
+			// real outcome. Leave no record and run nothing.
+			env.Log.Error("cannot write the run record, not running the run-now request", "run_key", d.Key, "err", err)
+			_ = os.Remove(filepath.Join(env.RuntimeDir, RecordFile))
+			return 1
 		}
 	}
 	if seen, err := markerExists(spec.LockDir, spec.ID, d); err != nil || seen {
@@ -304,9 +313,14 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 	started := env.Now().UTC()
 	rec.Kind, rec.StartedAt = KindRan, &started
 	// A record before the command starts: if the run is killed (timeout,
-	// OOM), the outcome hook still knows the slot and the start.
+	// OOM), the outcome hook still knows the slot and the start. Without
+	// it the hook would report the run as a platform error from the
+	// "started" record, hiding how the command really ended: do not start
+	// it (the run is reported as the platform error it is).
 	if err := WriteRecord(env.RuntimeDir, rec); err != nil {
-		env.Log.Error("write run record", "err", err)
+		env.Log.Error("cannot write the run record, not starting the command", "run_key", rec.RunKey, "err", err)
+		release(env, stampPath, lease)
+		return 1
 	}
 	if err := cmd.Start(); err != nil {
 		return setupError(env, rec, fmt.Errorf("start command: %w", err))
