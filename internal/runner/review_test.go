@@ -3,6 +3,7 @@ package runner
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -46,7 +47,32 @@ func TestSlowClockNodeDoesNotRewindStamp(t *testing.T) {
 	Run(slow)
 	late := otherNode(t, env, "node2", now.Add(10*time.Second)) // correct clock, larger random delay
 	if code := Run(late); code != ExitSkip {
-		b, _ := os.ReadFile(filepath.Join(filepath.Dir(filepath.Dir(env.SpecPath)), filepath.Base(filepath.Dir(env.SpecPath)), "www", "ran"))
+		b, _ := os.ReadFile(filepath.Join(filepath.Dir(env.SpecPath), "www", "ran"))
 		t.Fatalf("12:00 ran twice (exit %d, webroot ran=%q)", code, b)
 	}
 }
+
+// A run-now request that arrives while the job's service is active (the
+// agent's StartUnit merges into the running start, whose runner decided
+// before the request file existed) waits for "the next start". For a job
+// that fires every minute every later start is a timely timer fire, which
+// runs its slot, never the request; after RequestTTL the request is
+// dropped: accepted by the API, never run, never reported.
+func TestRunNowDuringARunIsNotLost(t *testing.T) {
+	t.Skip("open: needs the agent to start the unit again after a merged start, or the runner to run a pending request after its slot; see review finding")
+	t0 := time.Date(2026, 11, 21, 12, 0, 30, 0, time.UTC)
+	env, _ := setupWith(t, "echo \"$HOSTCRON_RUN_KEY\" >> ran", "0 * * * * *", t0)
+	env.ManualDir = t.TempDir()
+	writeRequest(t, env.ManualDir, "99", t0) // written while the 12:00 run still runs
+	for i := 1; i <= 6; i++ {
+		at := t0.Add(time.Duration(i)*time.Minute - 28*time.Second) // 12:0i:02, timely
+		n := otherNode(t, env, "node1", at)
+		n.Start = Start{ByTimer: true, TimerAt: at.Add(-time.Second)}
+		Run(n)
+	}
+	b, _ := os.ReadFile(filepath.Join(filepath.Dir(env.SpecPath), "www", "ran"))
+	if want := id + "#manual#99"; !strings.Contains(string(b), want) {
+		t.Fatalf("run-now request never ran; runs: %q", b)
+	}
+}
+
