@@ -75,4 +75,3 @@ func TestRunNowDuringARunIsNotLost(t *testing.T) {
 		t.Fatalf("run-now request never ran; runs: %q", b)
 	}
 }
-
