@@ -70,7 +70,13 @@ func run(ctx context.Context, log *slog.Logger) error {
 		log.Info("outcome reported", "run_key", report.RunKey, "result", report.Result)
 		return nil
 	case errors.Is(err, outcome.ErrPermanent):
-		return err
+		// Kept, not dropped: the run happened (a node clock far ahead
+		// makes every report "in the future"); the node agent's state
+		// counts dead letters.
+		if derr := outcome.SpoolDead(cfg.SpoolDir, jobID, report, err); derr != nil {
+			return errors.Join(err, derr)
+		}
+		return fmt.Errorf("%w (dead-lettered in %s)", err, filepath.Join(cfg.SpoolDir, outcome.DeadLetterDir))
 	}
 	log.Warn("core API unreachable, spooling outcome", "run_key", report.RunKey, "err", err)
 	return outcome.Spool(cfg.SpoolDir, jobID, report)
