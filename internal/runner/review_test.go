@@ -75,3 +75,29 @@ func TestRunNowDuringARunIsNotLost(t *testing.T) {
 		t.Fatalf("run-now request never ran; runs: %q", b)
 	}
 }
+
+// CephFS evicts a client that stops answering (the flock goes to another
+// node) and, with recover_session=clean, lets it reconnect while its
+// command still runs. Node2 then holds the lock and stamps a later slot;
+// the old holder's heartbeats and release must not write its own lease
+// back over it: the stamp would go back to the old slot, and a node that
+// fires node2's slot later in its window would run it a second time.
+func TestHeartbeatNeverRewindsAnotherRunsStamp(t *testing.T) {
+	env, locks := setup(t, "true")
+	stamp := filepath.Join(locks, "cron-"+id+".slot")
+	taken := `{"slot":"2026-11-21T12:00:20Z","holder":"node2","run_key":"` + id + `#scheduled#2026-11-21T12:00:20Z","heartbeat":"2026-11-21T12:00:21Z"}`
+	setCommand(t, env, "sleep 0.1; printf '%s\\n' '"+taken+"' > "+stamp+"; sleep 0.35")
+	env.Heartbeat = 100 * time.Millisecond
+	if code := Run(env); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	st, ok, _, err := readStamp(stamp, env.Now())
+	if err != nil || !ok || st.Holder != "node2" || !st.Slot.Equal(time.Date(2026, 11, 21, 12, 0, 20, 0, time.UTC)) {
+		t.Fatalf("stamp after the old holder ended: %+v (ok %v, err %v): want node2's lease for 12:00:20", st, ok, err)
+	}
+	next := otherNode(t, env, "node3", time.Date(2026, 11, 21, 12, 0, 25, 0, time.UTC))
+	setCommand(t, env, "touch ran")
+	if Run(next); ran(t, next) {
+		t.Fatal("12:00:20 ran again after the stamp was rewound")
+	}
+}

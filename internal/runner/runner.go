@@ -268,9 +268,26 @@ func openLock(dir, id string) (*os.File, error) {
 // release marks the lease as let go, once the command ended.
 func release(env Env, path string, lease Stamp) {
 	lease.Heartbeat, lease.Released = env.Now().UTC(), true
-	if err := writeStamp(path, lease); err != nil {
+	if err := renewLease(env, path, lease); err != nil {
 		env.Log.Warn("release lease", "err", err)
 	}
+}
+
+// renewLease writes lease over the stamp only while the stamp still names
+// this run. CephFS evicts an unresponsive client and gives its flock to
+// another node; a client that reconnects (recover_session=clean) still
+// runs its command, and writing its lease back would rewind the stamp
+// below the slot the new holder stamped, so that slot could run again.
+// (A narrow read-then-write race remains; the flock no longer guards it.)
+func renewLease(env Env, path string, lease Stamp) error {
+	st, ok, _, err := readStamp(path, env.Now())
+	if err != nil {
+		return err
+	}
+	if ok && (st.RunKey != lease.RunKey || st.Slot.After(lease.Slot)) {
+		return fmt.Errorf("lease taken over by node %s (run %s): lock lost, not writing", orUnknown(st.Holder), orUnknown(st.RunKey))
+	}
+	return writeStamp(path, lease)
 }
 
 // startHeartbeat refreshes the lease in the stamp until the returned stop
@@ -292,7 +309,7 @@ func startHeartbeat(env Env, path string, lease Stamp) (stop func()) {
 				return
 			case <-t.C:
 				lease.Heartbeat = env.Now().UTC()
-				if err := writeStamp(path, lease); err != nil {
+				if err := renewLease(env, path, lease); err != nil {
 					env.Log.Warn("refresh lease", "err", err)
 				}
 			}
