@@ -70,7 +70,13 @@ func run(ctx context.Context, log *slog.Logger) error {
 		log.Info("outcome reported", "run_key", report.RunKey, "result", report.Result)
 		return nil
 	case errors.Is(err, outcome.ErrPermanent):
-		return err
+		// Kept, not dropped: the run happened (a node clock far ahead
+		// makes every report "in the future"); the node agent's state
+		// counts dead letters.
+		if derr := outcome.SpoolDead(cfg.SpoolDir, jobID, report, err); derr != nil {
+			return errors.Join(err, derr)
+		}
+		return fmt.Errorf("%w (dead-lettered in %s)", err, filepath.Join(cfg.SpoolDir, outcome.DeadLetterDir))
 	}
 	log.Warn("core API unreachable, spooling outcome", "run_key", report.RunKey, "err", err)
 	return outcome.Spool(cfg.SpoolDir, jobID, report)
@@ -79,11 +85,7 @@ func run(ctx context.Context, log *slog.Logger) error {
 // readRecord reads the tenant-owned run record as hostile input, holding it
 // against the root-only job spec and the unit's environment.
 func readRecord(specPath, jobID string, log *slog.Logger) (runner.Record, bool, error) {
-	spec, err := jobspec.Read(specPath)
-	if err != nil {
-		return runner.Record{}, false, err
-	}
-	sched, err := schedule.ParseWithSeconds(spec.Schedule, spec.Timezone)
+	fires, maxVersion, err := trustedSchedules(specPath, jobID, log)
 	if err != nil {
 		return runner.Record{}, false, err
 	}
@@ -93,13 +95,63 @@ func readRecord(specPath, jobID string, log *slog.Logger) (runner.Record, bool, 
 		return runner.Record{}, false, err
 	}
 	rec, err := outcome.ReadRecord(dir, outcome.Expect{
-		JobID: jobID, UID: uid, MaxVersion: spec.Version, Fires: sched.Matches, Now: time.Now(),
+		JobID: jobID, UID: uid, MaxVersion: maxVersion, Fires: fires, Now: time.Now(),
 	})
 	if errors.Is(err, outcome.ErrBadDetails) {
 		log.Warn("run record details refused, reporting what systemd saw", "run_key", rec.RunKey, "err", err)
 		return rec, false, nil
 	}
 	return rec, err == nil, err
+}
+
+// trustedSchedules returns what a record's slot and version are held
+// against: the job spec as it is now, and the spec the run started with
+// (systemd's read-only copy, $CREDENTIALS_DIRECTORY/spec, which stays until
+// the unit has stopped). A schedule or time zone change while a run is
+// under way rewrites the spec file, and the run's slot is then no fire
+// time of the new schedule; held against the new spec alone, the outcome
+// of a run that really happened would be dropped, and the sweeper never
+// counts a slot before the new not_before as lost. Both sources are
+// root's; the tenant can write neither.
+func trustedSchedules(specPath, jobID string, log *slog.Logger) (func(time.Time) bool, int64, error) {
+	paths := []string{specPath}
+	if cd := os.Getenv("CREDENTIALS_DIRECTORY"); cd != "" {
+		paths = append(paths, filepath.Join(cd, "spec"))
+	}
+	var scheds []*schedule.Schedule
+	var maxVersion int64
+	var errs []error
+	for _, p := range paths {
+		spec, err := jobspec.Read(p)
+		if err == nil && spec.ID != jobID {
+			err = fmt.Errorf("job spec %s is of job %s, not %s", p, spec.ID, jobID)
+		}
+		var sched *schedule.Schedule
+		if err == nil {
+			sched, err = schedule.ParseWithSeconds(spec.Schedule, spec.Timezone)
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		scheds = append(scheds, sched)
+		maxVersion = max(maxVersion, spec.Version)
+	}
+	if len(scheds) == 0 {
+		return nil, 0, errors.Join(errs...)
+	}
+	if len(errs) > 0 {
+		log.Warn("job spec unreadable, holding the record against the other", "err", errors.Join(errs...))
+	}
+	fires := func(t time.Time) bool {
+		for _, s := range scheds {
+			if s.Matches(t) {
+				return true
+			}
+		}
+		return false
+	}
+	return fires, maxVersion, nil
 }
 
 func envOr(k, def string) string {

@@ -37,8 +37,13 @@ func Classify(svc Service, rec runner.Record, haveRecord bool, now time.Time) (r
 	if haveRecord && runner.Silent(rec.Kind) {
 		return wire.Outcome{}, true
 	}
-	if !haveRecord && svc.Result == "success" && svc.ExitStatus == strconv.Itoa(runner.ExitSkip) {
-		return wire.Outcome{}, true // a skip whose record was lost: nothing ran
+	skipped := svc.Result == "success" && svc.ExitStatus == strconv.Itoa(runner.ExitSkip)
+	if skipped && (!haveRecord || rec.Kind == runner.KindStarted) {
+		// A skip whose record was lost, or whose final record could not
+		// be written over "started": nothing ran here, and a platform
+		// error under the run's key would shadow the real outcome of the
+		// node that ran it.
+		return wire.Outcome{}, true
 	}
 	r = wire.Outcome{RunKey: rec.RunKey, Version: rec.Version, ScheduledAt: rec.Slot, StartedAt: rec.StartedAt, FinishedAt: rec.FinishedAt,
 		ExitCode: rec.ExitCode}

@@ -118,6 +118,25 @@ func Spool(dir, jobID string, r wire.Outcome) error {
 	return writeSpooled(filepath.Join(dir, SpoolName(jobID, r.RunKey)), Spooled{JobID: jobID, Report: r, SpooledAt: now, NextAttempt: now})
 }
 
+// SpoolDead keeps a report the core refused for good (ErrPermanent) in
+// the dead-letter dir, beside the ones redelivery gave up on: the run
+// happened, and its outcome must not vanish with a log line.
+func SpoolDead(dir, jobID string, r wire.Outcome, why error) error {
+	if k, err := runkey.Parse(r.RunKey); err != nil || k.JobID != jobID {
+		return fmt.Errorf("dead-letter: run key %q is not one of job %s", r.RunKey, jobID)
+	}
+	dead := filepath.Join(dir, DeadLetterDir)
+	if err := os.MkdirAll(dead, 0o700); err != nil {
+		return fmt.Errorf("dead-letter: %w", err)
+	}
+	now := time.Now().UTC()
+	s := Spooled{JobID: jobID, Report: r, SpooledAt: now, Attempts: 1, NextAttempt: now}
+	if why != nil {
+		s.LastError = why.Error()
+	}
+	return writeSpooled(filepath.Join(dead, SpoolName(jobID, r.RunKey)), s)
+}
+
 func writeSpooled(path string, s Spooled) error {
 	b, err := json.Marshal(s)
 	if err != nil {

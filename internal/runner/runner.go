@@ -101,8 +101,12 @@ func Run(env Env) int {
 	}
 	// The local record comes first: if shared storage hangs until the
 	// timeout, the outcome hook still reports this run, under its own key.
+	// A node that cannot write it (the runtime dir's tmpfs full or read
+	// only) does not contend: its hook would report nothing, hiding a run
+	// that really happened, while another node can run and report the slot.
 	if err := WriteRecord(env.RuntimeDir, rec); err != nil {
-		env.Log.Error("write run record", "err", err)
+		env.Log.Error("cannot write the run record, not contending for the run (another node runs it)", "run_key", d.Key, "err", err)
+		return 1
 	}
 	return elect(env, spec, d, rec)
 }
@@ -150,7 +154,12 @@ func won(env Env, spec jobspec.Spec, d decision, rec Record) int {
 		rec = recordFor(env, spec, d)
 		rec.Warning = warn
 		if err := WriteRecord(env.RuntimeDir, rec); err != nil {
-			env.Log.Error("write run record", "err", err)
+			// The record still names the slot another node ran: reported
+			// as this node's platform error it would shadow that run's
+			// real outcome. Leave no record and run nothing.
+			env.Log.Error("cannot write the run record, not running the run-now request", "run_key", d.Key, "err", err)
+			_ = os.Remove(filepath.Join(env.RuntimeDir, RecordFile))
+			return 1
 		}
 	}
 	if seen, err := markerExists(spec.LockDir, spec.ID, d); err != nil || seen {
@@ -259,9 +268,26 @@ func openLock(dir, id string) (*os.File, error) {
 // release marks the lease as let go, once the command ended.
 func release(env Env, path string, lease Stamp) {
 	lease.Heartbeat, lease.Released = env.Now().UTC(), true
-	if err := writeStamp(path, lease); err != nil {
+	if err := renewLease(env, path, lease); err != nil {
 		env.Log.Warn("release lease", "err", err)
 	}
+}
+
+// renewLease writes lease over the stamp only while the stamp still names
+// this run. CephFS evicts an unresponsive client and gives its flock to
+// another node; a client that reconnects (recover_session=clean) still
+// runs its command, and writing its lease back would rewind the stamp
+// below the slot the new holder stamped, so that slot could run again.
+// (A narrow read-then-write race remains; the flock no longer guards it.)
+func renewLease(env Env, path string, lease Stamp) error {
+	st, ok, _, err := readStamp(path, env.Now())
+	if err != nil {
+		return err
+	}
+	if ok && (st.RunKey != lease.RunKey || st.Slot.After(lease.Slot)) {
+		return fmt.Errorf("lease taken over by node %s (run %s): lock lost, not writing", orUnknown(st.Holder), orUnknown(st.RunKey))
+	}
+	return writeStamp(path, lease)
 }
 
 // startHeartbeat refreshes the lease in the stamp until the returned stop
@@ -283,7 +309,7 @@ func startHeartbeat(env Env, path string, lease Stamp) (stop func()) {
 				return
 			case <-t.C:
 				lease.Heartbeat = env.Now().UTC()
-				if err := writeStamp(path, lease); err != nil {
+				if err := renewLease(env, path, lease); err != nil {
 					env.Log.Warn("refresh lease", "err", err)
 				}
 			}
@@ -304,9 +330,14 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 	started := env.Now().UTC()
 	rec.Kind, rec.StartedAt = KindRan, &started
 	// A record before the command starts: if the run is killed (timeout,
-	// OOM), the outcome hook still knows the slot and the start.
+	// OOM), the outcome hook still knows the slot and the start. Without
+	// it the hook would report the run as a platform error from the
+	// "started" record, hiding how the command really ended: do not start
+	// it (the run is reported as the platform error it is).
 	if err := WriteRecord(env.RuntimeDir, rec); err != nil {
-		env.Log.Error("write run record", "err", err)
+		env.Log.Error("cannot write the run record, not starting the command", "run_key", rec.RunKey, "err", err)
+		release(env, stampPath, lease)
+		return 1
 	}
 	if err := cmd.Start(); err != nil {
 		return setupError(env, rec, fmt.Errorf("start command: %w", err))
