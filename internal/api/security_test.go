@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -177,8 +178,20 @@ func TestJobsPerTenantBounded(t *testing.T) {
 	if n := v.count(`SELECT count(*) FROM cron_jobs`); n != 3 {
 		t.Errorf("%d jobs stored, want 3", n)
 	}
-	// Another tenant has its own allowance.
+	// Another tenant has its own allowance, and concurrent creates do not
+	// overshoot it.
 	other, otherWebroot, otherKey := v.addTenant("globex", v.shardID)
-	v.mustJSON("POST", "/api/v1/tenants/"+other+"/cron-jobs", otherKey,
-		`{"webroot_id":"`+otherWebroot+`","schedule":"* * * * *","command":"true"}`, 201)
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v.do("POST", "/api/v1/tenants/"+other+"/cron-jobs", otherKey,
+				`{"webroot_id":"`+otherWebroot+`","schedule":"* * * * *","command":"true"}`)
+		}()
+	}
+	wg.Wait()
+	if n := v.count(`SELECT count(*) FROM cron_jobs WHERE tenant_id = $1`, other); n != 3 {
+		t.Errorf("%d jobs after concurrent creates, want 3", n)
+	}
 }

@@ -154,14 +154,21 @@ var MaxJobsPerTenant = 1000
 // checkJobQuota refuses a job past MaxJobsPerTenant. It locks the
 // tenant's row, so concurrent creates of one tenant count one at a time.
 func checkJobQuota(ctx context.Context, tx pgx.Tx, tenantID string) error {
-	var n int
-	err := tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM cron_jobs WHERE tenant_id = t.id)
-		FROM tenants t WHERE t.id = $1 FOR UPDATE`, tenantID).Scan(&n)
+	// Lock first, count in a statement of its own: under READ COMMITTED
+	// it sees the jobs of the create that held the lock before.
+	var one int
+	err := tx.QueryRow(ctx, `SELECT 1 FROM tenants WHERE id = $1 FOR NO KEY UPDATE`, tenantID).Scan(&one)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("create cron job: tenant: %w", ErrNotFound)
 	case err != nil:
+		return fmt.Errorf("create cron job: lock tenant: %w", err)
+	}
+	var n int
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM cron_jobs WHERE tenant_id = $1`, tenantID).Scan(&n); err != nil {
 		return fmt.Errorf("create cron job: count jobs: %w", err)
+	}
+	switch {
 	case n >= MaxJobsPerTenant:
 		return conflict("the tenant has %d cron jobs, the most allowed; delete one first", n)
 	}
