@@ -127,7 +127,8 @@ var tenantJob = wire.Job{ID: "0b6f4c1e-8a53-4c8e-9d7e-3f1f0e2a9b10", Tenant: "ac
 
 // admitAll is a node policy whose every account is a tenant's (uid 2001).
 var admitAll = trust.Policy{StorageDir: "/srv/shared/www",
-	LookupUID: func(string) (uint32, error) { return 2001, nil }, LookupGID: func(string) (uint32, error) { return 2001, nil }}
+	LookupUID: func(string) (uint32, error) { return 2001, nil }, LookupGID: func(string) (uint32, error) { return 2001, nil },
+	LookupGroups: func(u string) ([]string, error) { return []string{u}, nil }}
 
 // A task the node's policy refuses never reaches the unit manager, whatever
 // else the batch holds; RemoveUnits, Reconcile and RunNow refuse names the

@@ -11,6 +11,7 @@ package workflows
 import (
 	"time"
 
+	"github.com/hostcron/hostcron/internal/trust"
 	"github.com/hostcron/hostcron/internal/wire"
 )
 
@@ -18,7 +19,7 @@ import (
 const CoreTaskQueue = "hostcron-core"
 
 // NodeTaskQueue is the task queue of one node's agent.
-func NodeTaskQueue(nodeID string) string { return "node-" + nodeID }
+func NodeTaskQueue(nodeID string) string { return trust.NodeQueuePrefix + nodeID }
 
 // SignalChange tells a job's workflow that the job changed.
 const SignalChange = "change"

@@ -5,8 +5,11 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/hostcron/hostcron/internal/store"
 )
 
 // TestOutcomeIsInputNotTruth: the outcome endpoint ignores fields it does
@@ -155,5 +158,40 @@ func TestValidateAdminKey(t *testing.T) {
 	}
 	if ValidateAdminKey(strings.Repeat("k", MinAdminKeyLen)) != nil || ValidateAdminKey("") != nil {
 		t.Error("refused a long key or no key")
+	}
+}
+
+// A tenant cannot create jobs without bound: every job is a unit pair on
+// every node of its shard, a row in each converge and in the unpaginated
+// job list.
+func TestJobsPerTenantBounded(t *testing.T) {
+	v := newEnv(t)
+	defer func(n int) { store.MaxJobsPerTenant = n }(store.MaxJobsPerTenant)
+	store.MaxJobsPerTenant = 3
+	for i := 0; i < 3; i++ {
+		v.createJob("")
+	}
+	body := `{"webroot_id":"` + v.webroot + `","schedule":"*/5 * * * *","command":"true"}`
+	if code, out := v.do("POST", "/api/v1/tenants/"+v.tenant+"/cron-jobs", v.key, body); code != 409 {
+		t.Fatalf("job past the limit: %d %s, want 409", code, out)
+	}
+	if n := v.count(`SELECT count(*) FROM cron_jobs`); n != 3 {
+		t.Errorf("%d jobs stored, want 3", n)
+	}
+	// Another tenant has its own allowance, and concurrent creates do not
+	// overshoot it.
+	other, otherWebroot, otherKey := v.addTenant("globex", v.shardID)
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v.do("POST", "/api/v1/tenants/"+other+"/cron-jobs", otherKey,
+				`{"webroot_id":"`+otherWebroot+`","schedule":"* * * * *","command":"true"}`)
+		}()
+	}
+	wg.Wait()
+	if n := v.count(`SELECT count(*) FROM cron_jobs WHERE tenant_id = $1`, other); n != 3 {
+		t.Errorf("%d jobs after concurrent creates, want 3", n)
 	}
 }

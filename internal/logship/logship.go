@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -177,6 +178,8 @@ func retryable(err error) bool {
 // Counters of what the shipper gave up on, for the agent's logs and tests.
 var (
 	droppedBatches, droppedLines, truncatedLines atomic.Int64
+	// skippedEntries counts journal entries too large to read.
+	skippedEntries atomic.Int64
 )
 
 // Dropped reports batches and lines Loki refused for good, and lines
@@ -204,17 +207,46 @@ func truncate(line string) (string, bool) {
 	return line[:cut] + TruncatedMarker, true
 }
 
-// scan decodes journalctl's JSON lines into entries of cron units.
+// maxEntryJSON bounds one journal entry as journalctl prints it; a longer
+// one is skipped (and counted), never kept in memory.
+const maxEntryJSON = 4 << 20
+
+// scan decodes journalctl's JSON lines into entries of cron units. Any
+// local process can log an entry larger than maxEntryJSON: it is skipped,
+// since ending the scan would restart journalctl at the same cursor and
+// stop shipping for every tenant of the node.
 func scan(r interface{ Read([]byte) (int, error) }, out chan<- Entry) error {
 	defer close(out)
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
-	for sc.Scan() {
-		if e, ok := decodeEntry(sc.Bytes()); ok {
-			out <- e
+	br := bufio.NewReaderSize(r, 64<<10)
+	var line []byte
+	tooLong := false
+	for {
+		chunk, err := br.ReadSlice('\n')
+		switch {
+		case tooLong:
+		case len(line)+len(chunk) > maxEntryJSON:
+			tooLong, line = true, line[:0]
+		default:
+			line = append(line, chunk...)
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if !tooLong && len(line) > 0 {
+			if e, ok := decodeEntry(line); ok {
+				out <- e
+			}
+		} else if tooLong {
+			skippedEntries.Add(1)
+		}
+		line, tooLong = line[:0], false
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
 		}
 	}
-	return sc.Err()
 }
 
 // decodeEntry turns one journal entry into a cron log line, or ok=false

@@ -235,3 +235,26 @@ func TestTruncate(t *testing.T) {
 		t.Errorf("short line changed: %q", got)
 	}
 }
+
+// Any local process can log one huge journal field (the native protocol
+// takes megabytes; --all prints it in full, a binary MESSAGE as a byte
+// array four times its size). Such an entry is skipped: it must not end
+// the scan, which would restart journalctl at the same cursor, meet the
+// same entry again, and stop shipping for every tenant of the node.
+func TestScanSkipsHugeEntry(t *testing.T) {
+	entry := func(cursor, msg string) string {
+		b, _ := json.Marshal(map[string]any{"_SYSTEMD_UNIT": "cron-acme-" + testJob + ".service",
+			"MESSAGE": msg, "__CURSOR": cursor, "__REALTIME_TIMESTAMP": "1700000000000000"})
+		return string(b) + "\n"
+	}
+	in := entry("c1", "before") + entry("c2", strings.Repeat("x", 5<<20)) + entry("c3", "after")
+	out := make(chan Entry, 10)
+	err := scan(strings.NewReader(in), out)
+	var got []string
+	for e := range out {
+		got = append(got, e.cursor+":"+e.Line)
+	}
+	if err != nil || len(got) != 2 || got[0] != "c1:before" || got[1] != "c3:after" {
+		t.Fatalf("scan = %v, %v; want c1 and c3, no error", got, err)
+	}
+}

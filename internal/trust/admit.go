@@ -33,6 +33,10 @@ type Policy struct {
 	// tests).
 	LookupUID func(name string) (uint32, error)
 	LookupGID func(name string) (uint32, error)
+	// LookupGroups names every group a user is in: systemd runs User=
+	// with its supplementary groups (initgroups), so a tenant account in
+	// a privileged group would carry it into the job.
+	LookupGroups func(user string) ([]string, error)
 }
 
 // ErrNotAdmitted is wrapped by every refusal of Admit and AdmitUnit.
@@ -48,6 +52,9 @@ func Admit(job wire.Job, p Policy) error {
 	}
 	if err := admitAccount(job.Group, p.minGID(), p.LookupGID, p.denied()); err != nil {
 		return refuse(job, "group", err)
+	}
+	if err := admitMemberships(job.User, p.LookupGroups, p.LookupGID, p.denied()); err != nil {
+		return refuse(job, "user's groups", err)
 	}
 	if err := admitPaths(job, p.StorageDir); err != nil {
 		return refuse(job, "paths", err)
@@ -92,6 +99,30 @@ func admitAccount(name string, floor uint32, lookup func(string) (uint32, error)
 	}
 	if id == 0 || id < floor {
 		return fmt.Errorf("%q has id %d, below the floor %d", name, id, floor)
+	}
+	return nil
+}
+
+// admitMemberships refuses a user that is a member of a denied group or
+// of gid 0. Other groups below the floor (Debian's "users", 100) are
+// common and harmless, so the floor does not apply here.
+func admitMemberships(user string, groups func(string) ([]string, error), gid func(string) (uint32, error), denied []string) error {
+	if groups == nil || gid == nil {
+		return fmt.Errorf("no group membership lookup configured for %q", user)
+	}
+	names, err := groups(user)
+	if err != nil {
+		return fmt.Errorf("groups of %q: %v", user, err)
+	}
+	for _, g := range names {
+		for _, d := range denied {
+			if g == d {
+				return fmt.Errorf("%q is a member of the privileged group %q", user, g)
+			}
+		}
+		if id, err := gid(g); err != nil || id == 0 {
+			return fmt.Errorf("%q is a member of group %q (gid 0 or unknown: %v)", user, g, err)
+		}
 	}
 	return nil
 }
@@ -173,8 +204,8 @@ func (p Policy) Validate() error {
 	if p.StorageDir == "" || !units.ValidPath(p.StorageDir) {
 		return fmt.Errorf("admission policy: storage dir %q is not a clean absolute path", p.StorageDir)
 	}
-	if p.LookupUID == nil || p.LookupGID == nil {
-		return fmt.Errorf("admission policy: uid and gid lookups are required")
+	if p.LookupUID == nil || p.LookupGID == nil || p.LookupGroups == nil {
+		return fmt.Errorf("admission policy: uid, gid and group membership lookups are required")
 	}
 	return nil
 }

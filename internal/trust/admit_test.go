@@ -19,13 +19,29 @@ func lookup(name string) (uint32, error) {
 	return 0, fmt.Errorf("unknown %q", name)
 }
 
+// memberships: the groups a user is in (primary and supplementary), as
+// systemd's initgroups() gives them to the service.
+var memberships = map[string][]string{"acme": {"acme", "users"}, "floor": {"floor"}, "lowuser": {"lowuser"},
+	"sneaky": {"sneaky", "users", "systemd-journal"}, "rooty": {"rooty", "root"}}
+
+func groupsOf(name string) ([]string, error) {
+	if g, ok := memberships[name]; ok {
+		return g, nil
+	}
+	return nil, fmt.Errorf("unknown %q", name)
+}
+
+func init() {
+	ids["users"], ids["systemd-journal"], ids["sneaky"], ids["rooty"] = 100, 1400, 1002, 1003
+}
+
 func goodJob() wire.Job {
 	return wire.Job{ID: jobID, Tenant: "acme", User: "acme", Group: "acme",
 		Webroot: "/srv/shared/www/acme/public", WebStorageDir: "/srv/shared/www"}
 }
 
 func TestAdmit(t *testing.T) {
-	pol := Policy{StorageDir: "/srv/shared/www", LookupUID: lookup, LookupGID: lookup}
+	pol := Policy{StorageDir: "/srv/shared/www", LookupUID: lookup, LookupGID: lookup, LookupGroups: groupsOf}
 	cases := []struct {
 		name string
 		edit func(*wire.Job)
@@ -59,6 +75,11 @@ func TestAdmit(t *testing.T) {
 		{"id not a uuid", func(j *wire.Job) { j.ID = "x" }, nil, false},
 		{"upper-case uuid", func(j *wire.Job) { j.ID = "0B7C6A4E-1F2D-4C3B-9A8E-7D6C5B4A3F21" }, nil, false},
 		{"no lookup configured", func(*wire.Job) {}, func(p *Policy) { p.LookupUID = nil }, false},
+		// systemd gives User= its supplementary groups: a tenant account
+		// that is also in systemd-journal would read every tenant's logs.
+		{"user in a denied supplementary group", func(j *wire.Job) { j.User, j.Group = "sneaky", "sneaky" }, nil, false},
+		{"user in group root", func(j *wire.Job) { j.User, j.Group = "rooty", "rooty" }, nil, false},
+		{"no group lookup configured", func(*wire.Job) {}, func(p *Policy) { p.LookupGroups = nil }, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -98,11 +119,11 @@ func TestAdmitUnit(t *testing.T) {
 }
 
 func TestBatches(t *testing.T) {
-	pol := Policy{StorageDir: "/srv/shared/www", LookupUID: lookup, LookupGID: lookup}
+	pol := Policy{StorageDir: "/srv/shared/www", LookupUID: lookup, LookupGID: lookup, LookupGroups: groupsOf}
 	if err := pol.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if err := (Policy{LookupUID: lookup, LookupGID: lookup}).Validate(); err == nil {
+	if err := (Policy{LookupUID: lookup, LookupGID: lookup, LookupGroups: groupsOf}).Validate(); err == nil {
 		t.Fatal("policy without storage dir validated")
 	}
 	bad := goodJob()
@@ -120,5 +141,16 @@ func TestBatches(t *testing.T) {
 	}
 	if err := AdmitUnits([]string{"cron-acme-" + jobID, "sshd"}); err == nil {
 		t.Fatal("AdmitUnits admitted sshd")
+	}
+}
+
+// The node's real lookup: root is in group root, which admission refuses.
+func TestLookupGroupsOfRoot(t *testing.T) {
+	groups, err := LookupGroups("root")
+	if err != nil {
+		t.Skipf("no user database: %v", err)
+	}
+	if err := admitMemberships("root", LookupGroups, LookupGID, DefaultDeniedNames); err == nil {
+		t.Fatalf("root's groups %v admitted", groups)
 	}
 }

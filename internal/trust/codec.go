@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	commonpb "go.temporal.io/api/common/v1"
@@ -68,9 +69,13 @@ type Codec struct {
 	signer   ed25519.PrivateKey
 	signerID string
 	trusted  map[string]ed25519.PublicKey
-	role     Role
-	binding  string
-	now      func() time.Time
+	// resultsOnly are trusted keys (the nodes', on the core) accepted only
+	// for what a node legitimately signs: the result of an activity on a
+	// node's task queue, decoded in that very activity's context.
+	resultsOnly map[string]bool
+	role        Role
+	binding     string
+	now         func() time.Time
 }
 
 var (
@@ -108,7 +113,17 @@ func NewCoreCodec(enc []EncryptionKey, core ed25519.PrivateKey, nodes map[string
 	}
 	pub := core.Public().(ed25519.PublicKey)
 	trusted[KeyID(pub)] = pub
-	return NewCodec(enc, core, trusted, Role{})
+	c, err := NewCodec(enc, core, trusted, Role{})
+	if err != nil {
+		return nil, err
+	}
+	c.resultsOnly = map[string]bool{}
+	for id := range nodes {
+		if id != KeyID(pub) {
+			c.resultsOnly[id] = true
+		}
+	}
+	return c, nil
 }
 
 // NewNodeCodec is a node's codec: it signs its answers with the node's key
@@ -238,6 +253,14 @@ func (c *Codec) verify(env envelope) error {
 	if !ed25519.Verify(pub, signedBytes(env), env.Sig) {
 		return fmt.Errorf("%w (signer %s)", ErrBadSignature, env.Signer)
 	}
+	if c.resultsOnly[env.Signer] && (env.Binding != c.binding || (c.binding != "" && !isNodeActivityBinding(c.binding))) {
+		// Without this a node could complete the core's own activities
+		// (LoadJob, DesiredForNode) or start workflows with its key, and
+		// the core would sign that work for other nodes. Unbound ("") is
+		// what the SDK's failure converter uses on both ends (it takes no
+		// serialization context): a node's failure messages, never work.
+		return fmt.Errorf("%w: node key %s signed for %q, decoded in %q", ErrBinding, env.Signer, printable(env.Binding), printable(c.binding))
+	}
 	if c.role.StrictBinding && (env.Binding != c.binding || !isActivityBinding(c.binding)) {
 		return fmt.Errorf("%w: signed for %q, decoded in %q", ErrBinding, printable(env.Binding), printable(c.binding))
 	}
@@ -251,6 +274,17 @@ func (c *Codec) verify(env envelope) error {
 }
 
 func isActivityBinding(b string) bool { return len(b) > 9 && b[:9] == "activity\x00" }
+
+// NodeQueuePrefix starts every node agent's task queue
+// (workflows.NodeTaskQueue).
+const NodeQueuePrefix = "node-"
+
+// isNodeActivityBinding: an activity binding whose task queue (its last
+// field) is a node's.
+func isNodeActivityBinding(b string) bool {
+	i := strings.LastIndexByte(b, 0)
+	return isActivityBinding(b) && i >= 0 && strings.HasPrefix(b[i+1:], NodeQueuePrefix)
+}
 
 func printable(b string) string {
 	out := []byte(b)

@@ -126,8 +126,10 @@ func TestRoundTripNodeToCore(t *testing.T) {
 	// The core decodes results again on every replay, years later: no
 	// freshness bound there.
 	f.coreCodec.now = func() time.Time { return time.Now().Add(365 * 24 * time.Hour) }
+	// The workflow decodes an activity's result in that activity's context.
 	var got wire.NodeReport
-	if err := CoreDataConverter(f.coreCodec).FromPayload(p, &got); err != nil {
+	coreDC := converter.WithDataConverterSerializationContext(CoreDataConverter(f.coreCodec), reconcileOn("n1"))
+	if err := coreDC.FromPayload(p, &got); err != nil {
 		t.Fatal(err)
 	}
 	if len(got.Written) != 1 {
@@ -262,5 +264,56 @@ func TestRotation(t *testing.T) {
 	f.nodeCodec = rotated
 	if _, err := receive(f, "n1", oldPayload); err != nil {
 		t.Fatalf("old key during rotation: %v", err)
+	}
+}
+
+// A node's key is trusted by the core for node activities' results only:
+// with its client certificate, a compromised node could otherwise poll the
+// core's task queue and complete LoadJob or DesiredForNode with jobs of
+// its choosing, or start a workflow, and the core would then sign that
+// work for every node of the shard.
+func TestCoreTrustsNodeKeyOnlyForNodeResults(t *testing.T) {
+	f := newFixture(t)
+	evil := wire.JobPlan{Exists: true, Job: sampleJobs[0]}
+	loadJob := converter.ActivitySerializationContext{Namespace: "default", WorkflowID: "cronjob-x",
+		WorkflowType: "JobWorkflow", ActivityType: "LoadJob", TaskQueue: "hostcron-core"}
+	wf := converter.WorkflowSerializationContext{Namespace: "default", WorkflowID: "cronjob-x"}
+	for name, sc := range map[string]converter.SerializationContext{"core activity": loadJob, "workflow": wf} {
+		nodeDC := converter.WithDataConverterSerializationContext(NodeDataConverter(f.nodeCodec), sc)
+		coreDC := converter.WithDataConverterSerializationContext(CoreDataConverter(f.coreCodec), sc)
+		p, err := nodeDC.ToPayload(evil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got wire.JobPlan
+		if err := coreDC.FromPayload(p, &got); !errors.Is(err, ErrBinding) {
+			t.Errorf("%s: node-signed payload: err = %v, want ErrBinding", name, err)
+		}
+	}
+	// A node's results on its own queue, and its (unbound) failure
+	// messages, still open.
+	for _, sc := range []converter.SerializationContext{reconcileOn("n1"), nil} {
+		nodeDC, coreDC := NodeDataConverter(f.nodeCodec), CoreDataConverter(f.coreCodec)
+		if sc != nil {
+			nodeDC = converter.WithDataConverterSerializationContext(nodeDC, sc)
+			coreDC = converter.WithDataConverterSerializationContext(coreDC, sc)
+		}
+		p, err := nodeDC.ToPayload(wire.NodeReport{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep wire.NodeReport
+		if err := coreDC.FromPayload(p, &rep); err != nil {
+			t.Errorf("node result in %v: %v", sc, err)
+		}
+	}
+	// The core's own payloads stay valid anywhere (replays, workflow inputs).
+	p, err := converter.WithDataConverterSerializationContext(CoreDataConverter(f.coreCodec), loadJob).ToPayload(evil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got wire.JobPlan
+	if err := CoreDataConverter(f.coreCodec).FromPayload(p, &got); err != nil {
+		t.Errorf("core-signed: %v", err)
 	}
 }

@@ -9,7 +9,29 @@ import (
 // NodePolicy is the policy a node agent uses: its shard's storage dir,
 // the default floors and deny list, the system's user and group database.
 func NodePolicy(storageDir string) Policy {
-	return Policy{StorageDir: storageDir, LookupUID: LookupUID, LookupGID: LookupGID}
+	return Policy{StorageDir: storageDir, LookupUID: LookupUID, LookupGID: LookupGID, LookupGroups: LookupGroups}
+}
+
+// LookupGroups names the groups a user is in, primary and supplementary,
+// as initgroups() gives them to a service (NSS).
+func LookupGroups(name string) ([]string, error) {
+	u, err := user.Lookup(name)
+	if err != nil {
+		return nil, fmt.Errorf("user %q: %w", name, err)
+	}
+	gids, err := u.GroupIds()
+	if err != nil {
+		return nil, fmt.Errorf("groups of %q: %w", name, err)
+	}
+	names := make([]string, 0, len(gids))
+	for _, id := range gids {
+		g, err := user.LookupGroupId(id)
+		if err != nil {
+			return nil, fmt.Errorf("group %s of %q: %w", id, name, err)
+		}
+		names = append(names, g.Name)
+	}
+	return names, nil
 }
 
 // LookupUID resolves a user name through the system (NSS).
