@@ -14,7 +14,6 @@ import (
 // never count. A real result from the node that ran the slot should
 // replace another node's platform error.
 func TestRealResultReplacesAnotherNodesPlatformError(t *testing.T) {
-	t.Skip("open: platform_error is final by design (failures_test: {plat, ok, duplicate}); see review finding")
 	plat := wire.ResultPlatformError
 	if got := decideRecord(&plat, wire.ResultSuccess); got != replaceRun {
 		t.Fatalf("success after another node's platform_error: step %d, want replace", got)
