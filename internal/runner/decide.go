@@ -31,10 +31,11 @@ const (
 )
 
 // Start is what systemd tells the service about why it started
-// ($TRIGGER_UNIT, $TRIGGER_TIMER_REALTIME_USEC, systemd 251 and later).
+// ($TRIGGER_UNIT, systemd 251 and later). $TRIGGER_TIMER_REALTIME_USEC is
+// not used: systemd 252 keeps the timer's first elapse in it for every
+// later start, so every start after the first would look late.
 type Start struct {
-	ByTimer bool      // a timer started it
-	TimerAt time.Time // when that timer elapsed; zero if unknown
+	ByTimer bool // a timer started it
 }
 
 // Request is a pending run-now request the node agent left in RunNowDir.
@@ -89,11 +90,6 @@ func scheduled(now time.Time, sched *schedule.Schedule, spec jobspec.Spec, start
 	case now.Sub(slot) > window && spec.CatchUp == jobspec.CatchUpNone:
 		d.Skip, d.Reason = KindLateFire, fmt.Sprintf("late fire: started %s after slot %s, outside its window of %s (a restarted timer or an overrun; no catch-up)",
 			now.Sub(slot).Round(time.Second), slot.Format(time.RFC3339), window)
-	case !start.TimerAt.IsZero() && now.Sub(start.TimerAt) > FireMargin && spec.CatchUp == jobspec.CatchUpNone:
-		// systemd queued this start while the previous run still ran and
-		// started it when that run ended: the slot belongs to the others.
-		d.Skip, d.Reason = KindLateFire, fmt.Sprintf("late fire: started %s after the timer elapsed at %s (queued behind the previous run; no catch-up)",
-			now.Sub(start.TimerAt).Round(time.Second), start.TimerAt.UTC().Format(time.RFC3339))
 	}
 	return d
 }

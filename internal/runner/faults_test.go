@@ -81,7 +81,6 @@ func TestOverlapIsOneDecisionPerSlot(t *testing.T) {
 	if r := record(t, node4); r.Kind != KindOverlapSeen {
 		t.Errorf("node4 record %+v", r)
 	}
-	// systemd starts node1's service again the moment its overrun ends.
 	// systemd starts node1's service again the moment its overrun ends,
 	// after the window (a minute schedule: the 10-second one has no gap).
 	lateEnv, _ := setupWith(t, "touch ran", "0 * * * * *", time.Date(2026, 11, 21, 12, 1, 50, 0, time.UTC))
@@ -268,7 +267,7 @@ func TestRunNowRequestRunsOnce(t *testing.T) {
 func TestRunNowRequestAndTimerFire(t *testing.T) {
 	env, _ := setup(t, "true") // 12:00:13, slot 12:00:10 is timely
 	env.ManualDir = t.TempDir()
-	env.Start = Start{ByTimer: true, TimerAt: env.Now().Add(-time.Second)}
+	env.Start = Start{ByTimer: true}
 	writeRequest(t, env.ManualDir, "7", env.Now().Add(-time.Second))
 	if Run(env); record(t, env).RunKey != id+"#scheduled#2026-11-21T12:00:10Z" {
 		t.Fatalf("a timely fire ran %+v, want the slot", record(t, env))

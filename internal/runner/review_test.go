@@ -67,7 +67,7 @@ func TestRunNowDuringARunIsNotLost(t *testing.T) {
 	for i := 1; i <= 6; i++ {
 		at := t0.Add(time.Duration(i)*time.Minute - 28*time.Second) // 12:0i:02, timely
 		n := otherNode(t, env, "node1", at)
-		n.Start = Start{ByTimer: true, TimerAt: at.Add(-time.Second)}
+		n.Start = Start{ByTimer: true}
 		Run(n)
 	}
 	b, _ := os.ReadFile(filepath.Join(filepath.Dir(env.SpecPath), "www", "ran"))

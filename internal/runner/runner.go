@@ -9,7 +9,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -71,9 +70,6 @@ func Main() int {
 func startFromEnv() Start {
 	var s Start
 	s.ByTimer = strings.HasSuffix(os.Getenv("TRIGGER_UNIT"), ".timer")
-	if us, err := strconv.ParseInt(os.Getenv("TRIGGER_TIMER_REALTIME_USEC"), 10, 64); err == nil && us > 0 {
-		s.TimerAt = time.UnixMicro(us)
-	}
 	return s
 }
 

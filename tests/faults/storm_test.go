@@ -33,9 +33,9 @@ func TestEditStorm(t *testing.T) {
 	const a, b = "*/10 * * * * *", "5-59/10 * * * * *"
 	marker := filepath.Join(c.Shared, "www/acme/public/storm.log")
 	job := c.NewJob(t, "acme", a, witnessCommand("storm.log", "echo v1"), 20, 64, 0)
+	phases := []phase{{schedule: a, enabled: true, from: time.Now()}}
 	applyAll(t, job)
 	dumpOnFailure(t, job.UnitName())
-	phases := []phase{{schedule: a, enabled: true, from: time.Now()}}
 
 	// change applies one change through the store and on every node at a
 	// random offset inside a slot, and opens the next phase.

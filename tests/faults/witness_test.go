@@ -138,9 +138,9 @@ func runsBySlot(t *testing.T, id string) []store.Run {
 // untilNextSlot sleeps until offset after the next multiple of every.
 func untilNextSlot(every, offset time.Duration) {
 	now := time.Now()
-	next := now.Truncate(every).Add(every).Add(offset)
-	if next.Sub(now) > every {
-		next = next.Add(-every)
+	next := now.Truncate(every).Add(offset)
+	for !next.After(now) {
+		next = next.Add(every)
 	}
 	time.Sleep(time.Until(next))
 }
