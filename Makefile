@@ -45,9 +45,9 @@ fuzz:
 	$(GO) test ./internal/schedule -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME)
 
 # End-to-end tiers, each on its own three booted systemd nodes, run side by
-# side: tests/e2e (node side), tests/flow (API, Temporal, Loki) and
-# tests/acceptance (300 slots, outages; about 55 minutes). Needs root; the
-# rootfs and the Loki binary are cached under $${HOSTCRON_CACHE:-/var/cache/hostcron}.
+# side: tests/e2e (node side), tests/flow (API, Temporal, Loki),
+# tests/faults (fault injection) and tests/acceptance (300 slots, outages;
+# about 55 minutes). Needs root; the rootfs and the Loki binary are cached under $${HOSTCRON_CACHE:-/var/cache/hostcron}.
 test-e2e:
 	scripts/nodes.sh rootfs
 	scripts/loki.sh build
