@@ -11,9 +11,19 @@ import (
 	"github.com/hostcron/hostcron/internal/wire"
 )
 
+// Node is what the node, not the job, adds to every job's units.
+type Node struct {
+	// DenyAddresses are control-plane IPs or CIDRs (Temporal, Loki, core
+	// internal endpoints) that tenants' commands must not reach; any
+	// spelling units.ParseDenyAddress takes. Never the core API address
+	// cron-outcome reports to: IPAddressDeny= filters the unit's whole
+	// cgroup, ExecStopPost=+ included.
+	DenyAddresses []string
+}
+
 // Translate checks the job and returns its unit description and spec.
 // Schedules may carry a seconds field here (see schedule.ParseWithSeconds).
-func Translate(j wire.Job) (units.Job, jobspec.Spec, error) {
+func Translate(j wire.Job, node Node) (units.Job, jobspec.Spec, error) {
 	sched, err := schedule.ParseWithSeconds(j.Schedule, j.Timezone)
 	if err != nil {
 		return units.Job{}, jobspec.Spec{}, fmt.Errorf("job %s: %w", j.ID, err)
@@ -24,11 +34,20 @@ func Translate(j wire.Job) (units.Job, jobspec.Spec, error) {
 	if err := jobspec.ValidateWorkingDirectory(j.WorkingDirectory); err != nil {
 		return units.Job{}, jobspec.Spec{}, fmt.Errorf("job %s: working directory %w", j.ID, err)
 	}
+	deny := make([]string, 0, len(node.DenyAddresses))
+	for _, a := range node.DenyAddresses {
+		canon, err := units.ParseDenyAddress(a)
+		if err != nil {
+			return units.Job{}, jobspec.Spec{}, fmt.Errorf("job %s: node config: %w", j.ID, err)
+		}
+		deny = append(deny, canon)
+	}
 	u := units.Job{
 		Tenant: j.Tenant, ID: j.ID, User: j.User, Group: j.Group,
 		Webroot: j.Webroot, LockDir: j.LockDir(), OnCalendar: sched.OnCalendar(),
 		TimeoutSec: j.TimeoutSec, MemoryMaxMB: j.MemoryMaxMB,
 		RandomizedDelaySec: units.DelayFor(sched.MinInterval()),
+		DenyAddresses:      deny,
 	}
 	if err := u.Validate(); err != nil {
 		return units.Job{}, jobspec.Spec{}, fmt.Errorf("job %s: %w", j.ID, err)

@@ -3,12 +3,14 @@ package runner
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -314,12 +316,51 @@ func startHeartbeat(env Env, path string, lease Stamp) (stop func()) {
 	return func() { close(quit); <-stopped }
 }
 
-// runCommand runs the tenant's command with /bin/sh -c in the working
-// directory, forwarding SIGTERM, and records how it ended.
+// shellArgs is the shell's whole argv. The command is not in it: argv is
+// /proc/PID/cmdline, which every local user can read (tenants put database
+// passwords in cron commands), so the shell sources the command from the
+// pipe on fd 3 instead. The dot builtin keeps what sh -c gives a one-line
+// command: $0 is /bin/sh, exit ends the shell with its status, and the
+// shell exits with the status of the command's last pipeline.
+var shellArgs = []string{"/bin/sh", "-c", ". /dev/fd/" + strconv.Itoa(scriptFD)}
+
+// scriptFD is the shell's descriptor of the command pipe: the first of
+// exec.Cmd.ExtraFiles.
+const scriptFD = 3
+
+// scriptPrefix closes fd 3 before the command runs, on the command's own
+// line so error messages keep saying line 1: the dot builtin has opened
+// the pipe again on a close-on-exec descriptor of its own, and the
+// command's programs (a daemon it starts, say) must not inherit the pipe.
+const scriptPrefix = "exec 3<&-; "
+
+// commandPipe returns the read end of a pipe that holds script and is
+// already closed for writing, so the shell reads it to the end and never
+// blocks: a command is at most 4096 bytes (jobspec), far below the pipe's
+// capacity, so the write cannot block either.
+func commandPipe(script string) (*os.File, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("command pipe: %w", err)
+	}
+	_, err = io.WriteString(w, script)
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		r.Close()
+		return nil, fmt.Errorf("write the command into its pipe: %w", err)
+	}
+	return r, nil
+}
+
+// runCommand runs the tenant's command with /bin/sh in the working
+// directory (the command comes in on a pipe, see shellArgs), forwarding
+// SIGTERM, and records how it ended.
 func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease Stamp) int {
-	cmd := exec.Command("/bin/sh", "-c", spec.Command)
+	cmd := exec.Command(shellArgs[0], shellArgs[1:]...)
 	cmd.Dir = spec.Dir()
-	cmd.Stdin = nil
+	cmd.Stdin = nil // /dev/null: the command is on fd 3, never on stdin
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	cmd.Env = append(childEnv(), runEnv(rec)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // one group to signal and measure
@@ -335,7 +376,15 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 		release(env, stampPath, lease)
 		return 1
 	}
-	if err := cmd.Start(); err != nil {
+	script, err := commandPipe(scriptPrefix + spec.Command)
+	if err != nil {
+		return setupError(env, rec, err)
+	}
+	cmd.ExtraFiles = []*os.File{script} // fd 3 == scriptFD
+	err = cmd.Start()
+	// The child has its own copy; the runner's must not keep the pipe alive.
+	script.Close()
+	if err != nil {
 		return setupError(env, rec, fmt.Errorf("start command: %w", err))
 	}
 	sigs := make(chan os.Signal, 1)
@@ -351,7 +400,7 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 	if spec.MemoryMaxMB > 0 && !env.KernelMemoryLimit {
 		oom = watchMemory(cmd.Process.Pid, int64(spec.MemoryMaxMB)<<20, done)
 	}
-	err := cmd.Wait()
+	err = cmd.Wait()
 	close(done)
 	stopBeat() // before the release, so no late beat overwrites it
 	release(env, stampPath, lease)

@@ -173,3 +173,55 @@ func TestCommandSeesItsRun(t *testing.T) {
 		}
 	}
 }
+
+// The command must not be in any process's argv (/proc/PID/cmdline is
+// readable by every local user), yet keep what sh -c gives it: $0, the
+// shell's own process group, stdin /dev/null, no leaked pipe on fd 3, and
+// its exit status.
+func TestCommandNotInCmdline(t *testing.T) {
+	const secret = "s3cr3t-db-password"
+	env, locks := setup(t, `: `+secret+`; tr '\0' ' ' < /proc/$$/cmdline > cmdline; echo "$0" > zero; `+
+		`ps -o pgid= -p $$ > pgid; echo $$ > pid; readlink /proc/$$/fd/0 > stdin; `+
+		`sh -c 'test -e /proc/$$/fd/3 && echo open || echo closed' > fd3; exit 7`)
+	if code := Run(env); code != 7 {
+		t.Fatalf("exit %d, want 7", code)
+	}
+	web := filepath.Join(filepath.Dir(locks), "www")
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(web, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	if got := read("cmdline"); strings.Contains(got, secret) || got != strings.Join(shellArgs, " ") {
+		t.Errorf("shell cmdline %q: want %q, without the command", got, strings.Join(shellArgs, " "))
+	}
+	if got := read("zero"); got != "/bin/sh" {
+		t.Errorf("$0 = %q, want /bin/sh as with sh -c", got)
+	}
+	if pgid, pid := read("pgid"), read("pid"); pgid != pid {
+		t.Errorf("shell pgid %s, pid %s: the shell must lead its own process group", pgid, pid)
+	}
+	if got := read("stdin"); got != "/dev/null" {
+		t.Errorf("stdin %q, want /dev/null", got)
+	}
+	if got := read("fd3"); got != "closed" {
+		t.Errorf("the command pipe is %s in the command's children, want closed", got)
+	}
+	if r := record(t, env); r.Kind != KindRan || r.ExitCode == nil || *r.ExitCode != 7 {
+		t.Errorf("record %+v", r)
+	}
+}
+
+// A syntax error is the shell's exit status 2, as with sh -c, not a setup
+// error of the runner.
+func TestCommandSyntaxError(t *testing.T) {
+	env, _ := setup(t, `echo (`)
+	if code := Run(env); code != 2 {
+		t.Fatalf("exit %d, want 2", code)
+	}
+	if r := record(t, env); r.Kind != KindRan || r.ExitCode == nil || *r.ExitCode != 2 {
+		t.Errorf("record %+v", r)
+	}
+}

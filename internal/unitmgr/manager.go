@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hostcron/hostcron/internal/desired"
 	"github.com/hostcron/hostcron/internal/units"
 	"github.com/hostcron/hostcron/internal/wire"
 )
@@ -39,6 +40,11 @@ type Manager struct {
 func New(sys Systemd, unitDir string, paths units.Paths, log *slog.Logger) *Manager {
 	return &Manager{sys: sys, layout: Layout{UnitDir: unitDir, Paths: paths}, log: log, now: time.Now, lockDir: ensureLockDir, lockDirOK: lockDirOK}
 }
+
+// SetNode sets what the node adds to every job's units (IPAddressDeny=, see
+// desired.Node). Call it before the first Reconcile: a later change renders
+// differently, so the next Reconcile rewrites every unit.
+func (m *Manager) SetNode(n desired.Node) { m.layout.Node = n }
 
 // Reconcile makes the node's cron units exactly jobs: it adds and rewrites
 // what differs, removes orphaned cron-* units and stops timers of disabled

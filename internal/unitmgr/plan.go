@@ -43,6 +43,8 @@ const TempMaxAge = time.Minute
 type Layout struct {
 	UnitDir string
 	Paths   units.Paths
+	// Node is what the node adds to every job's units (IPAddressDeny=).
+	Node desired.Node
 }
 
 // dirtyMarker names the file apply writes before its first unit file
@@ -215,7 +217,7 @@ func jobIntent(l Layout, j wire.Job, obs Observed) (intent, bool, error) {
 	if have, ok := specVersion(obs.Disk[in.name].Files[extSpec]); ok && have > j.Version {
 		return in, true, nil
 	}
-	uj, spec, err := desired.Translate(j)
+	uj, spec, err := desired.Translate(j, l.Node)
 	if err != nil {
 		return in, false, err
 	}

@@ -46,7 +46,7 @@ func installed(t *testing.T, jobs ...wire.Job) Observed {
 	obs := Observed{Disk: map[string]OnDisk{}, Enabled: map[string]bool{}, Loaded: map[string]LoadedUnit{},
 		NeedReload: map[string]bool{}, LockDirOK: map[string]bool{}}
 	for _, j := range jobs {
-		uj, spec, err := desired.Translate(j)
+		uj, spec, err := desired.Translate(j, testLayout.Node)
 		if err != nil {
 			t.Fatal(err)
 		}

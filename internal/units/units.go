@@ -10,6 +10,7 @@ package units
 import (
 	"bytes"
 	"fmt"
+	"net/netip"
 	"regexp"
 	"strings"
 	"text/template"
@@ -49,6 +50,11 @@ type Job struct {
 	// RandomizedDelaySec spreads one slot's timers over the nodes; see
 	// DelayFor.
 	RandomizedDelaySec int
+	// DenyAddresses are the node's control-plane addresses (IPs or CIDRs,
+	// see ParseDenyAddress) the tenant's command must not reach; rendered
+	// as IPAddressDeny=. They come from the node, not the job (see
+	// desired.Node).
+	DenyAddresses []string
 }
 
 // MaxRandomizedDelaySec is the delay of every schedule of a minute or more.
@@ -101,6 +107,52 @@ func ValidPath(p string) bool {
 	return true
 }
 
+// MaxDenyAddresses bounds IPAddressDeny=: a node has a handful of
+// control-plane endpoints, and each entry is a BPF map entry per unit.
+const MaxDenyAddresses = 64
+
+// ParseDenyAddress parses one IPAddressDeny= entry: an IP address or a
+// CIDR prefix and nothing else, so no systemd keyword ("any", "localhost",
+// "link-local", ...) and no zone ("%eth0" would be a specifier) gets in. It
+// returns the canonical form (prefix masked, IPv4-mapped IPv6 unmapped).
+//
+// A prefix that covers loopback is refused: IPAddressDeny= filters
+// addresses, not ports, so it would cut the tenant off from the node's own
+// MySQL or Redis on 127.0.0.1. So is a /0, which would deny every address.
+func ParseDenyAddress(s string) (string, error) {
+	var p netip.Prefix
+	if strings.Contains(s, "/") {
+		var err error
+		if p, err = netip.ParsePrefix(s); err != nil {
+			return "", fmt.Errorf("deny address %q: %w", s, err)
+		}
+		if p.Addr().Is4In6() {
+			return "", fmt.Errorf("deny address %q: write an IPv4-mapped prefix as IPv4", s)
+		}
+		p = p.Masked()
+	} else {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return "", fmt.Errorf("deny address %q: want an IP address or a CIDR prefix: %w", s, err)
+		}
+		if a.Zone() != "" {
+			return "", fmt.Errorf("deny address %q: no zone allowed", s)
+		}
+		a = a.Unmap()
+		p = netip.PrefixFrom(a, a.BitLen())
+	}
+	switch {
+	case p.Bits() == 0:
+		return "", fmt.Errorf("deny address %q: a /0 denies every address", s)
+	case p.Overlaps(netip.MustParsePrefix("127.0.0.0/8")) || p.Contains(netip.IPv6Loopback()):
+		return "", fmt.Errorf("deny address %q: covers loopback, which the tenant's local databases use", s)
+	}
+	if p.IsSingleIP() {
+		return p.Addr().String(), nil
+	}
+	return p.String(), nil
+}
+
 // Name is the unit name without suffix: cron-{tenant}-{id}.
 func Name(tenant, id string) string { return wire.UnitName(tenant, id) }
 
@@ -136,10 +188,26 @@ func (j *Job) Validate() error {
 			return fmt.Errorf("OnCalendar value %q: not of the form hostcron renders", v)
 		}
 	}
+	if len(j.DenyAddresses) > MaxDenyAddresses {
+		return fmt.Errorf("%d deny addresses: want at most %d", len(j.DenyAddresses), MaxDenyAddresses)
+	}
+	for _, a := range j.DenyAddresses {
+		canon, err := ParseDenyAddress(a)
+		if err != nil {
+			return err
+		}
+		// Only the canonical form is rendered: what the unit says is
+		// exactly what was validated, and an equal list renders equal
+		// bytes (no rewrite, no daemon-reload).
+		if canon != a {
+			return fmt.Errorf("deny address %q: write it as %q", a, canon)
+		}
+	}
 	return nil
 }
 
-var templates = template.Must(template.New("units").Option("missingkey=error").ParseFS(unittemplates.FS, "*.tmpl"))
+var templates = template.Must(template.New("units").Option("missingkey=error").
+	Funcs(template.FuncMap{"join": strings.Join}).ParseFS(unittemplates.FS, "*.tmpl"))
 
 // Rendered is the content of one job's unit pair.
 type Rendered struct {
