@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/hostcron/hostcron/internal/desired"
 	"github.com/hostcron/hostcron/internal/nodeconf"
 	"github.com/hostcron/hostcron/internal/unitmgr"
 	"github.com/hostcron/hostcron/internal/units"
@@ -26,7 +27,9 @@ func openManager(ctx context.Context, cfg nodeconf.Config, log *slog.Logger) (*u
 	}
 	paths := units.DefaultPaths
 	paths.SpecDir = cfg.SpecDir
-	return unitmgr.New(conn, cfg.UnitDir, paths, log), conn.Close, nil
+	m := unitmgr.New(conn, cfg.UnitDir, paths, log)
+	m.SetNode(desired.Node{DenyAddresses: cfg.DenyAddresses})
+	return m, conn.Close, nil
 }
 
 // loadConfig reads the node config; commands that only touch systemd can

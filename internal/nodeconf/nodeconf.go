@@ -8,6 +8,8 @@ import (
 	"io"
 	"io/fs"
 	"os"
+
+	"github.com/hostcron/hostcron/internal/units"
 )
 
 // DefaultPath is where the package installs the configuration.
@@ -37,6 +39,12 @@ type Config struct {
 	// WebStorageDir is the shard's shared storage as mounted here: the
 	// agent admits only webroots and lock dirs below {it}/{tenant}/.
 	WebStorageDir string `json:"web_storage_dir"`
+	// DenyAddresses are control-plane IPs or CIDRs (Temporal, Loki, the
+	// core's internal endpoints) that tenants' commands must not reach:
+	// rendered as IPAddressDeny= into every cron service. Never the core
+	// API address cron-outcome reports to (the filter covers the whole
+	// unit, its ExecStopPost=+ included).
+	DenyAddresses []string `json:"deny_addresses"`
 	// Trust is the agent's TLS client certificate for Temporal and its
 	// payload keys (empty: in the clear, logged as a warning).
 	Trust TrustFiles `json:"trust"`
@@ -81,6 +89,11 @@ func Load(path string) (Config, error) {
 	c.defaults()
 	if c.APIURL == "" || c.Credential == "" {
 		return c, fmt.Errorf("node config %s: api_url and credential are required", path)
+	}
+	for _, a := range c.DenyAddresses {
+		if _, err := units.ParseDenyAddress(a); err != nil {
+			return c, fmt.Errorf("node config %s: deny_addresses: %w", path, err)
+		}
 	}
 	return c, nil
 }

@@ -34,3 +34,23 @@ func TestLoadRefusesReadableCredential(t *testing.T) {
 		t.Error("loaded a directory")
 	}
 }
+
+// TestLoadChecksDenyAddresses: an address IPAddressDeny= would misread, or
+// one that cuts tenants off everything, fails at load, not at render.
+func TestLoadChecksDenyAddresses(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "node.json")
+	for addrs, ok := range map[string]bool{
+		`["10.20.0.5", "10.30.0.0/16"]`: true,
+		`["0.0.0.0/0"]`:                 false,
+		`["localhost"]`:                 false,
+		`["10.0.0.1 any"]`:              false,
+	} {
+		body := `{"api_url":"http://core","credential":"secret","deny_addresses":` + addrs + `}`
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Load(path); (err == nil) != ok {
+			t.Errorf("deny_addresses %s: err = %v, want ok %v", addrs, err, ok)
+		}
+	}
+}

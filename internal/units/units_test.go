@@ -63,7 +63,7 @@ func TestRenderContainsDirectives(t *testing.T) {
 		"Type=oneshot\n", "User=acme\n", "Group=acme\n", "WorkingDirectory=/srv/shared/www/acme-shop/public\n",
 		"NoNewPrivileges=yes\n", "ProtectSystem=strict\n", "ProtectHome=yes\n", "PrivateTmp=yes\n",
 		"CPUQuota=100%\n", "MemoryMax=256M\n", "TimeoutStartSec=300s\n",
-		"ReadWritePaths=/srv/shared/www/acme-shop/public /srv/shared/www/acme-shop/.locks\n",
+		"ReadWritePaths=/srv/shared/www/acme-shop/public -/srv/shared/www/acme-shop/.locks\n",
 		"SyslogIdentifier=" + r.Name + "\n", "SuccessExitStatus=75\n",
 		"ExecStopPost=+/usr/local/bin/cron-outcome\n", "ExecStart=/usr/local/bin/cron-run\n",
 		"LoadCredential=spec:/var/lib/hostcron/jobs/" + r.Name + ".json\n",

@@ -18,8 +18,10 @@ import (
 // node for three slots. Those slots end as platform_error under their own
 // keys, the job is not auto-disabled (max_failures 2 would do it if they
 // counted), and it runs again once storage is back.
+//
+// Not parallel: a read-only /srv/shared hits every tenant on the nodes, so
+// Go runs it alone before the parallel scenarios resume.
 func TestSharedStorageFaults(t *testing.T) {
-	t.Parallel()
 	const every = 10 * time.Second
 	ctx := context.Background()
 	marker := filepath.Join(c.Shared, "www/globex/public/storage.log")
@@ -69,19 +71,25 @@ func TestSharedStorageFaults(t *testing.T) {
 		if r.ScheduledAt.Truncate(every) != r.ScheduledAt {
 			t.Errorf("run %s is not under a slot of the schedule", r.RunKey)
 		}
-		in := r.ScheduledAt.After(faultFrom) && r.ScheduledAt.Before(faultUntil.Add(-every))
+		// A slot fires on the nodes within its random delay (under half
+		// the interval): one whose fires all lie inside the fault must be
+		// a platform error, one whose fires all lie outside must not; the
+		// two at the edges may be either.
+		fires := [2]time.Time{r.ScheduledAt, r.ScheduledAt.Add(every / 2)}
+		inside := !fires[0].Before(faultFrom) && fires[1].Before(faultUntil)
+		outside := fires[1].Before(faultFrom) || fires[0].After(faultUntil)
 		switch {
-		case in && r.Result != wire.ResultPlatformError:
+		case inside && r.Result != wire.ResultPlatformError:
 			t.Errorf("slot %s during the storage fault: %s (%s), want platform_error", r.ScheduledAt, r.Result, r.FailureReason)
-		case !in && r.Result == wire.ResultPlatformError:
+		case outside && r.Result == wire.ResultPlatformError:
 			t.Errorf("slot %s outside the storage fault: platform_error (%s)", r.ScheduledAt, r.FailureReason)
 		}
 		if r.Result == wire.ResultPlatformError {
 			platform++
 		}
 	}
-	if platform < 4 {
-		t.Errorf("%d platform_error records for six faulty slots", platform)
+	if platform < 5 {
+		t.Errorf("%d platform_error records for six faulty slots: a slot went unreported", platform)
 	}
 	t.Logf("%d runs, %d platform errors", len(runs), platform)
 }
