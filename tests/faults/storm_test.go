@@ -14,12 +14,13 @@ import (
 )
 
 // phase is a stretch of time in which the job had one schedule and one
-// enabled state on every node. from is when the change reached the last
-// node; until is when the next change began.
+// enabled state. began is when its change began (store, then each node),
+// from is when the change had reached the last node, until is when the
+// next change began.
 type phase struct {
-	schedule    string
-	enabled     bool
-	from, until time.Time
+	schedule           string
+	enabled            bool
+	began, from, until time.Time
 }
 
 // TestEditStorm (issue 11, scenario b): command-only edits, schedule edits
@@ -33,8 +34,9 @@ func TestEditStorm(t *testing.T) {
 	const a, b = "*/10 * * * * *", "5-59/10 * * * * *"
 	marker := filepath.Join(c.Shared, "www/acme/public/storm.log")
 	job := c.NewJob(t, "acme", a, witnessCommand("storm.log", "echo v1"), 20, 64, 0)
-	phases := []phase{{schedule: a, enabled: true, from: time.Now()}}
+	phases := []phase{{schedule: a, enabled: true, began: time.Now()}}
 	applyAll(t, job)
+	phases[0].from = time.Now()
 	dumpOnFailure(t, job.UnitName())
 
 	// change applies one change through the store and on every node at a
@@ -43,6 +45,7 @@ func TestEditStorm(t *testing.T) {
 		time.Sleep(wait)
 		untilNextSlot(every, time.Duration(rand.Int64N(int64(every))))
 		phases[len(phases)-1].until = time.Now()
+		next.began = time.Now()
 		if err := do(); err != nil {
 			t.Fatal(err)
 		}
@@ -108,13 +111,13 @@ func TestEditStorm(t *testing.T) {
 func allowedSlot(t *testing.T, phases []phase, slot time.Time) bool {
 	t.Helper()
 	for i, p := range phases {
-		landing := i > 0 && !slot.Before(phases[i-1].until) && slot.Before(p.from)
+		landing := !slot.Before(p.began) && slot.Before(p.from)
 		inside := !slot.Before(p.from) && slot.Before(p.until)
 		if !inside && !landing {
 			continue
 		}
 		candidates := []phase{p}
-		if landing {
+		if landing && i > 0 {
 			candidates = append(candidates, phases[i-1])
 		}
 		for _, q := range candidates {
