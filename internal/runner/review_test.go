@@ -86,7 +86,10 @@ func TestHeartbeatNeverRewindsAnotherRunsStamp(t *testing.T) {
 	env, locks := setup(t, "true")
 	stamp := filepath.Join(locks, "cron-"+id+".slot")
 	taken := `{"slot":"2026-11-21T12:00:20Z","holder":"node2","run_key":"` + id + `#scheduled#2026-11-21T12:00:20Z","heartbeat":"2026-11-21T12:00:21Z"}`
-	setCommand(t, env, "sleep 0.1; printf '%s\\n' '"+taken+"' > "+stamp+"; sleep 0.35")
+	// Node2 writes the way every runner does, whole (rename), between two
+	// heartbeats of the old holder (a beat that reads the stamp just before
+	// the rename and writes just after is the narrow race the docs name).
+	setCommand(t, env, "sleep 0.15; printf '%s\\n' '"+taken+"' > "+stamp+".new && mv "+stamp+".new "+stamp+"; sleep 0.35")
 	env.Heartbeat = 100 * time.Millisecond
 	if code := Run(env); code != 0 {
 		t.Fatalf("exit %d", code)
