@@ -21,6 +21,9 @@ import (
 // openManager connects to systemd over D-Bus (its private socket when root,
 // else the system bus) and returns a unit manager with the node's paths.
 func openManager(ctx context.Context, cfg nodeconf.Config, log *slog.Logger) (*unitmgr.Manager, func(), error) {
+	if err := cfg.CheckDenyAddresses(); err != nil {
+		return nil, nil, err
+	}
 	conn, err := unitmgr.DialDBus(ctx)
 	if err != nil {
 		return nil, nil, err

@@ -90,12 +90,19 @@ func Load(path string) (Config, error) {
 	if c.APIURL == "" || c.Credential == "" {
 		return c, fmt.Errorf("node config %s: api_url and credential are required", path)
 	}
+	return c, nil
+}
+
+// CheckDenyAddresses checks deny_addresses; the agent calls it before it
+// renders units. Load does not: cron-outcome reads the same file, and one
+// bad entry must never stop a node from reporting outcomes.
+func (c Config) CheckDenyAddresses() error {
 	for _, a := range c.DenyAddresses {
 		if _, err := units.ParseDenyAddress(a); err != nil {
-			return c, fmt.Errorf("node config %s: deny_addresses: %w", path, err)
+			return fmt.Errorf("node config deny_addresses: %w", err)
 		}
 	}
-	return c, nil
+	return nil
 }
 
 // CheckMode accepts a regular file without group or other permissions.

@@ -35,9 +35,10 @@ func TestLoadRefusesReadableCredential(t *testing.T) {
 	}
 }
 
-// TestLoadChecksDenyAddresses: an address IPAddressDeny= would misread, or
-// one that cuts tenants off everything, fails at load, not at render.
-func TestLoadChecksDenyAddresses(t *testing.T) {
+// TestCheckDenyAddresses: an address IPAddressDeny= would misread, or one
+// that cuts tenants off everything, fails the agent's check; Load still
+// succeeds, so cron-outcome keeps reporting.
+func TestCheckDenyAddresses(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "node.json")
 	for addrs, ok := range map[string]bool{
 		`["10.20.0.5", "10.30.0.0/16"]`: true,
@@ -49,7 +50,11 @@ func TestLoadChecksDenyAddresses(t *testing.T) {
 		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := Load(path); (err == nil) != ok {
+		c, err := Load(path)
+		if err != nil {
+			t.Fatalf("deny_addresses %s: Load: %v (must not fail on them)", addrs, err)
+		}
+		if err := c.CheckDenyAddresses(); (err == nil) != ok {
 			t.Errorf("deny_addresses %s: err = %v, want ok %v", addrs, err, ok)
 		}
 	}

@@ -378,13 +378,17 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 	}
 	script, err := commandPipe(scriptPrefix + spec.Command)
 	if err != nil {
-		return setupError(env, rec, err)
+		// A pipe the node cannot make (descriptors or pipe pages used up)
+		// is the node's fault, not the tenant's.
+		release(env, stampPath, lease)
+		return platformError(env, rec, err)
 	}
 	cmd.ExtraFiles = []*os.File{script} // fd 3 == scriptFD
 	err = cmd.Start()
 	// The child has its own copy; the runner's must not keep the pipe alive.
 	script.Close()
 	if err != nil {
+		release(env, stampPath, lease)
 		return setupError(env, rec, fmt.Errorf("start command: %w", err))
 	}
 	sigs := make(chan os.Signal, 1)
