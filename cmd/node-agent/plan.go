@@ -25,25 +25,18 @@ func planCmd(configPath *string, log *slog.Logger) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cfg, err := loadConfig(*configPath)
-			if err != nil {
-				return err
-			}
-			m, closeFn, err := openManager(cmd.Context(), cfg, log)
-			if err != nil {
-				return err
-			}
-			defer closeFn()
-			p, err := m.Plan(cmd.Context(), unitmgr.Request{Op: unitmgr.OpReconcile, Jobs: jobs})
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(p)
-			}
-			return printPlan(cmd.OutOrStdout(), p)
+			return useManager(cmd.Context(), *configPath, log, func(m *unitmgr.Manager) error {
+				p, err := m.Plan(cmd.Context(), unitmgr.Request{Op: unitmgr.OpReconcile, Jobs: jobs})
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					enc := json.NewEncoder(cmd.OutOrStdout())
+					enc.SetIndent("", "  ")
+					return enc.Encode(p)
+				}
+				return printPlan(cmd.OutOrStdout(), p)
+			})
 		},
 	}
 	cmd.Flags().StringVar(&file, "file", "-", "JSON array of desired jobs (- for stdin), as for reconcile")

@@ -61,27 +61,35 @@ func readJobs(path string) ([]wire.Job, error) {
 	return jobs, nil
 }
 
+// useManager runs fn on a unit manager opened from the node config, and
+// closes it afterwards: the one way the one-shot commands reach systemd.
+func useManager(ctx context.Context, configPath string, log *slog.Logger, fn func(*unitmgr.Manager) error) error {
+	cfg, err := loadConfig(configPath)
+	if err != nil {
+		return err
+	}
+	m, closeFn, err := openManager(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	return fn(m)
+}
+
 // unitsCmds are one-shot commands on the node's cron units, for operators
 // and tests; the daemon does the same through its Temporal activities.
 func unitsCmds(configPath *string, log *slog.Logger) []*cobra.Command {
 	withManager := func(fn func(ctx context.Context, m *unitmgr.Manager, args []string) (any, error)) func(*cobra.Command, []string) error {
 		return func(cmd *cobra.Command, args []string) error {
-			cfg, err := loadConfig(*configPath)
-			if err != nil {
-				return err
-			}
-			m, closeFn, err := openManager(cmd.Context(), cfg, log)
-			if err != nil {
-				return err
-			}
-			defer closeFn()
-			out, err := fn(cmd.Context(), m, args)
-			if err != nil {
-				return err
-			}
-			enc := json.NewEncoder(cmd.OutOrStdout())
-			enc.SetIndent("", "  ")
-			return enc.Encode(out)
+			return useManager(cmd.Context(), *configPath, log, func(m *unitmgr.Manager) error {
+				out, err := fn(cmd.Context(), m, args)
+				if err != nil {
+					return err
+				}
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(out)
+			})
 		}
 	}
 	var file string
