@@ -28,15 +28,7 @@ var c *harness.Cluster
 const grace = 20 * time.Second
 
 func TestMain(m *testing.M) {
-	var err error
-	c, err = harness.Start(harness.Options{Nodes: 3, Temporal: true, NodeTimeout: 15 * time.Second, OutcomeGrace: grace})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "acceptance setup:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	c.Stop()
-	os.Exit(code)
+	os.Exit(harness.RunTests(m, "acceptance", harness.Options{Nodes: 3, Temporal: true, NodeTimeout: 15 * time.Second, OutcomeGrace: grace}, func(k *harness.Cluster) { c = k }))
 }
 
 func job(t *testing.T, id string) store.CronJob {

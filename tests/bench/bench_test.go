@@ -25,14 +25,7 @@ import (
 var c *harness.Cluster
 
 func TestMain(m *testing.M) {
-	var err error
-	if c, err = harness.Start(harness.Options{Nodes: 3}); err != nil {
-		fmt.Fprintln(os.Stderr, "bench setup:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	c.Stop()
-	os.Exit(code)
+	os.Exit(harness.RunTests(m, "bench", harness.Options{Nodes: 3}, func(k *harness.Cluster) { c = k }))
 }
 
 func jobs(n int) []wire.Job {

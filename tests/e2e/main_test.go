@@ -6,7 +6,6 @@
 package e2e
 
 import (
-	"fmt"
 	"os"
 	"testing"
 
@@ -16,12 +15,5 @@ import (
 var c *harness.Cluster
 
 func TestMain(m *testing.M) {
-	var err error
-	if c, err = harness.Start(harness.Options{Nodes: 3}); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e setup:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	c.Stop()
-	os.Exit(code)
+	os.Exit(harness.RunTests(m, "e2e", harness.Options{Nodes: 3}, func(k *harness.Cluster) { c = k }))
 }

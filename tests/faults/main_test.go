@@ -12,7 +12,6 @@
 package faults
 
 import (
-	"fmt"
 	"os"
 	"testing"
 
@@ -22,12 +21,5 @@ import (
 var c *harness.Cluster
 
 func TestMain(m *testing.M) {
-	var err error
-	if c, err = harness.Start(harness.Options{Nodes: 3}); err != nil {
-		fmt.Fprintln(os.Stderr, "faults setup:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	c.Stop()
-	os.Exit(code)
+	os.Exit(harness.RunTests(m, "faults", harness.Options{Nodes: 3}, func(k *harness.Cluster) { c = k }))
 }

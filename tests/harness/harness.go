@@ -584,3 +584,17 @@ func freePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// RunTests is a tier's TestMain: it starts a cluster with opts, hands it to
+// use (the tier keeps it in its package), runs the tests, stops the cluster
+// and returns the exit code.
+func RunTests(m *testing.M, tier string, opts Options, use func(*Cluster)) int {
+	c, err := Start(opts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, tier+" setup:", err)
+		return 1
+	}
+	defer c.Stop()
+	use(c)
+	return m.Run()
+}
