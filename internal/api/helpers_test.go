@@ -197,5 +197,3 @@ func (v *env) outcome(jobID string, slot time.Time, version int, result string) 
 	_ = json.Unmarshal(out, &m)
 	return code, m
 }
-
-func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }

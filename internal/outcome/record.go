@@ -136,15 +136,6 @@ func checkRecordFile(mode uint32, owner uint32, nlink uint64, size int64, uid in
 	return nil
 }
 
-// ValidateRecord checks every value of a decoded record against what the
-// hook knows. It is pure.
-func ValidateRecord(r runner.Record, want Expect) error {
-	if err := validateIdentity(r, want); err != nil {
-		return err
-	}
-	return validateDetails(r, want)
-}
-
 // validateIdentity checks what names the run: the key is this job's, the
 // slot is the key's, a fire time, and near now; the version was issued.
 func validateIdentity(r runner.Record, want Expect) error {

@@ -242,3 +242,12 @@ func TestRuntimeDirOwner(t *testing.T) {
 		t.Error("followed a symlink")
 	}
 }
+
+// ValidateRecord checks every value of a decoded record against what the
+// hook knows. It is pure.
+func ValidateRecord(r runner.Record, want Expect) error {
+	if err := validateIdentity(r, want); err != nil {
+		return err
+	}
+	return validateDetails(r, want)
+}

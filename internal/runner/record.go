@@ -7,7 +7,6 @@ package runner
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -75,17 +74,4 @@ func WriteRecord(dir string, r Record) error {
 		return fmt.Errorf("record: %w", err)
 	}
 	return nil
-}
-
-// ReadRecord loads the record from dir.
-func ReadRecord(dir string) (Record, error) {
-	var r Record
-	b, err := os.ReadFile(filepath.Join(dir, RecordFile))
-	if err != nil {
-		return r, fmt.Errorf("read record: %w", err)
-	}
-	if err := json.Unmarshal(b, &r); err != nil {
-		return r, fmt.Errorf("decode record: %w", err)
-	}
-	return r, nil
 }

@@ -1,6 +1,8 @@
 package runner
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -224,4 +226,18 @@ func TestCommandSyntaxError(t *testing.T) {
 	if r := record(t, env); r.Kind != KindRan || r.ExitCode == nil || *r.ExitCode != 2 {
 		t.Errorf("record %+v", r)
 	}
+}
+
+// ReadRecord loads the record from dir as the runner wrote it (the tests'
+// reader; cron-outcome reads it as hostile input, outcome.ReadRecord).
+func ReadRecord(dir string) (Record, error) {
+	var r Record
+	b, err := os.ReadFile(filepath.Join(dir, RecordFile))
+	if err != nil {
+		return r, fmt.Errorf("read record: %w", err)
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return r, fmt.Errorf("decode record: %w", err)
+	}
+	return r, nil
 }
