@@ -64,7 +64,7 @@ func TestCountedResultsAreSuccessAndTenantFailures(t *testing.T) {
 }
 
 func TestDecideAutoDisable(t *testing.T) {
-	job := func(enabled bool, st wire.Status) CronJob { return CronJob{Enabled: enabled, Status: st} }
+	job := func(enabled bool, st wire.Status) CronJob { return CronJob{JobFields: JobFields{Enabled: enabled}, Status: st} }
 	for _, tc := range []struct {
 		name              string
 		job               CronJob
@@ -127,7 +127,7 @@ func TestDecideRecord(t *testing.T) {
 }
 
 func TestRearms(t *testing.T) {
-	base := CronJob{Schedule: "*/5 * * * *", Timezone: "UTC", Command: "true", Enabled: true}
+	base := CronJob{JobFields: JobFields{Schedule: "*/5 * * * *", Timezone: "UTC", Command: "true", Enabled: true}}
 	with := func(f func(*CronJob)) CronJob { j := base; f(&j); return j }
 	for _, tc := range []struct {
 		name          string

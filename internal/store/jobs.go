@@ -13,17 +13,11 @@ import (
 
 // CronJob is a tenant's cron job as stored.
 type CronJob struct {
-	ID                  string      `json:"id"`
-	TenantID            string      `json:"tenant_id"`
-	WebrootID           string      `json:"webroot_id"`
-	Schedule            string      `json:"schedule"`
-	Timezone            string      `json:"timezone"`
-	Command             string      `json:"command"`
-	WorkingDirectory    string      `json:"working_directory"`
-	Enabled             bool        `json:"enabled"`
-	TimeoutSeconds      int         `json:"timeout_seconds"`
-	MaxMemoryMB         int         `json:"max_memory_mb"`
-	MaxFailures         int         `json:"max_failures"`
+	ID       string `json:"id"`
+	TenantID string `json:"tenant_id"`
+	// JobFields are what the tenant sets; embedded, so they read and
+	// encode as the job's own fields, in this order.
+	JobFields
 	ConsecutiveFailures int         `json:"consecutive_failures"`
 	Status              wire.Status `json:"status"`
 	StatusMessage       string      `json:"status_message"`
@@ -45,21 +39,6 @@ type JobFields struct {
 	TimeoutSeconds   int    `json:"timeout_seconds"`
 	MaxMemoryMB      int    `json:"max_memory_mb"`
 	MaxFailures      int    `json:"max_failures"`
-}
-
-// Fields returns the tenant-settable fields of the job.
-func (j CronJob) Fields() JobFields {
-	return JobFields{
-		WebrootID: j.WebrootID, Schedule: j.Schedule, Timezone: j.Timezone, Command: j.Command,
-		WorkingDirectory: j.WorkingDirectory, Enabled: j.Enabled, TimeoutSeconds: j.TimeoutSeconds,
-		MaxMemoryMB: j.MaxMemoryMB, MaxFailures: j.MaxFailures,
-	}
-}
-
-func (j *CronJob) setFields(f JobFields) {
-	j.WebrootID, j.Schedule, j.Timezone, j.Command = f.WebrootID, f.Schedule, f.Timezone, f.Command
-	j.WorkingDirectory, j.Enabled, j.TimeoutSeconds = f.WorkingDirectory, f.Enabled, f.TimeoutSeconds
-	j.MaxMemoryMB, j.MaxFailures = f.MaxMemoryMB, f.MaxFailures
 }
 
 var (
@@ -283,7 +262,7 @@ func (s *Store) transition(ctx context.Context, id string, ifVersion int64,
 			           THEN (SELECT coalesce(max(r.id), 0) FROM cron_job_runs r WHERE r.cron_job_id = @id)
 			           ELSE failures_after_run END,
 			       version = version + 1, updated_at = now()
-			WHERE id = @id RETURNING `+jobColumns, fieldArgs(job.Fields(), pgx.NamedArgs{
+			WHERE id = @id RETURNING `+jobColumns, fieldArgs(job.JobFields, pgx.NamedArgs{
 			"id": id, "consecutive_failures": job.ConsecutiveFailures, "status": job.Status,
 			"status_message": job.StatusMessage, "rearm": rearms(before, job), "reset_failures": ch.resetFailures,
 		})))
@@ -313,7 +292,7 @@ func (s *Store) UpdateJob(ctx context.Context, id string, ifVersion int64, merge
 		if err := notDeleting(j); err != nil {
 			return change{}, err
 		}
-		f, err := merge(j.Fields())
+		f, err := merge(j.JobFields)
 		if err != nil {
 			return change{}, err
 		}
@@ -327,7 +306,7 @@ func (s *Store) UpdateJob(ctx context.Context, id string, ifVersion int64, merge
 		} else {
 			j.Status, j.StatusMessage = wire.StatusPending, ""
 		}
-		j.setFields(f)
+		j.JobFields = f
 		return change{action: wire.ActionUpdate}, nil
 	})
 }
