@@ -21,6 +21,7 @@ import (
 	"github.com/hostcron/hostcron/internal/runner"
 	"github.com/hostcron/hostcron/internal/schedule"
 	"github.com/hostcron/hostcron/internal/units"
+	"github.com/hostcron/hostcron/internal/wire"
 )
 
 // deadline bounds the whole hook; the unit's TimeoutStopSec is the backstop.
@@ -42,7 +43,7 @@ func run(ctx context.Context, log *slog.Logger) error {
 		return err
 	}
 	jobID, tenant := os.Getenv("HOSTCRON_CRON_JOB_ID"), os.Getenv("HOSTCRON_TENANT")
-	if !units.ValidID(jobID) || !units.ValidTenant(tenant) {
+	if !wire.ValidID(jobID) || !units.ValidTenant(tenant) {
 		return errors.New("HOSTCRON_CRON_JOB_ID/HOSTCRON_TENANT missing: not run from a hostcron unit")
 	}
 	// Only the runner's local record names the run: it writes it before

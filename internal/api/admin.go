@@ -11,6 +11,7 @@ import (
 
 	"github.com/hostcron/hostcron/internal/store"
 	"github.com/hostcron/hostcron/internal/units"
+	"github.com/hostcron/hostcron/internal/wire"
 )
 
 var nameRE = regexp.MustCompile(`^[a-z][a-z0-9]*(-[a-z0-9]+)*$`)
@@ -94,7 +95,7 @@ func (s *Server) createTenant(c echo.Context) error {
 	switch {
 	case !units.ValidTenant(req.Name):
 		return invalid("name", "want lower-case letters, digits and inner dashes, at most %d", units.MaxTenantLen)
-	case !uuidRE.MatchString(req.ShardID):
+	case !wire.ValidID(req.ShardID):
 		return invalid("shard_id", "must be a shard's UUID")
 	case !units.ValidUser(req.LinuxUser):
 		return invalid("linux_user", "not a valid Linux user name")
@@ -146,7 +147,7 @@ func (s *Server) createAPIKey(c echo.Context) error {
 	if err := decodeStrict(c, &req); err != nil {
 		return err
 	}
-	if req.TenantID != "" && !uuidRE.MatchString(req.TenantID) {
+	if req.TenantID != "" && !wire.ValidID(req.TenantID) {
 		return invalid("tenant_id", "must be a tenant's UUID, or absent for an admin key")
 	}
 	k, token, err := s.store.CreateAPIKey(c.Request().Context(), req.TenantID)

@@ -70,7 +70,7 @@ func (r jobRequest) apply(base store.JobFields) (store.JobFields, error) {
 }
 
 func validateSpec(spec store.JobFields) error {
-	if !uuidRE.MatchString(spec.WebrootID) {
+	if !wire.ValidID(spec.WebrootID) {
 		return invalid("webroot_id", "must be the UUID of one of the tenant's webroots")
 	}
 	if spec.Timezone == "" {

@@ -60,7 +60,7 @@ func (s *Server) tenantLogs(c echo.Context) error {
 	}
 	jobID := c.QueryParam("cron_job_id")
 	if jobID != "" {
-		if !uuidRE.MatchString(jobID) {
+		if !wire.ValidID(jobID) {
 			return invalid("cron_job_id", "must be a cron job's UUID")
 		}
 		j, err := s.store.GetJob(c.Request().Context(), jobID)

@@ -6,7 +6,6 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
-	"regexp"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -14,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/hostcron/hostcron/internal/store"
+	"github.com/hostcron/hostcron/internal/wire"
 )
 
 // Config configures the server.
@@ -123,12 +123,10 @@ func HTTPServer(addr string, h http.Handler) *http.Server {
 	}
 }
 
-var uuidRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
-
 // pathID returns a UUID path parameter; anything else cannot exist: 404.
 func pathID(c echo.Context, name string) (string, error) {
 	id := c.Param(name)
-	if !uuidRE.MatchString(id) {
+	if !wire.ValidID(id) {
 		return "", errNotFound
 	}
 	return id, nil

@@ -284,7 +284,7 @@ func ParseUnit(unit string) (tenant, id string, ok bool) {
 		return "", "", false
 	}
 	tenant, id = name[:len(name)-idLen-1], name[len(name)-idLen:]
-	if !units.ValidTenant(tenant) || !units.ValidID(id) || units.Name(tenant, id)+".service" != unit {
+	if !units.ValidTenant(tenant) || !wire.ValidID(id) || units.Name(tenant, id)+".service" != unit {
 		return "", "", false
 	}
 	return tenant, id, true

@@ -46,10 +46,7 @@ func (k Key) String() string {
 	return Scheduled(k.JobID, k.Slot)
 }
 
-var (
-	jobRE     = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
-	requestRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
-)
+var requestRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 // ValidRequest reports whether id can name a run-now request.
 func ValidRequest(id string) bool { return requestRE.MatchString(id) }
@@ -61,7 +58,7 @@ func Parse(key string) (Key, error) {
 	if len(parts) != 3 {
 		return Key{}, fmt.Errorf("run key %q: want job#trigger#slot or job#manual#request", key)
 	}
-	if !jobRE.MatchString(parts[0]) {
+	if !wire.ValidID(parts[0]) {
 		return Key{}, fmt.Errorf("run key %q: job is not a lower-case UUID", key)
 	}
 	k := Key{JobID: parts[0], Trigger: wire.Trigger(parts[1])}

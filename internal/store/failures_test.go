@@ -64,7 +64,9 @@ func TestCountedResultsAreSuccessAndTenantFailures(t *testing.T) {
 }
 
 func TestDecideAutoDisable(t *testing.T) {
-	job := func(enabled bool, st wire.Status) CronJob { return CronJob{JobFields: JobFields{Enabled: enabled}, Status: st} }
+	job := func(enabled bool, st wire.Status) CronJob {
+		return CronJob{JobFields: JobFields{Enabled: enabled}, Status: st}
+	}
 	for _, tc := range []struct {
 		name              string
 		job               CronJob

@@ -71,7 +71,7 @@ func AdmitUnit(name string) error {
 		return fmt.Errorf("unit %q: %w: not cron-{tenant}-{uuid}", name, ErrNotAdmitted)
 	}
 	tenant, id := rest[:len(rest)-idLen-1], rest[len(rest)-idLen:]
-	if !units.ValidTenant(tenant) || !units.ValidID(id) || wire.UnitName(tenant, id) != name {
+	if !units.ValidTenant(tenant) || !wire.ValidID(id) || wire.UnitName(tenant, id) != name {
 		return fmt.Errorf("unit %q: %w: invalid tenant or job id", name, ErrNotAdmitted)
 	}
 	return nil

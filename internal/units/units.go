@@ -73,7 +73,6 @@ func DelayFor(minInterval time.Duration) int {
 
 var (
 	tenantRE   = regexp.MustCompile(`^[a-z][a-z0-9]*(-[a-z0-9]+)*$`)
-	idRE       = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 	userRE     = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
 	pathRE     = regexp.MustCompile(`^(/[A-Za-z0-9._-]+)+$`)
 	calendarRE = regexp.MustCompile(`^(?:[A-Z][a-z]{2}(?:\.\.[A-Z][a-z]{2})?(?:,[A-Z][a-z]{2}(?:\.\.[A-Z][a-z]{2})?)* )?\*-[0-9*,.]+-[0-9*,.]+ [0-9*,.]+:[0-9*,.]+:[0-9*,.]+ [A-Za-z][A-Za-z0-9_+/-]*$`)
@@ -86,9 +85,6 @@ const MaxTenantLen = 32
 func ValidTenant(name string) bool {
 	return len(name) <= MaxTenantLen && tenantRE.MatchString(name)
 }
-
-// ValidID reports whether id is a canonical lower-case UUID.
-func ValidID(id string) bool { return idRE.MatchString(id) }
 
 // ValidUser reports whether name is a safe Linux user or group name.
 func ValidUser(name string) bool { return userRE.MatchString(name) }
@@ -164,7 +160,7 @@ func (j *Job) Validate() error {
 	switch {
 	case !ValidTenant(j.Tenant):
 		return fmt.Errorf("tenant name %q: want lower-case letters, digits and inner dashes, at most %d", j.Tenant, MaxTenantLen)
-	case !ValidID(j.ID):
+	case !wire.ValidID(j.ID):
 		return fmt.Errorf("cron job id %q: want a lower-case UUID", j.ID)
 	case !ValidUser(j.User):
 		return fmt.Errorf("user %q: not a valid Linux user name", j.User)

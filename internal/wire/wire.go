@@ -6,7 +6,10 @@
 // spelled here cannot drift between them.
 package wire
 
-import "time"
+import (
+	"regexp"
+	"time"
+)
 
 // Result is what became of one run (or one slot).
 type Result string
@@ -113,6 +116,13 @@ func (j Job) LockDir() string { return j.WebStorageDir + "/" + j.Tenant + "/.loc
 // UnitName is the name of a job's unit pair without suffix:
 // cron-{tenant}-{id}. Log shipping and the runner parse it back.
 func UnitName(tenant, id string) string { return UnitPrefix + tenant + "-" + id }
+
+// ValidID reports whether id is a canonical lower-case UUID, the one form
+// of every id the core hands out (jobs, tenants, shards, nodes, webroots):
+// unit names, run keys and API paths all check it here.
+func ValidID(id string) bool { return idRE.MatchString(id) }
+
+var idRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 
 // UnitPrefix starts the name of every unit hostcron manages.
 const UnitPrefix = "cron-"
