@@ -3,7 +3,6 @@ package workflows
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"go.temporal.io/sdk/temporal"
 
@@ -23,7 +22,7 @@ type CoreStore interface {
 	JobPlan(ctx context.Context, jobID string) (wire.JobPlan, error)
 	SetProvisioned(ctx context.Context, jobID string, version int64, status wire.Status, message string) (bool, error)
 	FinishDelete(ctx context.Context, jobID string) error
-	NodeDesiredJobs(ctx context.Context, nodeID string) (jobs []wire.Job, ok bool, err error)
+	NodeDesiredJobs(ctx context.Context, nodeID string) (set wire.DesiredSet, ok bool, err error)
 	ShardNodeIDs(ctx context.Context, shardID string) ([]string, error)
 	ShardIDs(ctx context.Context) ([]string, error)
 }
@@ -32,8 +31,8 @@ type CoreStore interface {
 // *unitmgr.Manager has it.
 type NodeUnits interface {
 	Apply(ctx context.Context, jobs []wire.Job) (wire.NodeReport, error)
-	Remove(ctx context.Context, names []string) (wire.NodeReport, error)
-	Reconcile(ctx context.Context, jobs []wire.Job, minOrphanAge time.Duration) (wire.NodeReport, error)
+	Delete(ctx context.Context, names []string, version int64) (wire.NodeReport, error)
+	Reconcile(ctx context.Context, jobs []wire.Job, snap wire.Snapshot) (wire.NodeReport, error)
 	RunNow(ctx context.Context, req wire.RunNowRequest) error
 	State(ctx context.Context) ([]wire.UnitState, error)
 }
@@ -60,17 +59,18 @@ func (a *CoreActivities) FinishDelete(ctx context.Context, jobID string) error {
 	return a.Store.FinishDelete(ctx, jobID)
 }
 
-// DesiredForNode is every job the node's shard has.
-func (a *CoreActivities) DesiredForNode(ctx context.Context, nodeID string) ([]wire.Job, error) {
-	jobs, ok, err := a.Store.NodeDesiredJobs(ctx, nodeID)
+// DesiredForNode is every job the node's shard has, with the snapshot
+// they were read in (the node decides orphans by it).
+func (a *CoreActivities) DesiredForNode(ctx context.Context, nodeID string) (wire.DesiredSet, error) {
+	set, ok, err := a.Store.NodeDesiredJobs(ctx, nodeID)
 	if err != nil {
-		return nil, err // the database may come back: retried
+		return wire.DesiredSet{}, err // the database may come back: retried
 	}
 	if !ok {
 		// A node that is not registered will not become so by retrying.
-		return nil, temporal.NewNonRetryableApplicationError("unknown node "+nodeID, "NotFound", nil)
+		return wire.DesiredSet{}, temporal.NewNonRetryableApplicationError("unknown node "+nodeID, "NotFound", nil)
 	}
-	return jobs, nil
+	return set, nil
 }
 
 // ShardNodes lists the nodes of a shard.
@@ -87,8 +87,6 @@ func (a *CoreActivities) AllShards(ctx context.Context) ([]string, error) {
 // on its own task queue. Every operation is idempotent.
 type NodeActivities struct {
 	Units NodeUnits
-	// MinOrphanAge protects units written after a converge's snapshot.
-	MinOrphanAge time.Duration
 	// Admission is what this node accepts whatever a task says (see
 	// trust.Admit): the last line if the core, its keys or its database
 	// are wrong.
@@ -110,20 +108,27 @@ func (a *NodeActivities) ApplyJobs(ctx context.Context, jobs []wire.Job) (wire.N
 	return rep, nil
 }
 
-// RemoveUnits stops and removes units by name.
-func (a *NodeActivities) RemoveUnits(ctx context.Context, names []string) (wire.NodeReport, error) {
+// RemoveUnits stops and removes the units of jobs the core deleted at
+// version (the delete-marked row's); the node keeps a tombstone so no
+// older version of them comes back. A task from before versions were
+// sent has 0 (a trailing argument it lacks decodes as zero); the node
+// then uses the version it had installed.
+func (a *NodeActivities) RemoveUnits(ctx context.Context, names []string, version int64) (wire.NodeReport, error) {
 	if err := trust.AdmitUnits(names); err != nil {
 		return wire.NodeReport{}, notAdmitted(err)
 	}
-	return a.Units.Remove(ctx, names)
+	return a.Units.Delete(ctx, names, version)
 }
 
-// Reconcile makes the node's units exactly jobs.
-func (a *NodeActivities) Reconcile(ctx context.Context, jobs []wire.Job) (wire.NodeReport, error) {
+// Reconcile makes the node's units the desired set jobs, read in snap: a
+// unit the set lacks goes only if snap saw the write it was installed
+// from. A task without a snapshot (from before snapshots were sent) has
+// the zero one, which sees nothing: it removes no orphan.
+func (a *NodeActivities) Reconcile(ctx context.Context, jobs []wire.Job, snap wire.Snapshot) (wire.NodeReport, error) {
 	if err := trust.AdmitAll(jobs, a.Admission); err != nil {
 		return wire.NodeReport{}, notAdmitted(err)
 	}
-	return a.Units.Reconcile(ctx, jobs, a.MinOrphanAge)
+	return a.Units.Reconcile(ctx, jobs, snap)
 }
 
 // RunNow starts one run of a job outside its schedule.

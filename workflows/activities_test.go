@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"testing"
-	"time"
 
 	"go.temporal.io/sdk/temporal"
 
@@ -15,25 +14,26 @@ import (
 // fakeStore answers the core activities from fields.
 type fakeStore struct {
 	CoreStore // methods a test does not set panic
-	jobs      []wire.Job
+	set       wire.DesiredSet
 	known     bool
 	err       error
 }
 
-func (f fakeStore) NodeDesiredJobs(context.Context, string) ([]wire.Job, bool, error) {
-	return f.jobs, f.known, f.err
+func (f fakeStore) NodeDesiredJobs(context.Context, string) (wire.DesiredSet, bool, error) {
+	return f.set, f.known, f.err
 }
 
 // fakeUnits records what the node activities asked of the unit manager.
 type fakeUnits struct {
 	NodeUnits
-	rep          wire.NodeReport
-	err          error
-	minOrphanAge time.Duration
-	applied      []wire.Job
-	reconciled   bool
-	removed      bool
-	ranNow       bool
+	rep        wire.NodeReport
+	err        error
+	snap       wire.Snapshot
+	deletedAt  int64
+	applied    []wire.Job
+	reconciled bool
+	removed    bool
+	ranNow     bool
 }
 
 func (f *fakeUnits) Apply(_ context.Context, jobs []wire.Job) (wire.NodeReport, error) {
@@ -41,13 +41,13 @@ func (f *fakeUnits) Apply(_ context.Context, jobs []wire.Job) (wire.NodeReport, 
 	return f.rep, f.err
 }
 
-func (f *fakeUnits) Reconcile(_ context.Context, _ []wire.Job, age time.Duration) (wire.NodeReport, error) {
-	f.minOrphanAge, f.reconciled = age, true
+func (f *fakeUnits) Reconcile(_ context.Context, _ []wire.Job, snap wire.Snapshot) (wire.NodeReport, error) {
+	f.snap, f.reconciled = snap, true
 	return f.rep, f.err
 }
 
-func (f *fakeUnits) Remove(context.Context, []string) (wire.NodeReport, error) {
-	f.removed = true
+func (f *fakeUnits) Delete(_ context.Context, _ []string, version int64) (wire.NodeReport, error) {
+	f.deletedAt, f.removed = version, true
 	return f.rep, f.err
 }
 
@@ -78,14 +78,14 @@ func classify(err error) retry {
 }
 
 func TestDesiredForNodeRetriesOnlyWhatMayHeal(t *testing.T) {
-	jobs := []wire.Job{{ID: "a", Tenant: "acme"}}
+	set := wire.DesiredSet{Jobs: []wire.Job{{ID: "a", Tenant: "acme"}}, Snapshot: wire.Snapshot{Xmin: 10, Xmax: 12}}
 	for _, tc := range []struct {
 		name  string
 		store fakeStore
 		want  retry
 		jobs  int
 	}{
-		{"known node", fakeStore{jobs: jobs, known: true}, noError, 1},
+		{"known node", fakeStore{set: set, known: true}, noError, 1},
 		{"known node, empty shard", fakeStore{known: true}, noError, 0},
 		{"unknown node", fakeStore{}, final, 0},
 		{"database down", fakeStore{err: errors.New("connection refused")}, retried, 0},
@@ -95,8 +95,11 @@ func TestDesiredForNodeRetriesOnlyWhatMayHeal(t *testing.T) {
 			if c := classify(err); c != tc.want {
 				t.Errorf("error %v: class %d, want %d", err, c, tc.want)
 			}
-			if len(got) != tc.jobs {
-				t.Errorf("%d jobs, want %d", len(got), tc.jobs)
+			if len(got.Jobs) != tc.jobs {
+				t.Errorf("%d jobs, want %d", len(got.Jobs), tc.jobs)
+			}
+			if tc.jobs > 0 && got.Snapshot.Xmin != 10 {
+				t.Errorf("snapshot %+v not passed on", got.Snapshot)
 			}
 		})
 	}
@@ -145,10 +148,10 @@ func TestNodeTasksPassAdmission(t *testing.T) {
 	if len(u.applied) != 1 || u.applied[0].ID != tenantJob.ID {
 		t.Errorf("unit manager got %+v, want only the tenant's job", u.applied)
 	}
-	if _, err := a.Reconcile(context.Background(), []wire.Job{tenantJob, root}); classify(err) != final || u.reconciled {
+	if _, err := a.Reconcile(context.Background(), []wire.Job{tenantJob, root}, wire.Snapshot{}); classify(err) != final || u.reconciled {
 		t.Errorf("reconcile with a root job: %v (reconciled %v), want refused before the unit manager", err, u.reconciled)
 	}
-	if _, err := a.RemoveUnits(context.Background(), []string{"../../etc/passwd"}); classify(err) != final || u.removed {
+	if _, err := a.RemoveUnits(context.Background(), []string{"../../etc/passwd"}, 3); classify(err) != final || u.removed {
 		t.Errorf("remove of a foreign name: %v, want refused", err)
 	}
 	if err := a.RunNow(context.Background(), wire.RunNowRequest{Unit: "sshd", Request: "1"}); classify(err) != final || u.ranNow {
@@ -156,12 +159,22 @@ func TestNodeTasksPassAdmission(t *testing.T) {
 	}
 }
 
-func TestReconcilePassesTheOrphanAge(t *testing.T) {
+// The snapshot of a converge and the version of a delete reach the unit
+// manager: orphans and tombstones are decided by them.
+func TestNodeTasksPassSnapshotAndDeleteVersion(t *testing.T) {
 	u := &fakeUnits{}
-	if _, err := (&NodeActivities{Units: u, MinOrphanAge: 30 * time.Second}).Reconcile(context.Background(), nil); err != nil {
+	a := &NodeActivities{Units: u, Admission: admitAll}
+	snap := wire.Snapshot{Xmin: 100, Xmax: 105, Xip: []uint64{102}}
+	if _, err := a.Reconcile(context.Background(), nil, snap); err != nil {
 		t.Fatal(err)
 	}
-	if u.minOrphanAge != 30*time.Second {
-		t.Errorf("reconcile got min orphan age %v, want 30s", u.minOrphanAge)
+	if u.snap.Xmin != 100 || u.snap.Xmax != 105 || len(u.snap.Xip) != 1 {
+		t.Errorf("reconcile got snapshot %+v, want %+v", u.snap, snap)
+	}
+	if _, err := a.RemoveUnits(context.Background(), []string{tenantJob.UnitName()}, 9); err != nil {
+		t.Fatal(err)
+	}
+	if u.deletedAt != 9 {
+		t.Errorf("delete got version %d, want 9", u.deletedAt)
 	}
 }

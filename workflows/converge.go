@@ -17,19 +17,35 @@ func ConvergeNode(ctx workflow.Context, in ConvergeInput) (ConvergeResult, error
 	if in.NodeTimeout <= 0 {
 		in.NodeTimeout = 2 * time.Minute
 	}
-	var jobs []wire.Job
-	if err := workflow.ExecuteActivity(coreCtx(ctx), core.DesiredForNode, in.NodeID).Get(ctx, &jobs); err != nil {
+	set, err := desiredSet(ctx, in.NodeID)
+	if err != nil {
 		return ConvergeResult{}, fmt.Errorf("desired set: %w", err)
 	}
 	var rep wire.NodeReport
-	if err := workflow.ExecuteActivity(nodeCtx(ctx, in.NodeID, in.NodeTimeout), node.Reconcile, jobs).Get(ctx, &rep); err != nil {
+	if err := workflow.ExecuteActivity(nodeCtx(ctx, in.NodeID, in.NodeTimeout), node.Reconcile, set.Jobs, set.Snapshot).Get(ctx, &rep); err != nil {
 		return ConvergeResult{}, fmt.Errorf("reconcile node %s: %w", in.NodeID, err)
 	}
-	res := ConvergeResult{NodeID: in.NodeID, Jobs: len(jobs), Written: rep.Written, Removed: rep.Removed,
-		Enabled: rep.Enabled, Disabled: rep.Disabled, Failed: rep.Failed, Reloads: rep.Reloads}
+	res := ConvergeResult{NodeID: in.NodeID, Jobs: len(set.Jobs), Written: rep.Written, Removed: rep.Removed,
+		Enabled: rep.Enabled, Disabled: rep.Disabled, Failed: rep.Failed, Kept: rep.Kept, Stale: rep.Stale, Reloads: rep.Reloads}
 	workflow.GetLogger(ctx).Info("node converged", "node", in.NodeID, "jobs", res.Jobs,
 		"written", len(res.Written), "removed", len(res.Removed), "reloads", res.Reloads)
 	return res, nil
+}
+
+// snapshotChange is the GetVersion change id of desired sets that carry
+// their snapshot. A run started before it recorded a bare job list; on
+// replay it reads that list and sends the zero snapshot, which removes no
+// orphan.
+const snapshotChange = "desired-set-snapshot"
+
+func desiredSet(ctx workflow.Context, nodeID string) (wire.DesiredSet, error) {
+	var set wire.DesiredSet
+	withSnapshot := workflow.GetVersion(ctx, snapshotChange, workflow.DefaultVersion, 1) >= 1
+	f := workflow.ExecuteActivity(coreCtx(ctx), core.DesiredForNode, nodeID)
+	if !withSnapshot {
+		return set, f.Get(ctx, &set.Jobs)
+	}
+	return set, f.Get(ctx, &set)
 }
 
 // ConvergeShard converges every node of a shard in parallel, each as its

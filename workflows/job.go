@@ -147,7 +147,9 @@ func provision(ctx workflow.Context, in JobInput) error {
 	for i, n := range plan.Nodes {
 		nctx := nodeCtx(ctx, n.ID, in.NodeTimeout)
 		if plan.Deleting {
-			futures[i] = workflow.ExecuteActivity(nctx, node.RemoveUnits, []string{plan.Job.UnitName()})
+			// The delete's version goes along: the node's tombstone refuses
+			// every version up to it, which a late apply may still carry.
+			futures[i] = workflow.ExecuteActivity(nctx, node.RemoveUnits, []string{plan.Job.UnitName()}, plan.Job.Version)
 		} else {
 			futures[i] = workflow.ExecuteActivity(nctx, node.ApplyJobs, []wire.Job{plan.Job})
 		}

@@ -78,5 +78,7 @@ type ConvergeResult struct {
 	Enabled  []string `json:"enabled"`
 	Disabled []string `json:"disabled"`
 	Failed   []string `json:"failed"`
+	Kept     []string `json:"kept,omitempty"`  // newer on the node than in the snapshot
+	Stale    []string `json:"stale,omitempty"` // in the snapshot, but removed on the node at that version or later
 	Reloads  int      `json:"reloads"`
 }

@@ -101,7 +101,8 @@ func TestJobWorkflowDisabledJob(t *testing.T) {
 func TestJobWorkflowDelete(t *testing.T) {
 	env := newEnv(t)
 	env.OnActivity(core.LoadJob, mock.Anything, jobID).Return(plan(false, true, "node1", "node2"), nil)
-	env.OnActivity(node.RemoveUnits, mock.Anything, []string{"cron-acme-" + jobID}).Return(wire.NodeReport{}, nil).Times(2)
+	// The delete's version goes to the nodes: their tombstones refuse up to it.
+	env.OnActivity(node.RemoveUnits, mock.Anything, []string{"cron-acme-" + jobID}, int64(7)).Return(wire.NodeReport{}, nil).Times(2)
 	env.OnActivity(core.FinishDelete, mock.Anything, jobID).Return(nil).Once()
 	signalAndRun(env, Change{Action: wire.ActionDelete, Version: 7})
 	if err := env.GetWorkflowError(); err != nil {
@@ -140,8 +141,10 @@ func TestJobWorkflowRunNow(t *testing.T) {
 func TestConvergeNodeReconcilesOnce(t *testing.T) {
 	env := newEnv(t)
 	jobs := []wire.Job{{ID: "a", Tenant: "acme"}, {ID: "b", Tenant: "acme"}}
-	env.OnActivity(core.DesiredForNode, mock.Anything, "n1").Return(jobs, nil).Once()
-	env.OnActivity(node.Reconcile, mock.Anything, jobs).Return(wire.NodeReport{Written: []string{"x.timer"}, Reloads: 1}, nil).Once()
+	snap := wire.Snapshot{Xmin: 100, Xmax: 104, Xip: []uint64{101}}
+	env.OnActivity(core.DesiredForNode, mock.Anything, "n1").Return(wire.DesiredSet{Jobs: jobs, Snapshot: snap}, nil).Once()
+	// The node gets the snapshot with the jobs: it decides orphans by it.
+	env.OnActivity(node.Reconcile, mock.Anything, jobs, snap).Return(wire.NodeReport{Written: []string{"x.timer"}, Reloads: 1}, nil).Once()
 	env.ExecuteWorkflow(ConvergeNode, ConvergeInput{NodeID: "n1"})
 	var res ConvergeResult
 	if err := env.GetWorkflowResult(&res); err != nil {
@@ -155,7 +158,7 @@ func TestConvergeNodeReconcilesOnce(t *testing.T) {
 
 func TestConvergeNodeFailsWhenNodeUnreachable(t *testing.T) {
 	env := newEnv(t)
-	env.OnActivity(core.DesiredForNode, mock.Anything, "n1").Return([]wire.Job{}, nil)
+	env.OnActivity(core.DesiredForNode, mock.Anything, "n1").Return(wire.DesiredSet{}, nil)
 	env.OnActivity(node.Reconcile, mock.Anything, mock.Anything).Return(wire.NodeReport{}, errors.New("unreachable"))
 	env.ExecuteWorkflow(ConvergeNode, ConvergeInput{NodeID: "n1", NodeTimeout: 5 * time.Second})
 	if err := env.GetWorkflowError(); err == nil {

@@ -26,7 +26,7 @@ func planCmd(configPath *string, log *slog.Logger) *cobra.Command {
 				return err
 			}
 			return useManager(cmd.Context(), *configPath, log, func(m *unitmgr.Manager) error {
-				p, err := m.Plan(cmd.Context(), unitmgr.Request{Op: unitmgr.OpReconcile, Jobs: jobs})
+				p, err := m.Plan(cmd.Context(), unitmgr.Request{Op: unitmgr.OpReconcile, Jobs: jobs, Operator: true})
 				if err != nil {
 					return err
 				}
@@ -64,6 +64,9 @@ func printPlan(w io.Writer, p unitmgr.Plan) error {
 	}
 	for _, k := range p.Kept {
 		line("kept     %s — the node has a newer version", k)
+	}
+	for _, k := range p.Stale {
+		line("stale    %s — removed on this node at this version or later (tombstone)", k)
 	}
 	return err
 }

@@ -31,7 +31,7 @@ var _ workflows.NodeUnits = (*unitmgr.Manager)(nil)
 // node's task queue applying the core's changes to the node's units, the
 // redelivery of spooled outcomes, and the shipping of cron logs to Loki.
 func runCmd(configPath *string, log *slog.Logger) *cobra.Command {
-	var every, minOrphanAge time.Duration
+	var every, minOrphanAge time.Duration // minOrphanAge: deprecated, ignored
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the node agent daemon",
@@ -44,7 +44,7 @@ func runCmd(configPath *string, log *slog.Logger) *cobra.Command {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, os.Interrupt)
 			defer stop()
 			if cfg.TemporalAddress != "" {
-				stopWorker, err := startNodeWorker(ctx, cfg, minOrphanAge, log)
+				stopWorker, err := startNodeWorker(ctx, cfg, log)
 				if err != nil {
 					return err
 				}
@@ -65,8 +65,10 @@ func runCmd(configPath *string, log *slog.Logger) *cobra.Command {
 		},
 	}
 	cmd.Flags().DurationVar(&every, "redeliver-every", 5*time.Second, "how often to retry spooled outcomes")
-	cmd.Flags().DurationVar(&minOrphanAge, "min-orphan-age", 30*time.Second,
-		"a converge leaves units younger than this alone (they may be newer than its snapshot)")
+	// Orphans are decided by the core's snapshot, not by file age; the
+	// flag stays for a release so existing unit files still start.
+	cmd.Flags().DurationVar(&minOrphanAge, "min-orphan-age", 0, "deprecated, ignored: orphans are decided by the converge's snapshot")
+	_ = cmd.Flags().MarkDeprecated("min-orphan-age", "orphans are decided by the converge's snapshot, not by file age")
 	return cmd
 }
 
@@ -96,7 +98,7 @@ func redeliverLoop(ctx context.Context, cfg nodeconf.Config, every time.Duration
 }
 
 // startNodeWorker connects to Temporal and serves this node's task queue.
-func startNodeWorker(ctx context.Context, cfg nodeconf.Config, minOrphanAge time.Duration, log *slog.Logger) (func(), error) {
+func startNodeWorker(ctx context.Context, cfg nodeconf.Config, log *slog.Logger) (func(), error) {
 	if cfg.NodeID == "" {
 		return nil, fmt.Errorf("node config: node_id is required to serve the node's task queue")
 	}
@@ -120,7 +122,7 @@ func startNodeWorker(ctx context.Context, cfg nodeconf.Config, minOrphanAge time
 		return nil, err
 	}
 	w := worker.New(tc, workflows.NodeTaskQueue(cfg.NodeID), worker.Options{MaxConcurrentActivityExecutionSize: 4})
-	workflows.RegisterNode(w, &workflows.NodeActivities{Units: m, MinOrphanAge: minOrphanAge, Admission: admission})
+	workflows.RegisterNode(w, &workflows.NodeActivities{Units: m, Admission: admission})
 	if err := w.Start(); err != nil {
 		closeConn()
 		tc.Close()

@@ -95,14 +95,14 @@ func unitsCmds(configPath *string, log *slog.Logger) []*cobra.Command {
 	var file string
 	reconcile := &cobra.Command{
 		Use:   "reconcile --file JOBS.json",
-		Short: "Make this node's cron units exactly the given jobs (removes orphans)",
+		Short: "Make this node's cron units exactly the given jobs (removes every other cron unit, leaves no tombstones)",
 		Args:  cobra.NoArgs,
 		RunE: withManager(func(ctx context.Context, m *unitmgr.Manager, _ []string) (any, error) {
 			jobs, err := readJobs(file)
 			if err != nil {
 				return nil, err
 			}
-			return m.Reconcile(ctx, jobs, 0)
+			return m.ReconcileExactly(ctx, jobs)
 		}),
 	}
 	apply := &cobra.Command{
@@ -122,7 +122,7 @@ func unitsCmds(configPath *string, log *slog.Logger) []*cobra.Command {
 	}
 	remove := &cobra.Command{
 		Use:   "remove UNIT...",
-		Short: "Stop and remove cron units (cron-{tenant}-{id})",
+		Short: "Stop and remove cron units (cron-{tenant}-{id}); no tombstone, a live job comes back at the next converge",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: withManager(func(ctx context.Context, m *unitmgr.Manager, args []string) (any, error) {
 			return m.Remove(ctx, args)

@@ -53,7 +53,7 @@ func Translate(j wire.Job, node Node) (units.Job, jobspec.Spec, error) {
 		return units.Job{}, jobspec.Spec{}, fmt.Errorf("job %s: %w", j.ID, err)
 	}
 	spec := jobspec.Spec{
-		Tenant: j.Tenant, ID: j.ID, Version: j.Version, Schedule: j.Schedule, Timezone: j.Timezone,
+		Tenant: j.Tenant, ID: j.ID, Version: j.Version, Rev: j.Rev, Schedule: j.Schedule, Timezone: j.Timezone,
 		Command: j.Command, WorkingDirectory: j.WorkingDirectory, Webroot: j.Webroot, LockDir: j.LockDir(),
 		MemoryMaxMB: j.MemoryMaxMB,
 		NotBefore:   j.NotBefore, RandomizedDelaySec: u.RandomizedDelaySec,

@@ -16,9 +16,12 @@ import (
 
 // Spec describes one cron job for the runner.
 type Spec struct {
-	Tenant           string `json:"tenant"`
-	ID               string `json:"id"`
-	Version          int64  `json:"version"`
+	Tenant  string `json:"tenant"`
+	ID      string `json:"id"`
+	Version int64  `json:"version"`
+	// Rev is the core's transaction that wrote this version (wire.Job.Rev):
+	// a converge decides by it whether its snapshot knew this job.
+	Rev              uint64 `json:"rev,omitempty"`
 	Schedule         string `json:"schedule"`
 	Timezone         string `json:"timezone"`
 	Command          string `json:"command"`

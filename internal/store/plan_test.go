@@ -117,9 +117,12 @@ func TestNodeDesiredJobs(t *testing.T) {
 	if _, err := st.DeleteJob(ctx, gone.ID, 0); err != nil {
 		t.Fatal(err)
 	}
-	jobs, ok, err := st.NodeDesiredJobs(ctx, a.nodes["node1"])
-	if err != nil || !ok || len(jobs) != 1 || jobs[0].ID != keep.ID {
-		t.Errorf("node1's desired jobs: %+v, %v, %v; want only %s", jobs, ok, err, keep.ID)
+	set, ok, err := st.NodeDesiredJobs(ctx, a.nodes["node1"])
+	if err != nil || !ok || len(set.Jobs) != 1 || set.Jobs[0].ID != keep.ID {
+		t.Errorf("node1's desired jobs: %+v, %v, %v; want only %s", set.Jobs, ok, err, keep.ID)
+	}
+	if set.Snapshot.Xmin == 0 || !set.Snapshot.Sees(set.Jobs[0].Rev) {
+		t.Errorf("snapshot %+v does not see the committed write %d of the job it lists", set.Snapshot, set.Jobs[0].Rev)
 	}
 	if _, ok, err := st.NodeDesiredJobs(ctx, "00000000-0000-0000-0000-000000000000"); err != nil || ok {
 		t.Errorf("unknown node: ok=%v, err=%v; want not ok and no error", ok, err)

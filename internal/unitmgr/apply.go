@@ -27,7 +27,8 @@ type executor struct {
 // systemd call (other than a stop) ends the run with an error, since what
 // follows depends on it; failed stops are returned after the rest ran.
 func (e *executor) run(ctx context.Context, p Plan) (wire.NodeReport, error) {
-	rep := wire.NodeReport{Failed: append([]string(nil), p.Failed...), Kept: append([]string(nil), p.Kept...)}
+	rep := wire.NodeReport{Failed: append([]string(nil), p.Failed...), Kept: append([]string(nil), p.Kept...),
+		Stale: append([]string(nil), p.Stale...)}
 	failed := map[string]bool{}
 	deleting := map[string]bool{}
 	for _, s := range p.Steps {
@@ -43,6 +44,8 @@ func (e *executor) run(ctx context.Context, p Plan) (wire.NodeReport, error) {
 			continue
 		}
 		switch s.Kind {
+		case KindTombstone:
+			e.writeTombstones(s)
 		case KindCleanup:
 			if err := os.Remove(s.Target); err != nil && !errors.Is(err, os.ErrNotExist) {
 				e.log.Warn("remove atomic-write leftover", "path", s.Target, "err", err)
@@ -196,5 +199,18 @@ func (e *executor) mark() {
 func (e *executor) unmark() {
 	if err := os.Remove(e.layout.Marker()); err != nil && !errors.Is(err, os.ErrNotExist) {
 		e.log.Warn("remove dirty marker", "err", err)
+	}
+}
+
+// writeTombstones stores the tombstone file. A failure (a full disk) is
+// logged and the removals go on: stopping a deleted job matters more than
+// refusing a stale copy of it later, which a converge would remove again.
+func (e *executor) writeTombstones(s Step) {
+	err := os.MkdirAll(filepath.Dir(s.Target), 0o700)
+	if err == nil {
+		err = atomicfile.Write(s.Target, s.Content, s.Mode)
+	}
+	if err != nil {
+		e.log.Error("write tombstones; removed jobs are not protected from stale copies", "path", s.Target, "err", err)
 	}
 }

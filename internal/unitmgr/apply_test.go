@@ -229,7 +229,7 @@ func TestCrashBeforeReloadIsRepaired(t *testing.T) {
 	if got := summary(p); !reflect.DeepEqual(got, []string{"cleanup .tmp-" + idA + ".timer-42", "reload", "start " + idA + ".timer"}) {
 		t.Errorf("plan %q", got)
 	}
-	rep, err := m.Reconcile(ctx, []wire.Job{job(idA)}, 0)
+	rep, err := m.ReconcileExactly(ctx, []wire.Job{job(idA)})
 	if err != nil || rep.Reloads != 1 {
 		t.Fatalf("repair: %+v %v", rep, err)
 	}

@@ -46,15 +46,20 @@ func New(sys Systemd, unitDir string, paths units.Paths, log *slog.Logger) *Mana
 // differently, so the next Reconcile rewrites every unit.
 func (m *Manager) SetNode(n desired.Node) { m.layout.Node = n }
 
-// Reconcile makes the node's cron units exactly jobs: it adds and rewrites
-// what differs, removes orphaned cron-* units and stops timers of disabled
-// jobs, with at most one daemon-reload.
-//
-// An orphan younger than minOrphanAge is left alone: the desired set is a
-// snapshot, and a job created after it may already have been written by
-// its own workflow. The next reconcile removes it if it is still unwanted.
-func (m *Manager) Reconcile(ctx context.Context, jobs []wire.Job, minOrphanAge time.Duration) (wire.NodeReport, error) {
-	return m.do(ctx, Request{Op: OpReconcile, Jobs: jobs, MinOrphanAge: minOrphanAge})
+// Reconcile makes the node's cron units the core's desired set jobs, read
+// in snap: it adds and rewrites what differs, stops timers of disabled
+// jobs and removes orphans, with at most one daemon-reload. An orphan is
+// a unit the set lacks whose installed write snap saw; one it did not see
+// may be a job created after the snapshot, and stays. Each orphan leaves
+// a tombstone.
+func (m *Manager) Reconcile(ctx context.Context, jobs []wire.Job, snap wire.Snapshot) (wire.NodeReport, error) {
+	return m.do(ctx, Request{Op: OpReconcile, Jobs: jobs, Snapshot: snap})
+}
+
+// ReconcileExactly is an operator's reconcile: jobs is complete, every
+// other cron unit goes, and no tombstone is left.
+func (m *Manager) ReconcileExactly(ctx context.Context, jobs []wire.Job) (wire.NodeReport, error) {
+	return m.do(ctx, Request{Op: OpReconcile, Jobs: jobs, Operator: true})
 }
 
 // Apply adds or updates the given jobs and leaves every other unit alone.
@@ -62,10 +67,18 @@ func (m *Manager) Apply(ctx context.Context, jobs []wire.Job) (wire.NodeReport, 
 	return m.do(ctx, Request{Op: OpApply, Jobs: jobs})
 }
 
-// Remove stops and removes the units of the named jobs (cron-{tenant}-{id}).
-// A running service is left to finish; systemd keeps it loaded until then.
+// Delete stops and removes the units of jobs the core deleted at version
+// (0: not said), and leaves tombstones so that no version up to it comes
+// back. A running service is left to finish; systemd keeps it loaded
+// until then.
+func (m *Manager) Delete(ctx context.Context, names []string, version int64) (wire.NodeReport, error) {
+	return m.do(ctx, Request{Op: OpRemove, Names: names, Version: version})
+}
+
+// Remove is an operator's removal: like Delete, but without tombstones
+// (the job may still be the core's; its next converge puts it back).
 func (m *Manager) Remove(ctx context.Context, names []string) (wire.NodeReport, error) {
-	return m.do(ctx, Request{Op: OpRemove, Names: names})
+	return m.do(ctx, Request{Op: OpRemove, Names: names, Operator: true})
 }
 
 // Plan returns what req would do, changing nothing.

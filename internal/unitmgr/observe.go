@@ -45,6 +45,7 @@ func (m *Manager) observe(ctx context.Context, req Request) (Observed, error) {
 	if _, err := os.Stat(m.layout.Marker()); err == nil {
 		obs.Dirty = true
 	}
+	obs.Tombstones = m.tombstones()
 	if obs.Temps, err = m.temps(); err != nil {
 		return obs, err
 	}
@@ -52,6 +53,27 @@ func (m *Manager) observe(ctx context.Context, req Request) (Observed, error) {
 		obs.LockDirOK[j.LockDir()] = m.lockDirOK(j.LockDir(), j.User, j.Group)
 	}
 	return obs, nil
+}
+
+// tombstones reads the tombstone file. A missing file is none; an
+// unreadable one is logged and counts as none: losing tombstones only
+// reopens the window in which a stale message can reinstall a removed
+// job (the next converge removes it again), while failing here would stop
+// every change to the node. The next removal rewrites the file.
+func (m *Manager) tombstones() map[string]Tombstone {
+	b, err := os.ReadFile(m.layout.TombstonePath())
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+		return map[string]Tombstone{}
+	}
+	var ts map[string]Tombstone
+	if err == nil {
+		ts, err = decodeTombstones(b)
+	}
+	if err != nil {
+		m.log.Error("tombstones unreadable; treated as none", "path", m.layout.TombstonePath(), "err", err)
+		return map[string]Tombstone{}
+	}
+	return ts
 }
 
 // scope lists the unit names a request may touch.
@@ -106,21 +128,14 @@ func (m *Manager) readUnit(name string) (OnDisk, error) {
 	for ext, path := range map[string]string{
 		extTimer: m.layout.unitPath(name, extTimer), extService: m.layout.unitPath(name, extService), extSpec: m.layout.specPath(name),
 	} {
-		fi, err := os.Stat(path)
+		b, err := os.ReadFile(path)
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
 			continue // ENOTDIR: a broken spec dir holds no spec either
 		}
 		if err != nil {
-			return d, fmt.Errorf("stat %s: %w", path, err)
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
 			return d, fmt.Errorf("read %s: %w", path, err)
 		}
 		d.Files[ext] = b
-		if fi.ModTime().After(d.ModTime) {
-			d.ModTime = fi.ModTime()
-		}
 	}
 	return d, nil
 }
@@ -191,6 +206,7 @@ func (m *Manager) temps() ([]TempFile, error) {
 		filepath.Join(m.layout.UnitDir, atomicfile.TempPrefix+wire.UnitPrefix+"*"),
 		filepath.Join(m.layout.Paths.SpecDir, atomicfile.TempPrefix+wire.UnitPrefix+"*"),
 		filepath.Join(m.layout.Paths.SpecDir, atomicfile.TempPrefix+dirtyMarker+"-*"),
+		filepath.Join(m.layout.Paths.SpecDir, atomicfile.TempPrefix+tombstoneFile+"-*"),
 	} {
 		matches, err := filepath.Glob(pattern)
 		if err != nil {

@@ -27,11 +27,25 @@ const (
 
 // Request is one operation on the node's cron units.
 type Request struct {
-	Op           Op
-	Jobs         []wire.Job // OpApply, OpReconcile
-	Names        []string   // OpRemove: cron-{tenant}-{id}
-	MinOrphanAge time.Duration
-	Now          time.Time
+	Op    Op
+	Jobs  []wire.Job // OpApply, OpReconcile
+	Names []string   // OpRemove: cron-{tenant}-{id}
+	// Snapshot (OpReconcile) is the core's snapshot the desired set was
+	// read in: a unit the set lacks is an orphan only if the snapshot saw
+	// the write the unit was installed from; otherwise the job may have
+	// been created after it.
+	Snapshot wire.Snapshot
+	// Version (OpRemove) is the version at which the core deleted the
+	// jobs; their tombstones refuse every version up to it (0: the core
+	// did not say; the installed version is used).
+	Version int64
+	// Operator marks an operator's command (the node-agent CLI), not the
+	// core's: a reconcile's set is complete (every unit not in it goes,
+	// whatever the snapshot), and its removals leave no tombstone, since
+	// the core did not delete those jobs and its next converge may put
+	// live ones back.
+	Operator bool
+	Now      time.Time
 }
 
 // TempMaxAge is how old an atomic-write temp file must be before a plan
@@ -64,10 +78,10 @@ const (
 	extSpec    = ".json"
 )
 
-// OnDisk is what one unit name has on disk.
+// OnDisk is what one unit name has on disk. No file times: what is an
+// orphan is decided by the core's snapshot, never by age.
 type OnDisk struct {
-	Files   map[string][]byte // by extension; absent = no file
-	ModTime time.Time         // of the newest of them
+	Files map[string][]byte // by extension; absent = no file
 }
 
 // TempFile is a leftover of an interrupted atomic write.
@@ -78,6 +92,7 @@ type TempFile struct {
 
 // Observed is what the disk and systemd say before a plan.
 type Observed struct {
+	Tombstones map[string]Tombstone  // by unit name, as the tombstone file has them
 	Disk       map[string]OnDisk     // by unit name
 	Enabled    map[string]bool       // unit names whose timer is enabled
 	Loaded     map[string]LoadedUnit // by unit file name (x.timer, x.service)
@@ -94,16 +109,17 @@ type Kind string
 
 // Step kinds, in the order a plan runs them.
 const (
-	KindCleanup Kind = "cleanup" // remove an atomic-write leftover
-	KindStop    Kind = "stop"
-	KindDisable Kind = "disable"
-	KindLockDir Kind = "lockdir" // create/fix the job's lock dir on shared storage
-	KindWrite   Kind = "write"
-	KindRemove  Kind = "remove"
-	KindEnable  Kind = "enable"
-	KindReload  Kind = "reload"
-	KindStart   Kind = "start"
-	KindRestart Kind = "restart"
+	KindTombstone Kind = "tombstone" // record removals, so older copies of the jobs stay out
+	KindCleanup   Kind = "cleanup"   // remove an atomic-write leftover
+	KindStop      Kind = "stop"
+	KindDisable   Kind = "disable"
+	KindLockDir   Kind = "lockdir" // create/fix the job's lock dir on shared storage
+	KindWrite     Kind = "write"
+	KindRemove    Kind = "remove"
+	KindEnable    Kind = "enable"
+	KindReload    Kind = "reload"
+	KindStart     Kind = "start"
+	KindRestart   Kind = "restart"
 )
 
 // Step is one action of a plan.
@@ -130,7 +146,8 @@ func (s Step) String() string {
 type Plan struct {
 	Steps  []Step   `json:"steps"`
 	Failed []string `json:"failed,omitempty"` // jobs that cannot be applied, with the reason
-	Kept   []string `json:"kept,omitempty"`   // jobs the node has in a newer version
+	Kept   []string `json:"kept,omitempty"`   // jobs the node has in a newer version, or newer than the snapshot
+	Stale  []string `json:"stale,omitempty"`  // jobs refused by a tombstone: removed at their version or later
 }
 
 // intent is the wanted end state of one unit name.
@@ -140,7 +157,8 @@ type intent struct {
 	files   map[string][]byte // by extension; nil when the job could not render
 	delete  bool
 	enabled bool
-	why     string // why it is deleted
+	why     string     // why it is deleted
+	tomb    *Tombstone // deleted on the core's word: remember it
 }
 
 // MakePlan decides, without I/O, what brings the observed state to what
@@ -150,6 +168,9 @@ func MakePlan(l Layout, req Request, obs Observed) (Plan, error) {
 	intents, err := intentsFor(l, req, obs, &p)
 	if err != nil {
 		return Plan{}, err
+	}
+	if t, ok := tombstoneStep(l, intents, obs, req.Now); ok {
+		p.Steps = append(p.Steps, t)
 	}
 	p.Steps = append(p.Steps, cleanupSteps(obs, req.Now)...)
 	for _, phase := range []func(Layout, intent, Observed) []Step{stopSteps, disableSteps, lockDirSteps, writeSteps, removeSteps, enableSteps} {
@@ -173,6 +194,10 @@ func intentsFor(l Layout, req Request, obs Observed, p *Plan) ([]intent, error) 
 	case OpApply, OpReconcile:
 		for i := range req.Jobs {
 			j := req.Jobs[i]
+			if t, ok := obs.Tombstones[j.UnitName()]; ok && t.Refuses(j, req.Now) {
+				p.Stale = append(p.Stale, j.UnitName())
+				continue
+			}
 			in, kept, err := jobIntent(l, j, obs)
 			switch {
 			case kept:
@@ -191,7 +216,7 @@ func intentsFor(l Layout, req Request, obs Observed, p *Plan) ([]intent, error) 
 			if !validUnitName(n) {
 				return nil, fmt.Errorf("remove: %q is not a cron unit name", n)
 			}
-			byName[n] = intent{name: n, delete: true, why: "removal requested"}
+			byName[n] = removeIntent(n, req, obs)
 		}
 	default:
 		return nil, fmt.Errorf("plan: unknown operation %q", req.Op)
@@ -204,6 +229,21 @@ func intentsFor(l Layout, req Request, obs Observed, p *Plan) ([]intent, error) 
 	return out, nil
 }
 
+// removeIntent deletes a named unit. The core's delete leaves a tombstone
+// at the delete's version (or the installed one, if higher or the core
+// did not say), so that a version sent before the delete stays out.
+func removeIntent(name string, req Request, obs Observed) intent {
+	in := intent{name: name, delete: true, why: "removal requested"}
+	if req.Operator {
+		return in
+	}
+	in.why = "job deleted"
+	if v := max(req.Version, installedSpec(obs, name).Version); v > 0 {
+		in.tomb = &Tombstone{Version: v, At: req.Now}
+	}
+	return in
+}
+
 func validUnitName(n string) bool {
 	return strings.HasPrefix(n, wire.UnitPrefix) && !strings.ContainsAny(n, "/\x00") && len(n) > len(wire.UnitPrefix)
 }
@@ -214,8 +254,8 @@ func validUnitName(n string) bool {
 // stops whatever else is wrong with it.
 func jobIntent(l Layout, j wire.Job, obs Observed) (intent, bool, error) {
 	in := intent{name: j.UnitName(), job: &j, enabled: j.Enabled}
-	if have, ok := specVersion(obs.Disk[in.name].Files[extSpec]); ok && have > j.Version {
-		return in, true, nil
+	if have := installedSpec(obs, in.name); have.ok && have.Version > j.Version {
+		return in, true, nil // never revert: a newer version is installed
 	}
 	uj, spec, err := desired.Translate(j, l.Node)
 	if err != nil {
@@ -233,41 +273,67 @@ func jobIntent(l Layout, j wire.Job, obs Observed) (intent, bool, error) {
 	return in, false, nil
 }
 
-func specVersion(b []byte) (int64, bool) {
-	var s struct {
-		Version int64 `json:"version"`
-	}
+// specInfo is what a unit's spec on disk says it was written from.
+type specInfo struct {
+	Version int64  `json:"version"`
+	Rev     uint64 `json:"rev"`
+	ok      bool   // there is a readable spec
+}
+
+// installedSpec reads the version and revision of a unit's spec. A unit
+// without a readable spec (a half-done removal, a spec from before
+// revisions) has revision 0, which every real snapshot has seen.
+func installedSpec(obs Observed, name string) specInfo {
+	var s specInfo
+	b := obs.Disk[name].Files[extSpec]
 	if b == nil || json.Unmarshal(b, &s) != nil {
-		return 0, false
+		return specInfo{}
 	}
-	return s.Version, true
+	s.ok = true
+	return s
 }
 
 // addOrphans marks for deletion every cron unit on disk or loaded that the
-// desired set lacks, unless its newest file is younger than MinOrphanAge:
-// the set is a snapshot, and a job created after it may already have been
-// written by its own workflow.
+// desired set lacks and whose installed write the set's snapshot saw: that
+// job left the set before the snapshot. One the snapshot did not see may
+// have been created after it (its own workflow already wrote it), so it
+// stays, reported as kept; a later converge decides. Never by file age: a
+// clock or a slow snapshot cannot make a live job look old.
 func addOrphans(byName map[string]intent, req Request, obs Observed, p *Plan) {
-	want := map[string]bool{}
+	done := map[string]bool{}
 	for _, j := range req.Jobs {
-		want[j.UnitName()] = true
+		done[j.UnitName()] = true
 	}
 	consider := func(name string) {
-		if _, seen := byName[name]; seen || want[name] {
+		if _, seen := byName[name]; seen || done[name] {
 			return
 		}
-		if d, ok := obs.Disk[name]; ok && req.Now.Sub(d.ModTime) < req.MinOrphanAge {
+		done[name] = true
+		have := installedSpec(obs, name)
+		if !req.Operator && !req.Snapshot.Sees(have.Rev) {
+			p.Kept = append(p.Kept, name)
 			return
 		}
-		byName[name] = intent{name: name, delete: true, why: "orphan: not in the desired set"}
+		in := intent{name: name, delete: true, why: "orphan: not in the desired set"}
+		if !req.Operator {
+			snap := req.Snapshot
+			in.why = "orphan: not in the desired set, whose snapshot saw the write it was installed from"
+			in.tomb = &Tombstone{Version: have.Version, Seen: &snap, At: req.Now}
+		}
+		byName[name] = in
 	}
+	var names []string
 	for name := range obs.Disk {
-		consider(name)
+		names = append(names, name)
 	}
 	for file, u := range obs.Loaded {
 		if name, ok := strings.CutSuffix(file, extTimer); ok && u.ActiveState == "active" {
-			consider(name)
+			names = append(names, name)
 		}
+	}
+	sort.Strings(names) // a stable report
+	for _, name := range names {
+		consider(name)
 	}
 }
 

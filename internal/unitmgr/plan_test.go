@@ -36,7 +36,13 @@ func job(id string, mods ...func(*wire.Job)) wire.Job {
 }
 
 func version(v int64) func(*wire.Job) { return func(j *wire.Job) { j.Version = v } }
-func disabled(j *wire.Job)            { j.Enabled = false }
+func rev(r uint64) func(*wire.Job)    { return func(j *wire.Job) { j.Rev = r } }
+
+// testSnap is a converge's snapshot: transactions below 100 had finished,
+// 105 was in progress, 110 and above had not started.
+var testSnap = wire.Snapshot{Xmin: 100, Xmax: 110, Xip: []uint64{105}}
+
+func disabled(j *wire.Job) { j.Enabled = false }
 
 // installed is the state of a node on which jobs were applied a while ago:
 // files as rendered, timers enabled and running for enabled jobs, lock
@@ -59,7 +65,7 @@ func installed(t *testing.T, jobs ...wire.Job) Observed {
 			t.Fatal(err)
 		}
 		n := j.UnitName()
-		obs.Disk[n] = OnDisk{Files: map[string][]byte{extTimer: r.Timer, extService: r.Service, extSpec: sb}, ModTime: testNow.Add(-time.Hour)}
+		obs.Disk[n] = OnDisk{Files: map[string][]byte{extTimer: r.Timer, extService: r.Service, extSpec: sb}}
 		obs.LockDirOK[j.LockDir()] = true
 		state := "inactive"
 		if j.Enabled {
@@ -121,29 +127,25 @@ func TestMakePlan(t *testing.T) {
 		{"disable: stop first, then disable, no reload",
 			apply(job(idA, version(2), disabled)), installed(t, a),
 			[]string{"stop " + idA + ".timer", "disable " + idA + ".timer", "write " + idA + ".json"}, 0, 0},
-		{"delete", Request{Op: OpRemove, Names: []string{a.UnitName()}, Now: testNow}, installed(t, a, b), []string{
-			"stop " + idA + ".timer", "disable " + idA + ".timer",
+		{"delete", Request{Op: OpRemove, Names: []string{a.UnitName()}, Version: 2, Now: testNow}, installed(t, a, b), []string{
+			"tombstone .tombstones.json", "stop " + idA + ".timer", "disable " + idA + ".timer",
 			"remove " + idA + ".timer", "remove " + idA + ".service", "remove " + idA + ".json", "reload"}, 0, 0},
-		{"delete of a unit that is not there: nothing", Request{Op: OpRemove, Names: []string{c.UnitName()}, Now: testNow},
+		{"operator's removal of a unit that is not there: nothing", Request{Op: OpRemove, Names: []string{c.UnitName()}, Operator: true, Now: testNow},
 			installed(t, a), nil, 0, 0},
-		{"reconcile: old orphan removed, young orphan and desired jobs kept",
-			Request{Op: OpReconcile, Jobs: []wire.Job{a}, MinOrphanAge: 30 * time.Second, Now: testNow},
-			with(installed(t, a, b, c), func(o *Observed) {
-				d := o.Disk[c.UnitName()]
-				d.ModTime = testNow.Add(-10 * time.Second)
-				o.Disk[c.UnitName()] = d
-			}), []string{
-				"stop " + idB + ".timer", "disable " + idB + ".timer",
-				"remove " + idB + ".timer", "remove " + idB + ".service", "remove " + idB + ".json", "reload"}, 0, 0},
+		{"reconcile: orphan the snapshot saw removed, one written after it and desired jobs kept",
+			Request{Op: OpReconcile, Jobs: []wire.Job{a}, Snapshot: testSnap, Now: testNow},
+			installed(t, a, job(idB, rev(90)), job(idC, rev(120))), []string{
+				"tombstone .tombstones.json", "stop " + idB + ".timer", "disable " + idB + ".timer",
+				"remove " + idB + ".timer", "remove " + idB + ".service", "remove " + idB + ".json", "reload"}, 1, 0},
 		{"reconcile: a half-removed unit (spec only) is an orphan",
-			Request{Op: OpReconcile, Now: testNow},
+			Request{Op: OpReconcile, Snapshot: testSnap, Now: testNow},
 			with(empty(), func(o *Observed) {
-				o.Disk[b.UnitName()] = OnDisk{Files: map[string][]byte{extSpec: []byte(`{"version":1}`)}, ModTime: testNow.Add(-time.Hour)}
-			}), []string{"remove " + idB + ".json"}, 0, 0},
+				o.Disk[b.UnitName()] = OnDisk{Files: map[string][]byte{extSpec: []byte(`{"version":1}`)}}
+			}), []string{"tombstone .tombstones.json", "remove " + idB + ".json"}, 0, 0},
 		{"reconcile: a running timer with no files is stopped",
-			Request{Op: OpReconcile, Now: testNow},
+			Request{Op: OpReconcile, Snapshot: testSnap, Now: testNow},
 			with(installed(t, b), func(o *Observed) { delete(o.Disk, b.UnitName()); delete(o.Enabled, b.UnitName()) }),
-			[]string{"stop " + idB + ".timer"}, 0, 0},
+			[]string{"tombstone .tombstones.json", "stop " + idB + ".timer"}, 0, 0},
 		{"crash leftover: dirty marker forces a reload",
 			apply(a), with(installed(t, a), func(o *Observed) { o.Dirty = true }), []string{"reload"}, 0, 0},
 		{"crash leftover: NeedDaemonReload forces a reload",

@@ -91,6 +91,11 @@ type Job struct {
 	ID      string `json:"id"`
 	Tenant  string `json:"tenant"`
 	Version int64  `json:"version"`
+	// Rev is the PostgreSQL transaction (xid8) that wrote this version of
+	// the job: with the Snapshot of a converge it tells whether that
+	// write was already visible to the snapshot (see Snapshot.Sees).
+	// 0: unknown (a core from before revisions).
+	Rev     uint64 `json:"rev,omitempty"`
 	Enabled bool   `json:"enabled"`
 	// NotBefore is when the job was last enabled or had its schedule
 	// changed: no slot before it ever runs, whatever systemd does.
@@ -136,7 +141,8 @@ type NodeReport struct {
 	Disabled []string `json:"disabled"` // timers disabled
 	Reloads  int      `json:"reloads"`  // daemon-reloads issued (0 or 1)
 	Failed   []string `json:"failed"`   // jobs that could not be applied, with the reason
-	Kept     []string `json:"kept"`     // jobs the node has in a newer version
+	Kept     []string `json:"kept"`     // jobs the node has in a newer version, or newer than a converge's snapshot
+	Stale    []string `json:"stale"`    // jobs refused: the node removed them at this version or later (a tombstone)
 }
 
 // Changed reports whether the call changed anything on the node.

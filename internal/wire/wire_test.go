@@ -19,3 +19,16 @@ func TestValidID(t *testing.T) {
 		}
 	}
 }
+
+// Sees is pg_visible_in_snapshot for a committed transaction.
+func TestSnapshotSees(t *testing.T) {
+	s := Snapshot{Xmin: 100, Xmax: 110, Xip: []uint64{103, 107}}
+	for rev, want := range map[uint64]bool{0: true, 99: true, 100: true, 103: false, 105: true, 107: false, 109: true, 110: false, 500: false} {
+		if got := s.Sees(rev); got != want {
+			t.Errorf("Sees(%d) = %v, want %v", rev, got, want)
+		}
+	}
+	if (Snapshot{}).Sees(0) || (Snapshot{}).Sees(1) {
+		t.Error("the zero snapshot sees a write")
+	}
+}

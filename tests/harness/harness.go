@@ -443,7 +443,7 @@ func (c *Cluster) StartNode(n string) error {
 // agentDropIn makes the packaged agent service quicker for tests.
 const agentDropIn = `[Service]
 ExecStart=
-ExecStart=/usr/local/bin/node-agent run --config /etc/hostcron/node.json --redeliver-every=2s --min-orphan-age=0
+ExecStart=/usr/local/bin/node-agent run --config /etc/hostcron/node.json --redeliver-every=2s
 RestartSec=1
 `
 
