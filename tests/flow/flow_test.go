@@ -223,7 +223,19 @@ func TestRunNowAndDelete(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 	}
 	call(t, "DELETE", "/api/v1/cron-jobs/"+id, "", 202)
-	deadline = time.Now().Add(60 * time.Second)
+	waitGone(t, id, 60*time.Second)
+	for _, node := range c.Nodes {
+		if _, ok := c.State(t, node)[unitName(id)]; ok {
+			t.Errorf("%s still has the deleted job's units", node)
+		}
+	}
+}
+
+// waitGone polls until the API no longer has the job (its delete
+// workflow removed the row).
+func waitGone(t testing.TB, id string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
 	for {
 		req, _ := http.NewRequest("GET", c.APIURL+"/api/v1/cron-jobs/"+id, nil)
 		req.Header.Set("X-API-Key", key)
@@ -231,7 +243,7 @@ func TestRunNowAndDelete(t *testing.T) {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 404 {
-				break
+				return
 			}
 		}
 		if time.Now().After(deadline) {
@@ -239,9 +251,41 @@ func TestRunNowAndDelete(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	for _, node := range c.Nodes {
-		if _, ok := c.State(t, node)[unitName(id)]; ok {
-			t.Errorf("%s still has the deleted job's units", node)
+}
+
+// TestDeleteWhileNodeDown: a node that was down while a job was deleted
+// still has its units when it returns; its converge removes them as an
+// orphan (the snapshot saw the write they came from), leaves a tombstone,
+// and keeps every live job.
+func TestDeleteWhileNodeDown(t *testing.T) {
+	id := createJob(t, "0 7 * * *")
+	waitStatus(t, id, "active", 60*time.Second)
+	if err := c.StopNode("node3"); err != nil {
+		t.Fatal(err)
+	}
+	call(t, "DELETE", "/api/v1/cron-jobs/"+id, "", 202)
+	waitGone(t, id, 90*time.Second)
+	if err := c.StartNode("node3"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		if _, ok := c.State(t, "node3")[unitName(id)]; !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("node3 kept the deleted job's units after it converged")
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	tomb, err := os.ReadFile(c.Root("node3") + "/var/lib/hostcron/jobs/.tombstones.json")
+	if err != nil || !strings.Contains(string(tomb), unitName(id)) {
+		t.Errorf("node3's tombstones lack the orphan %s: %v\n%s", unitName(id), err, tomb)
+	}
+	st := c.State(t, "node3")
+	for _, live := range created {
+		if !st[unitName(live)].TimerActive {
+			t.Errorf("node3 lost the live job %s in the converge", unitName(live))
 		}
 	}
 }
