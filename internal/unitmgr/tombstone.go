@@ -3,6 +3,7 @@ package unitmgr
 import (
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -41,7 +42,7 @@ const MaxTombstones = 10000
 const tombstoneFile = ".tombstones.json"
 
 // TombstonePath is where the node's tombstones are kept.
-func (l Layout) TombstonePath() string { return l.Paths.SpecDir + "/" + tombstoneFile }
+func (l Layout) TombstonePath() string { return filepath.Join(l.Paths.SpecDir, tombstoneFile) }
 
 // live reports whether the tombstone still counts at now.
 func (t Tombstone) live(now time.Time) bool { return now.Sub(t.At) < TombstoneTTL }
