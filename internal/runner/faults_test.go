@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hostcron/hostcron/internal/clockoffset"
 	"github.com/hostcron/hostcron/internal/jobspec"
 )
 
@@ -160,9 +161,21 @@ func setCommand(t *testing.T, env Env, command string) {
 	}
 }
 
-// Rule 4: a stamp far in the future is corrupt: overwritten, with a warning.
+// withClock gives env the agent's clock measurement r.
+func withClock(t *testing.T, env Env, r clockoffset.Reading) Env {
+	t.Helper()
+	env.ClockFile = filepath.Join(t.TempDir(), "clock-offset.json")
+	if err := clockoffset.WriteFile(env.ClockFile, r); err != nil {
+		t.Fatal(err)
+	}
+	return env
+}
+
+// Rule 4: a stamp far in the future is corrupt: a node whose clock the
+// agent verified overwrites it, with a warning, so it cannot silence the job.
 func TestFutureStampIsOverwritten(t *testing.T) {
 	env, locks := setup(t, "touch ran")
+	env = withClock(t, env, clockoffset.Reading{OffsetSeconds: 0.4, MeasuredAt: env.Now().Add(-time.Minute)})
 	stamp := filepath.Join(locks, "cron-"+id+".slot")
 	if err := os.WriteFile(stamp, []byte("2027-01-01T00:00:00Z\n"), 0o600); err != nil {
 		t.Fatal(err)

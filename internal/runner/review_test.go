@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hostcron/hostcron/internal/clockoffset"
 )
 
 // A node whose runtime dir cannot take the record (/run full or read-only)
@@ -33,22 +35,43 @@ func TestNoRecordNoRun(t *testing.T) {
 }
 
 // A node whose clock is more than MaxSkew behind reads a correct stamp as
-// "corrupt, in the future" and overwrites it with its own (older) slot:
-// the stamp goes backwards, and a correct node that fires the same slot a
-// few seconds later (RandomizedDelaySec) runs it a second time.
+// "corrupt, in the future". Overwriting it with its own (older) slot would
+// rewind the stamp, and a correct node that fires the same slot a few
+// seconds later (RandomizedDelaySec) would run it a second time. Its clock
+// is not verified (no measurement) or measured off: it overwrites nothing,
+// runs nothing, and reports a platform error naming its clock.
 func TestSlowClockNodeDoesNotRewindStamp(t *testing.T) {
-	t.Skip("open: a stamp ahead of MaxSkew is overwritten by design (docs/semantics.md, Clocks); see review finding")
 	now := time.Date(2026, 11, 21, 12, 0, 2, 0, time.UTC)
-	env, _ := setupWith(t, "echo x >> ran", "0 * * * * *", now) // node1 runs 12:00 at 12:00:02
-	if code := Run(env); code != 0 {
-		t.Fatalf("exit %d", code)
-	}
-	slow := otherNode(t, env, "slow", now.Add(-11*time.Minute)) // its clock says 11:49:02: fires 11:49
-	Run(slow)
-	late := otherNode(t, env, "node2", now.Add(10*time.Second)) // correct clock, larger random delay
-	if code := Run(late); code != ExitSkip {
-		b, _ := os.ReadFile(filepath.Join(filepath.Dir(env.SpecPath), "www", "ran"))
-		t.Fatalf("12:00 ran twice (exit %d, webroot ran=%q)", code, b)
+	for _, tt := range []struct {
+		name    string
+		reading *clockoffset.Reading // the slow node's; nil: never measured
+		reason  string
+	}{
+		{"clock not measured", nil, "not measured"},
+		{"clock measured 11 minutes behind", &clockoffset.Reading{OffsetSeconds: 660, MeasuredAt: now.Add(-11*time.Minute - 30*time.Second)}, "11m0s off the core API's"},
+		{"measurement stale", &clockoffset.Reading{OffsetSeconds: 0, MeasuredAt: now.Add(-11*time.Minute - ClockFresh - time.Second)}, "not within 15m0s"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			env, _ := setupWith(t, "echo x >> ran", "0 * * * * *", now) // node1 runs 12:00 at 12:00:02
+			if code := Run(env); code != 0 {
+				t.Fatalf("exit %d", code)
+			}
+			slow := otherNode(t, env, "slow", now.Add(-11*time.Minute)) // its clock says 11:49:02: fires 11:49
+			if tt.reading != nil {
+				slow = withClock(t, slow, *tt.reading)
+			}
+			if code := Run(slow); code != 1 {
+				t.Errorf("slow node exit %d, want 1", code)
+			}
+			if r := record(t, slow); r.Kind != KindPlatformError || !strings.Contains(r.Reason, tt.reason) || !strings.Contains(r.Reason, "node slow") {
+				t.Errorf("slow node record %+v: want a platform error naming its clock (%q)", r, tt.reason)
+			}
+			late := otherNode(t, env, "node2", now.Add(10*time.Second)) // correct clock, larger random delay
+			if code := Run(late); code != ExitSkip {
+				b, _ := os.ReadFile(filepath.Join(filepath.Dir(env.SpecPath), "www", "ran"))
+				t.Fatalf("12:00 ran twice (exit %d, webroot ran=%q)", code, b)
+			}
+		})
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hostcron/hostcron/internal/clockoffset"
 	"github.com/hostcron/hostcron/internal/jobspec"
 	"github.com/hostcron/hostcron/internal/schedule"
 	"github.com/hostcron/hostcron/internal/wire"
@@ -40,6 +41,9 @@ type Env struct {
 	KernelMemoryLimit bool
 	// ManualDir holds run-now requests written by the node agent.
 	ManualDir string
+	// ClockFile is the agent's latest measurement of this node's clock
+	// (wire.ClockOffsetFile); "" is none.
+	ClockFile string
 	// Start is systemd's word on why the service started.
 	Start Start
 	Log   *slog.Logger
@@ -58,6 +62,7 @@ func Main() int {
 
 		KernelMemoryLimit: kernelEnforcesMemory(),
 		ManualDir:         wire.RunNowDir,
+		ClockFile:         wire.ClockOffsetFile,
 		Start:             startFromEnv(),
 		Log:               slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "cron-run"),
 	}
@@ -138,6 +143,14 @@ func won(env Env, spec jobspec.Spec, d decision, rec Record) int {
 	if err != nil {
 		return platformError(env, rec, fmt.Errorf("%w (not running: fail closed)", err))
 	}
+	if !ok && aheadOf(st, env.Now()) {
+		if v := judgeFutureStamp(st, readClock(env), env.Now()); !v.Overwrite {
+			return platformError(env, rec, errors.New(v.Reason))
+		}
+	}
+	if !ok {
+		st = Stamp{} // corrupt: nothing in it is kept
+	}
 	if warn != "" {
 		env.Log.Warn(warn, "run_key", d.Key)
 		rec.Warning = warn
@@ -189,6 +202,20 @@ func won(env Env, spec jobspec.Spec, d decision, rec Record) int {
 		}
 	}
 	return runCommand(env, spec, rec, stampPath, lease)
+}
+
+// readClock returns the agent's latest clock measurement, or nil when
+// there is none to trust (missing, unreadable): the caller fails closed.
+func readClock(env Env) *clockoffset.Reading {
+	if env.ClockFile == "" {
+		return nil
+	}
+	r, err := clockoffset.ReadFile(env.ClockFile)
+	if err != nil {
+		env.Log.Warn("clock offset unknown", "err", err)
+		return nil
+	}
+	return &r
 }
 
 // claimRequest records a run-now request as started; done reports that it

@@ -34,8 +34,10 @@ type Stamp struct {
 
 // readStamp loads the stamp. A missing stamp is ok=false; a stamp that
 // cannot be read is an error (the caller fails closed); a stamp that does
-// not parse or lies further ahead than MaxSkew is corrupt: ok=false and a
-// warning, so the winner overwrites it.
+// not parse is corrupt: ok=false and a warning, so the winner overwrites
+// it. A stamp further ahead than MaxSkew (aheadOf) is ok=false with a
+// warning too, but returned: the winner overwrites it only when its own
+// clock is verified (judgeFutureStamp).
 func readStamp(path string, now time.Time) (st Stamp, ok bool, warn string, err error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -50,8 +52,8 @@ func readStamp(path string, now time.Time) (st Stamp, ok bool, warn string, err 
 	} else if jerr := json.Unmarshal(b, &st); jerr != nil {
 		return Stamp{}, false, fmt.Sprintf("slot stamp %s is corrupt (%q), overwritten", path, truncate(text, 60)), nil
 	}
-	if st.Slot.After(now.Add(MaxSkew)) {
-		return Stamp{}, false, fmt.Sprintf("slot stamp %s names %s, more than %s ahead of this node's clock: corrupt, overwritten",
+	if aheadOf(st, now) {
+		return st, false, fmt.Sprintf("slot stamp %s names %s, more than %s ahead of this node's clock: corrupt, overwritten",
 			path, st.Slot.UTC().Format(time.RFC3339), MaxSkew), nil
 	}
 	return st, true, "", nil

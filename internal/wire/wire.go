@@ -209,6 +209,10 @@ const (
 	// RunNowDir holds run-now requests, one file per unit: written by the
 	// node agent, read by the runner (world-readable, not secret).
 	RunNowDir = "/run/hostcron/manual"
+	// ClockOffsetFile is the node agent's latest measurement of this
+	// node's clock against the core API's (clockoffset.Reading), read by
+	// the runner before it overwrites a stamp from the future.
+	ClockOffsetFile = "/run/hostcron/clock-offset.json"
 )
 
 // Signals are the names a run may report as what killed it (Linux, as
