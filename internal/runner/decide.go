@@ -19,7 +19,7 @@ const (
 	// (a restarted timer, or a oneshot that overran and was queued again).
 	FireMargin = 20 * time.Second
 	// RequestTTL is how long a run-now request waits for its start.
-	RequestTTL = 5 * time.Minute
+	RequestTTL = wire.RunNowTTL
 	// MaxSkew is how far in the future a stamp may lie before it is
 	// treated as corrupt: a node clock this wrong is broken, and a stamp
 	// written by it would stop the job for as long.

@@ -7,6 +7,7 @@
 package wire
 
 import (
+	"errors"
 	"regexp"
 	"time"
 )
@@ -203,6 +204,17 @@ type RunNowRequest struct {
 	Unit    string `json:"unit"`
 	Request string `json:"request"`
 }
+
+// ErrRunNowNotTaken: no start on the node took a run-now request in time;
+// the core hands it to another node (where a run of the job still holding
+// the lock makes it an overlap skip, reported), never to this one again.
+var ErrRunNowNotTaken = errors.New("run now: request not taken on this node")
+
+// RunNowTTL is how long a run-now request waits on a node for its start:
+// the runner drops an older one, and the node agent waits at most this
+// long for a run of the job on its node to end before it gives the
+// request up there.
+const RunNowTTL = 5 * time.Minute
 
 // Well-known paths on a node.
 const (
