@@ -1,7 +1,8 @@
 // Package clockoffset measures a node's clock against the core API's and
 // keeps the last reading in a small file, so an operator sees a node whose
 // clock drifts before it misnames slots (the runner's fire window and
-// stamps assume clocks within seconds).
+// stamps assume clocks within seconds), and the runner can tell a corrupt
+// stamp from a correct one its own slow clock reads as future.
 package clockoffset
 
 import (

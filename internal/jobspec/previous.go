@@ -153,10 +153,10 @@ func expired(files []keptFile, now time.Time) []string {
 		}
 		byUnit[f.Unit] = append(byUnit[f.Unit], f)
 	}
-	for _, fs := range byUnit {
-		sort.Slice(fs, func(i, j int) bool { return fs[i].Version > fs[j].Version })
-		for i := MaxPrevious; i < len(fs); i++ {
-			out = append(out, fs[i].Name)
+	for _, kept := range byUnit {
+		sort.Slice(kept, func(i, j int) bool { return kept[i].Version > kept[j].Version })
+		for _, f := range kept[min(MaxPrevious, len(kept)):] {
+			out = append(out, f.Name)
 		}
 	}
 	sort.Strings(out)
