@@ -59,3 +59,38 @@ func TestScheduleChangeDuringRunReports(t *testing.T) {
 	job.Enabled = false
 	c.Agent(t, node, []wire.Job{job}, nil, "apply")
 }
+
+// TestRunNowDuringARunRuns: a run-now request that arrives while the job's
+// service runs (a timer fire every 10 s, each a timely one) would merge
+// into the running start and never run. The agent waits for that start
+// to end and starts the service again: the request runs, once, and is
+// reported under its own key.
+func TestRunNowDuringARunRuns(t *testing.T) {
+	const node = "node2"
+	job := c.NewJob(t, "acme", "*/10 * * * * *", "sleep 6", 30, 64, 5)
+	c.Agent(t, node, []wire.Job{job}, nil, "apply")
+	service := job.UnitName() + ".service"
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, _ := c.Exec(node, nil, "systemctl", "show", "-P", "ActiveState", service)
+		if strings.TrimSpace(out) == "activating" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the job's run never started")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	c.Agent(t, node, nil, nil, "run-now", job.UnitName(), "99") // returns once a runner took it
+	key := job.ID + "#manual#99"
+	c.WaitRuns(t, job.ID, 40*time.Second, func(runs []store.Run) bool {
+		for _, r := range runs {
+			if r.RunKey == key && r.Result == wire.ResultSuccess {
+				return true
+			}
+		}
+		return false
+	})
+	job.Enabled = false
+	c.Agent(t, node, []wire.Job{job}, nil, "apply")
+}
