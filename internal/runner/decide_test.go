@@ -150,3 +150,26 @@ func TestJudgeFutureStamp(t *testing.T) {
 		})
 	}
 }
+
+func TestClockForbidsRun(t *testing.T) {
+	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	reading := func(offset, age time.Duration) *clockoffset.Reading {
+		return &clockoffset.Reading{OffsetSeconds: offset.Seconds(), MeasuredAt: now.Add(-age)}
+	}
+	for _, tt := range []struct {
+		name    string
+		reading *clockoffset.Reading
+		why     string // "": runs
+	}{
+		{"never measured: runs (the core API may be down)", nil, ""},
+		{"in sync", reading(time.Second, time.Minute), ""},
+		{"off, within MaxSkew: runs, only future stamps are not overwritten", reading(5*time.Minute, time.Minute), ""},
+		{"fast by more than MaxSkew", reading(-11*time.Minute, time.Minute), "this node's clock is -11m0s off the core API's"},
+		{"slow by more than MaxSkew", reading(11*time.Minute, time.Minute), "11m0s off"},
+		{"far off but stale: unknown, runs", reading(11*time.Minute, ClockFresh+time.Second), ""},
+	} {
+		if got := clockForbidsRun(tt.reading, now); (tt.why == "") != (got == "") || !strings.Contains(got, tt.why) {
+			t.Errorf("%s: %q, want %q", tt.name, got, tt.why)
+		}
+	}
+}

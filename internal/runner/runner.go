@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -111,6 +112,9 @@ func Run(env Env) int {
 		env.Log.Error("cannot write the run record, not contending for the run (another node runs it)", "run_key", d.Key, "err", err)
 		return 1
 	}
+	if why := clockForbidsRun(readClock(env), env.Now()); why != "" {
+		return platformError(env, rec, errors.New(why))
+	}
 	return elect(env, spec, d, rec)
 }
 
@@ -212,7 +216,9 @@ func readClock(env Env) *clockoffset.Reading {
 	}
 	r, err := clockoffset.ReadFile(env.ClockFile)
 	if err != nil {
-		env.Log.Warn("clock offset unknown", "err", err)
+		if !errors.Is(err, fs.ErrNotExist) { // not measured yet is no news
+			env.Log.Warn("clock offset unreadable", "err", err)
+		}
 		return nil
 	}
 	return &r
