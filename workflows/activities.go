@@ -2,8 +2,10 @@ package workflows
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/hostcron/hostcron/internal/trust"
@@ -131,12 +133,45 @@ func (a *NodeActivities) Reconcile(ctx context.Context, jobs []wire.Job, snap wi
 	return a.Units.Reconcile(ctx, jobs, snap)
 }
 
-// RunNow starts one run of a job outside its schedule.
+// RunNow starts one run of a job outside its schedule. The node waits
+// until a runner took the request, which lasts as long as a run of the job
+// already under way on the node (bounded by wire.RunNowTTL), so the
+// activity heartbeats meanwhile. A request no start took in time goes to
+// the next node, not again to this one.
 func (a *NodeActivities) RunNow(ctx context.Context, req wire.RunNowRequest) error {
 	if err := trust.AdmitUnit(req.Unit); err != nil {
 		return notAdmitted(err)
 	}
-	return a.Units.RunNow(ctx, req)
+	stop := heartbeatWhile(ctx, RunNowHeartbeat/3)
+	defer stop()
+	err := a.Units.RunNow(ctx, req)
+	if errors.Is(err, wire.ErrRunNowNotTaken) {
+		return temporal.NewNonRetryableApplicationError(err.Error(), "RunNowNotTaken", err)
+	}
+	return err
+}
+
+// heartbeatWhile records a heartbeat every interval until stop is called.
+func heartbeatWhile(ctx context.Context, every time.Duration) (stop func()) {
+	if !activity.IsActivity(ctx) {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				activity.RecordHeartbeat(ctx)
+			}
+		}
+	}()
+	return func() { close(done) }
 }
 
 // notAdmitted fails a node task for good: a refused task will not be

@@ -3,6 +3,7 @@ package workflows
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"go.temporal.io/sdk/temporal"
@@ -176,5 +177,25 @@ func TestNodeTasksPassSnapshotAndDeleteVersion(t *testing.T) {
 	}
 	if u.deletedAt != 9 {
 		t.Errorf("delete got version %d, want 9", u.deletedAt)
+	}
+}
+
+// A request no start on the node took in time goes to the next node, not
+// to this one again (a retry would write it anew and wait again); any
+// other failure is retried.
+func TestRunNowNotTakenIsFinalOnTheNode(t *testing.T) {
+	unit := "cron-acme-" + tenantJob.ID
+	for _, tt := range []struct {
+		err  error
+		want retry
+	}{
+		{nil, noError},
+		{fmt.Errorf("%w: behind a run", wire.ErrRunNowNotTaken), final},
+		{errors.New("D-Bus gone"), retried},
+	} {
+		a := &NodeActivities{Units: &fakeUnits{err: tt.err}, Admission: admitAll}
+		if got := classify(a.RunNow(context.Background(), wire.RunNowRequest{Unit: unit, Request: "1"})); got != tt.want {
+			t.Errorf("%v: %v, want %v", tt.err, got, tt.want)
+		}
 	}
 }

@@ -131,6 +131,24 @@ func nodeCtx(ctx workflow.Context, nodeID string, timeout time.Duration) workflo
 	})
 }
 
+// RunNowHeartbeat is the heartbeat timeout of the RunNow activity: it
+// waits up to wire.RunNowTTL on the node for a run of the job under way
+// there to end, heart-beating, so a node agent that died mid-wait is
+// noticed in seconds, not at the end of the wait.
+const RunNowHeartbeat = 30 * time.Second
+
+// runNowCtx is nodeCtx for RunNow: the node may wait up to the request's
+// TTL before a start takes it.
+func runNowCtx(ctx workflow.Context, nodeID string, timeout time.Duration) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:              NodeTaskQueue(nodeID),
+		ScheduleToCloseTimeout: timeout + wire.RunNowTTL,
+		StartToCloseTimeout:    wire.RunNowTTL + time.Minute,
+		HeartbeatTimeout:       RunNowHeartbeat,
+		RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: 10 * time.Second},
+	})
+}
+
 // provision applies the job's current state on all its nodes in parallel
 // and records the verdict: active or disabled once every node has it,
 // failed (naming the nodes) otherwise. A deleted job's row goes once every
@@ -196,7 +214,7 @@ func runOnce(ctx workflow.Context, in JobInput, request string) {
 		return
 	}
 	for _, n := range plan.Nodes {
-		err := workflow.ExecuteActivity(nodeCtx(ctx, n.ID, in.NodeTimeout/2), node.RunNow, wire.RunNowRequest{Unit: plan.Job.UnitName(), Request: request}).Get(ctx, nil)
+		err := workflow.ExecuteActivity(runNowCtx(ctx, n.ID, in.NodeTimeout/2), node.RunNow, wire.RunNowRequest{Unit: plan.Job.UnitName(), Request: request}).Get(ctx, nil)
 		if err == nil {
 			return
 		}

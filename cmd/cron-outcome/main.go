@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/hostcron/hostcron/internal/jobspec"
@@ -85,9 +86,9 @@ func run(ctx context.Context, log *slog.Logger) error {
 }
 
 // readRecord reads the tenant-owned run record as hostile input, holding it
-// against the root-only job spec and the unit's environment.
+// against the root-only job specs and the unit's environment.
 func readRecord(specPath, jobID string, log *slog.Logger) (runner.Record, bool, error) {
-	fires, maxVersion, err := trustedSchedules(specPath, jobID, log)
+	specs, err := trustedSpecs(specPath, jobID, log)
 	if err != nil {
 		return runner.Record{}, false, err
 	}
@@ -96,9 +97,7 @@ func readRecord(specPath, jobID string, log *slog.Logger) (runner.Record, bool, 
 	if err != nil {
 		return runner.Record{}, false, err
 	}
-	rec, err := outcome.ReadRecord(dir, outcome.Expect{
-		JobID: jobID, UID: uid, MaxVersion: maxVersion, Fires: fires, Now: time.Now(),
-	})
+	rec, err := outcome.ReadRecord(dir, outcome.Expect{JobID: jobID, UID: uid, Specs: specs, Now: time.Now()})
 	if errors.Is(err, outcome.ErrBadDetails) {
 		log.Warn("run record details refused, reporting what systemd saw", "run_key", rec.RunKey, "err", err)
 		return rec, false, nil
@@ -106,60 +105,57 @@ func readRecord(specPath, jobID string, log *slog.Logger) (runner.Record, bool, 
 	return rec, err == nil, err
 }
 
-// trustedSchedules returns what a record's slot and version are held
-// against: the job spec as it is now, and the spec the run started with
-// (systemd's read-only copy, $CREDENTIALS_DIRECTORY/spec, which stays until
-// the unit has stopped). A schedule or time zone change while a run is
-// under way rewrites the spec file, and the run's slot is then no fire
-// time of the new schedule; held against the new spec alone, the outcome
-// of a run that really happened would be dropped, and the sweeper never
-// counts a slot before the new not_before as lost. Both sources are
-// root's; the tenant can write neither.
-func trustedSchedules(specPath, jobID string, log *slog.Logger) (func(time.Time) bool, int64, error) {
+// trustedSpecs returns what a record's slot and version are held against:
+// the job spec as it is now, and the specs a schedule change or a delete
+// replaced, which the node agent keeps in {spec_dir}/previous (see
+// jobspec.KeepReplaced). The run's own copy ($CREDENTIALS_DIRECTORY) is of
+// no help: systemd 252 removes it before ExecStopPost runs (seen on the
+// test nodes). All of them are root's; the tenant can write none.
+func trustedSpecs(specPath, jobID string, log *slog.Logger) ([]outcome.KnownSpec, error) {
 	paths := []string{specPath}
-	if cd := os.Getenv("CREDENTIALS_DIRECTORY"); cd != "" {
-		paths = append(paths, filepath.Join(cd, "spec"))
+	kept, err := jobspec.Kept(filepath.Dir(specPath), strings.TrimSuffix(filepath.Base(specPath), ".json"))
+	if err != nil {
+		log.Warn("kept job specs not listed", "err", err)
 	}
-	var scheds []*schedule.Schedule
-	var maxVersion int64
+	paths = append(paths, kept...)
+	var specs []outcome.KnownSpec
 	var errs []error
 	for _, p := range paths {
-		spec, err := jobspec.Read(p)
-		if err == nil && spec.ID != jobID {
-			err = fmt.Errorf("job spec %s is of job %s, not %s", p, spec.ID, jobID)
-		}
-		var sched *schedule.Schedule
-		if err == nil {
-			sched, err = schedule.ParseWithSeconds(spec.Schedule, spec.Timezone)
-		}
+		s, err := knownSpec(p, jobID)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		scheds = append(scheds, sched)
-		maxVersion = max(maxVersion, spec.Version)
+		specs = append(specs, s)
 	}
-	if len(scheds) == 0 {
-		return nil, 0, errors.Join(errs...)
+	if len(specs) == 0 {
+		return nil, errors.Join(errs...)
 	}
 	if err := errors.Join(errs...); err != nil {
-		// systemd 252 removes the credentials copy before ExecStopPost
-		// runs (seen on the test nodes): that is the usual case, not news.
+		// A deleted job has no current spec, only kept ones: not news.
 		level := slog.LevelWarn
 		if errors.Is(err, fs.ErrNotExist) {
 			level = slog.LevelDebug
 		}
-		log.Log(context.Background(), level, "job spec unreadable, holding the record against the other", "err", err)
+		log.Log(context.Background(), level, "a job spec is unreadable, holding the record against the others", "err", err)
 	}
-	fires := func(t time.Time) bool {
-		for _, s := range scheds {
-			if s.Matches(t) {
-				return true
-			}
-		}
-		return false
+	return specs, nil
+}
+
+// knownSpec reads one of the job's specs.
+func knownSpec(path, jobID string) (outcome.KnownSpec, error) {
+	spec, err := jobspec.Read(path)
+	if err != nil {
+		return outcome.KnownSpec{}, err
 	}
-	return fires, maxVersion, nil
+	if spec.ID != jobID {
+		return outcome.KnownSpec{}, fmt.Errorf("job spec %s is of job %s, not %s", path, spec.ID, jobID)
+	}
+	sched, err := schedule.ParseWithSeconds(spec.Schedule, spec.Timezone)
+	if err != nil {
+		return outcome.KnownSpec{}, fmt.Errorf("job spec %s: %w", path, err)
+	}
+	return outcome.KnownSpec{Version: spec.Version, Fires: sched.Matches}, nil
 }
 
 func envOr(k, def string) string {

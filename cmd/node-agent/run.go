@@ -21,6 +21,7 @@ import (
 	"github.com/hostcron/hostcron/internal/outcome"
 	"github.com/hostcron/hostcron/internal/trust"
 	"github.com/hostcron/hostcron/internal/unitmgr"
+	"github.com/hostcron/hostcron/internal/wire"
 	"github.com/hostcron/hostcron/workflows"
 )
 
@@ -51,6 +52,7 @@ func runCmd(configPath *string, log *slog.Logger) *cobra.Command {
 				defer stopWorker()
 				go announce(ctx, cfg, log)
 			}
+			go clockLoop(ctx, cfg, time.Minute, log)
 			if cfg.LokiURL != "" {
 				go logship.Run(ctx, logship.Config{
 					Loki: &logship.Client{URL: cfg.LokiURL, OrgID: cfg.LokiOrgID, BearerToken: cfg.LokiToken,
@@ -142,7 +144,7 @@ func announce(ctx context.Context, cfg nodeconf.Config, log *slog.Logger) {
 		resp, err := hc.Do(req)
 		if err == nil {
 			resp.Body.Close()
-			recordClockOffset(cfg, sent, time.Now(), resp.Header.Get("Date"), log)
+			recordClockOffset(cfg, "announce", sent, time.Now(), resp.Header.Get("Date"), log)
 			if resp.StatusCode == http.StatusAccepted {
 				log.Info("announced to the core; converge started")
 				return
@@ -158,17 +160,48 @@ func announce(ctx context.Context, cfg nodeconf.Config, log *slog.Logger) {
 	}
 }
 
+// clockLoop measures this node's clock against the core API's every
+// interval, so the runner has a fresh reading (runner.ClockFresh) when it
+// must tell a corrupt stamp from a correct one its slow clock reads as
+// future. Any answer carries a Date header; /healthz is the cheapest.
+func clockLoop(ctx context.Context, cfg nodeconf.Config, every time.Duration, log *slog.Logger) {
+	hc := &http.Client{Timeout: 10 * time.Second}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, cfg.APIURL+"/healthz", nil)
+		sent := time.Now()
+		if resp, err := hc.Do(req); err != nil {
+			log.Debug("clock offset not measured: core API unreachable", "err", err)
+		} else {
+			resp.Body.Close()
+			recordClockOffset(cfg, "healthz", sent, time.Now(), resp.Header.Get("Date"), log)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
 // recordClockOffset measures this node's clock against the core API's Date
-// header and keeps the reading for `node-agent state`.
-func recordClockOffset(cfg nodeconf.Config, sent, received time.Time, date string, log *slog.Logger) {
+// header and keeps the reading for `node-agent state` and, in /run, for
+// the runner.
+func recordClockOffset(cfg nodeconf.Config, source string, sent, received time.Time, date string, log *slog.Logger) {
 	off, err := clockoffset.Measure(sent, received, date)
 	if err != nil {
 		log.Warn("clock offset not measured", "err", err)
 		return
 	}
-	r := clockoffset.Reading{OffsetSeconds: off.Seconds(), MeasuredAt: received.UTC(), Source: "announce"}
+	r := clockoffset.Reading{OffsetSeconds: off.Seconds(), MeasuredAt: received.UTC(), Source: source}
 	if err := clockoffset.Write(cfg.StateDir, r); err != nil {
 		log.Warn("clock offset not saved", "err", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(wire.ClockOffsetFile), 0o755); err != nil {
+		log.Warn("clock offset not handed to the runner", "err", err)
+	} else if err := clockoffset.WriteFile(wire.ClockOffsetFile, r); err != nil {
+		log.Warn("clock offset not handed to the runner", "err", err)
 	}
 	if w := r.Warning(); w != "" {
 		log.Warn(w)

@@ -138,5 +138,14 @@ func unitsCmds(configPath *string, log *slog.Logger) []*cobra.Command {
 			return m.State(ctx)
 		}),
 	}
-	return []*cobra.Command{reconcile, planCmd(configPath, log), apply, remove, state}
+	runNow := &cobra.Command{
+		Use:   "run-now UNIT REQUEST",
+		Short: "Start one run-now run of a unit (cron-{tenant}-{id}) and wait until a runner took it, as the RunNow activity does",
+		Args:  cobra.ExactArgs(2),
+		RunE: withManager(func(ctx context.Context, m *unitmgr.Manager, args []string) (any, error) {
+			req := wire.RunNowRequest{Unit: args[0], Request: args[1]}
+			return req, m.RunNow(ctx, req)
+		}),
+	}
+	return []*cobra.Command{reconcile, planCmd(configPath, log), apply, remove, state, runNow}
 }

@@ -1,7 +1,8 @@
 // Package clockoffset measures a node's clock against the core API's and
 // keeps the last reading in a small file, so an operator sees a node whose
 // clock drifts before it misnames slots (the runner's fire window and
-// stamps assume clocks within seconds).
+// stamps assume clocks within seconds), and the runner can tell a corrupt
+// stamp from a correct one its own slow clock reads as future.
 package clockoffset
 
 import (
@@ -49,26 +50,33 @@ func Measure(sent, received time.Time, date string) (time.Duration, error) {
 }
 
 // Write stores a reading in dir.
-func Write(dir string, r Reading) error {
+func Write(dir string, r Reading) error { return WriteFile(filepath.Join(dir, FileName), r) }
+
+// Read loads the last reading from dir.
+func Read(dir string) (Reading, error) { return ReadFile(filepath.Join(dir, FileName)) }
+
+// WriteFile stores a reading at path, world-readable: the runner, which
+// runs as the tenant, reads the copy in /run (wire.ClockOffsetFile).
+func WriteFile(path string, r Reading) error {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return fmt.Errorf("encode clock offset: %w", err)
 	}
-	if err := atomicfile.Write(filepath.Join(dir, FileName), append(b, '\n'), 0o644); err != nil {
+	if err := atomicfile.Write(path, append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("write clock offset: %w", err)
 	}
 	return nil
 }
 
-// Read loads the last reading from dir.
-func Read(dir string) (Reading, error) {
+// ReadFile loads a reading from path.
+func ReadFile(path string) (Reading, error) {
 	var r Reading
-	b, err := os.ReadFile(filepath.Join(dir, FileName))
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return r, fmt.Errorf("read clock offset: %w", err)
 	}
 	if err := json.Unmarshal(b, &r); err != nil {
-		return r, fmt.Errorf("decode clock offset: %w", err)
+		return r, fmt.Errorf("decode clock offset %s: %w", path, err)
 	}
 	return r, nil
 }

@@ -51,13 +51,34 @@ var ErrBadRecord = errors.New("run record refused")
 var ErrBadDetails = errors.New("run record details refused")
 
 // Expect is what the hook knows from trusted sources (the unit's
-// environment, the root-only job spec) and holds the record against.
+// environment, the root-only job specs) and holds the record against.
 type Expect struct {
-	JobID      string
-	UID        int                  // the unit's user: the record's owner
-	MaxVersion int64                // the job spec's version
-	Fires      func(time.Time) bool // whether t is a fire time of the job's schedule
-	Now        time.Time
+	JobID string
+	UID   int         // the unit's user: the record's owner
+	Specs []KnownSpec // the job's spec and the ones the agent kept (jobspec.KeepReplaced)
+	Now   time.Time
+}
+
+// KnownSpec is one version of the job's spec as the hook read it from
+// root's spec dir.
+type KnownSpec struct {
+	Version int64
+	Fires   func(time.Time) bool // whether t is a fire time of its schedule
+}
+
+// specFor returns the spec a run of version v started under: the known
+// spec of the smallest version at or above v. The agent keeps a spec only
+// when a change of schedule or time zone (or a delete) replaces it, so
+// the versions between two kept specs share the later one's schedule.
+func specFor(specs []KnownSpec, v int64) (KnownSpec, bool) {
+	var best KnownSpec
+	found := false
+	for _, s := range specs {
+		if s.Version >= v && (!found || s.Version < best.Version) {
+			best, found = s, true
+		}
+	}
+	return best, found
 }
 
 // ReadRecord opens dir/record.json safely and validates it. An error
@@ -137,17 +158,19 @@ func checkRecordFile(mode uint32, owner uint32, nlink uint64, size int64, uid in
 }
 
 // validateIdentity checks what names the run: the key is this job's, the
-// slot is the key's, a fire time, and near now; the version was issued.
+// version was issued to this node, and the slot is the key's, near now
+// and a fire time of the spec of the record's version.
 func validateIdentity(r runner.Record, want Expect) error {
 	key, err := runkey.Parse(r.RunKey)
 	if err != nil || key.JobID != want.JobID {
 		return fmt.Errorf("%w: run key %q is not one of job %s", ErrBadRecord, r.RunKey, want.JobID)
 	}
-	if err := checkSlot(key, r.Slot, want); err != nil {
-		return fmt.Errorf("%w: %v", ErrBadRecord, err)
+	spec, ok := specFor(want.Specs, r.Version)
+	if r.Version < 1 || !ok {
+		return fmt.Errorf("%w: version %d is not one this node's job specs issued", ErrBadRecord, r.Version)
 	}
-	if r.Version < 1 || r.Version > want.MaxVersion {
-		return fmt.Errorf("%w: version %d outside 1..%d", ErrBadRecord, r.Version, want.MaxVersion)
+	if err := checkSlot(key, r.Slot, spec.Fires, want.Now); err != nil {
+		return fmt.Errorf("%w: %v", ErrBadRecord, err)
 	}
 	if r.Trigger != "" && wire.Trigger(r.Trigger) != key.Trigger {
 		return fmt.Errorf("%w: trigger %q differs from the run key's", ErrBadRecord, r.Trigger)
@@ -189,8 +212,8 @@ func validateDetails(r runner.Record, want Expect) error {
 
 // checkSlot accepts a slot within [now-MaxRunAge, now+FutureSkew] that the
 // key spells; a scheduled slot must also be a fire time of the schedule.
-func checkSlot(key runkey.Key, slot time.Time, want Expect) error {
-	if slot.Before(want.Now.Add(-MaxRunAge)) || slot.After(want.Now.Add(FutureSkew)) {
+func checkSlot(key runkey.Key, slot time.Time, fires func(time.Time) bool, now time.Time) error {
+	if slot.Before(now.Add(-MaxRunAge)) || slot.After(now.Add(FutureSkew)) {
 		return fmt.Errorf("slot %s too far from now", slot.UTC().Format(time.RFC3339))
 	}
 	if key.Trigger != wire.TriggerScheduled {
@@ -199,7 +222,7 @@ func checkSlot(key runkey.Key, slot time.Time, want Expect) error {
 	if !key.Slot.Equal(slot) {
 		return fmt.Errorf("slot %s differs from the run key's", slot.UTC().Format(time.RFC3339))
 	}
-	if want.Fires == nil || !want.Fires(slot) {
+	if fires == nil || !fires(slot) {
 		return fmt.Errorf("slot %s is not a fire time of the schedule", slot.UTC().Format(time.RFC3339))
 	}
 	return nil

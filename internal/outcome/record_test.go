@@ -44,7 +44,51 @@ func validRecord(now time.Time) (runner.Record, Expect) {
 	code := 1
 	rec := runner.Record{Kind: runner.KindRan, RunKey: runkey.Scheduled(jobA, slot), Slot: slot, Version: 3,
 		StartedAt: &started, FinishedAt: &finished, ExitCode: &code}
-	return rec, Expect{JobID: jobA, UID: 1000, MaxVersion: 3, Fires: sched.Matches, Now: now}
+	return rec, Expect{JobID: jobA, UID: 1000, Specs: []KnownSpec{{Version: 3, Fires: sched.Matches}}, Now: now}
+}
+
+func TestSpecFor(t *testing.T) {
+	specs := []KnownSpec{{Version: 7}, {Version: 2}, {Version: 5}} // current 7; kept 2 and 5
+	for _, tt := range []struct {
+		v    int64
+		want int64 // 0: none
+	}{{1, 2}, {2, 2}, {3, 5}, {5, 5}, {6, 7}, {7, 7}, {8, 0}} {
+		got, ok := specFor(specs, tt.v)
+		if (tt.want == 0) == ok || (ok && got.Version != tt.want) {
+			t.Errorf("version %d: %+v %v, want %d", tt.v, got, ok, tt.want)
+		}
+	}
+}
+
+// A run that started under version 2 ("0 * * * *") reports after version
+// 3 ("30 * * * *") replaced its spec: its slot is judged by the schedule
+// it started under (the spec the agent kept), never by the newer one, and
+// a record cannot borrow a schedule its version did not have.
+func TestValidateAgainstTheRecordsVersion(t *testing.T) {
+	now := time.Date(2026, 11, 21, 12, 40, 0, 0, time.UTC)
+	hourly, _ := schedule.Parse("0 * * * *", "UTC")
+	half, _ := schedule.Parse("30 * * * *", "UTC")
+	specs := []KnownSpec{{Version: 3, Fires: half.Matches}, {Version: 2, Fires: hourly.Matches}}
+	for _, tt := range []struct {
+		name    string
+		slot    time.Time
+		version int64
+		ok      bool
+	}{
+		{"old slot under the old version", time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC), 2, true},
+		{"old slot under a version before the kept one", time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC), 1, true},
+		{"new slot under the new version", time.Date(2026, 11, 21, 12, 30, 0, 0, time.UTC), 3, true},
+		{"old slot claimed under the new version", time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC), 3, false},
+		{"new slot claimed under the old version", time.Date(2026, 11, 21, 12, 30, 0, 0, time.UTC), 2, false},
+		{"version never issued", time.Date(2026, 11, 21, 12, 30, 0, 0, time.UTC), 4, false},
+	} {
+		code := 0
+		rec := runner.Record{Kind: runner.KindRan, RunKey: runkey.Scheduled(jobA, tt.slot), Slot: tt.slot, Version: tt.version, ExitCode: &code}
+		err := ValidateRecord(rec, Expect{JobID: jobA, UID: 1000, Specs: specs, Now: now})
+		if (err == nil) != tt.ok || (err != nil && !errors.Is(err, ErrBadRecord)) {
+			t.Errorf("%s: err = %v, want ok=%v", tt.name, err, tt.ok)
+		}
+	}
 }
 
 func TestValidateRecord(t *testing.T) {

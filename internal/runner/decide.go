@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hostcron/hostcron/internal/clockoffset"
 	"github.com/hostcron/hostcron/internal/jobspec"
 	"github.com/hostcron/hostcron/internal/runkey"
 	"github.com/hostcron/hostcron/internal/schedule"
@@ -18,7 +19,7 @@ const (
 	// (a restarted timer, or a oneshot that overran and was queued again).
 	FireMargin = 20 * time.Second
 	// RequestTTL is how long a run-now request waits for its start.
-	RequestTTL = 5 * time.Minute
+	RequestTTL = wire.RunNowTTL
 	// MaxSkew is how far in the future a stamp may lie before it is
 	// treated as corrupt: a node clock this wrong is broken, and a stamp
 	// written by it would stop the job for as long.
@@ -28,6 +29,13 @@ const (
 	// flock of a crashed client until the MDS evicts its session (300 s).
 	LeaseTTL       = 30 * time.Second
 	HeartbeatEvery = 5 * time.Second
+	// ClockVerified is how close to the core API's this node's clock must
+	// be measured before the runner trusts it enough to overwrite a stamp
+	// from the future: the measurement is good to about a second.
+	ClockVerified = 10 * time.Second
+	// ClockFresh is how old that measurement may be (the agent measures
+	// every minute; this rides out a core API outage of a few minutes).
+	ClockFresh = 15 * time.Minute
 )
 
 // Start is what systemd tells the service about why it started
@@ -129,4 +137,75 @@ func orUnknown(s string) string {
 		return "(unknown)"
 	}
 	return s
+}
+
+// aheadOf reports whether the stamp names a slot further ahead of now than
+// MaxSkew: no correct node writes one (slots lie at or before the writer's
+// now), unless the clock that reads it is the wrong one.
+func aheadOf(st Stamp, now time.Time) bool { return st.Slot.After(now.Add(MaxSkew)) }
+
+// clockState is what the agent's latest reading says of this node's clock.
+type clockState int
+
+const (
+	clockUnknown  clockState = iota // no reading, a stale one, or one from this clock's future
+	clockVerified                   // fresh and within ClockVerified of the core's
+	clockOff                        // fresh and further off
+)
+
+// judgeClock classifies reading (nil: none) at now, and describes it.
+func judgeClock(reading *clockoffset.Reading, now time.Time) (clockState, string) {
+	if reading == nil {
+		return clockUnknown, "this node's clock offset against the core API is not measured"
+	}
+	measured := reading.MeasuredAt.UTC().Format(time.RFC3339)
+	if age := now.Sub(reading.MeasuredAt); age < 0 || age > ClockFresh {
+		return clockUnknown, fmt.Sprintf("this node's clock offset against the core API was last measured at %s, not within %s", measured, ClockFresh)
+	}
+	desc := fmt.Sprintf("this node's clock is %s off the core API's (core minus node, measured %s)", reading.Offset(), measured)
+	if reading.Offset().Abs() > ClockVerified {
+		return clockOff, desc
+	}
+	return clockVerified, desc
+}
+
+// clockForbidsRun names why a node must not run anything: a fresh reading
+// puts its clock more than MaxSkew off, so it names slots minutes away
+// from the true ones (a fast node would run them early and its stamps
+// would silence the correct nodes). "" lets it run; without a fresh
+// reading it runs (the core API may just be down), and only the stamp
+// rules below fail closed.
+func clockForbidsRun(reading *clockoffset.Reading, now time.Time) string {
+	st, desc := judgeClock(reading, now)
+	if st != clockOff || reading.Offset().Abs() <= MaxSkew {
+		return ""
+	}
+	return fmt.Sprintf("%s, more than %s: not running (fix NTP)", desc, MaxSkew)
+}
+
+// futureStamp is what the lock holder does with a stamp aheadOf its clock.
+type futureStamp struct {
+	Overwrite bool   // the stamp is corrupt: overwrite it and run
+	Reason    string // why not, naming the clock: a platform error
+}
+
+// judgeFutureStamp decides between the two ways a stamp can lie ahead: a
+// corrupt stamp (or one a fast-clock node wrote), which must not silence
+// the job, and a correct stamp read by a slow-clock node, which must not
+// be rewound (a correct node would then run that slot again). Only a
+// clock the agent measured recently, and found close to the core's,
+// tells them apart; a clock measured off, or not measured, never
+// overwrites and never runs (fail closed, never the tenant's failure).
+// reading is nil when there is none.
+func judgeFutureStamp(st Stamp, reading *clockoffset.Reading, now time.Time) futureStamp {
+	state, desc := judgeClock(reading, now)
+	stamp := st.Slot.UTC().Format(time.RFC3339)
+	switch state {
+	case clockUnknown:
+		return futureStamp{Reason: fmt.Sprintf("slot stamp names %s, more than %s ahead of this node's clock, and %s: not overwriting it, not running (fail closed)",
+			stamp, MaxSkew, desc)}
+	case clockOff:
+		return futureStamp{Reason: fmt.Sprintf("%s: the slot stamp naming %s may be correct; not overwriting it, not running (fix NTP)", desc, stamp)}
+	}
+	return futureStamp{Overwrite: true}
 }

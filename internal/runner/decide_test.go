@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hostcron/hostcron/internal/clockoffset"
 	"github.com/hostcron/hostcron/internal/jobspec"
 	"github.com/hostcron/hostcron/internal/schedule"
 	"github.com/hostcron/hostcron/internal/wire"
@@ -114,6 +115,61 @@ func TestClassifyBusy(t *testing.T) {
 		b := classifyBusy(tt.d, tt.st, tt.ok, now)
 		if b.Kind != tt.want || (tt.bits != "" && !strings.Contains(b.Reason, tt.bits)) {
 			t.Errorf("%s: %+v, want %s %q", tt.name, b, tt.want, tt.bits)
+		}
+	}
+}
+
+func TestJudgeFutureStamp(t *testing.T) {
+	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	st := Stamp{Slot: now.Add(11 * time.Minute)}
+	reading := func(offset time.Duration, age time.Duration) *clockoffset.Reading {
+		return &clockoffset.Reading{OffsetSeconds: offset.Seconds(), MeasuredAt: now.Add(-age)}
+	}
+	for _, tt := range []struct {
+		name      string
+		reading   *clockoffset.Reading
+		overwrite bool
+		reason    string
+	}{
+		{"verified clock: the stamp is corrupt", reading(400*time.Millisecond, time.Minute), true, ""},
+		{"verified at the bounds", reading(-ClockVerified, ClockFresh), true, ""},
+		{"never measured: fail closed", nil, false, "not measured"},
+		{"measurement stale", reading(0, ClockFresh+time.Second), false, "last measured at 2026-11-21T11:44:59Z, not within 15m0s"},
+		{"measured in the future (the clock jumped back since)", reading(0, -time.Minute), false, "not within"},
+		{"slow clock: the stamp may be correct", reading(11*time.Minute, time.Minute), false, "this node's clock is 11m0s off the core API's"},
+		{"slightly off, beyond verified", reading(-ClockVerified-time.Second, time.Minute), false, "-11s off"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			v := judgeFutureStamp(st, tt.reading, now)
+			if v.Overwrite != tt.overwrite || !strings.Contains(v.Reason, tt.reason) {
+				t.Fatalf("%+v, want overwrite=%v, reason with %q", v, tt.overwrite, tt.reason)
+			}
+			if !v.Overwrite && !strings.Contains(v.Reason, "2026-11-21T12:11:00Z") {
+				t.Errorf("reason %q does not name the stamp", v.Reason)
+			}
+		})
+	}
+}
+
+func TestClockForbidsRun(t *testing.T) {
+	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	reading := func(offset, age time.Duration) *clockoffset.Reading {
+		return &clockoffset.Reading{OffsetSeconds: offset.Seconds(), MeasuredAt: now.Add(-age)}
+	}
+	for _, tt := range []struct {
+		name    string
+		reading *clockoffset.Reading
+		why     string // "": runs
+	}{
+		{"never measured: runs (the core API may be down)", nil, ""},
+		{"in sync", reading(time.Second, time.Minute), ""},
+		{"off, within MaxSkew: runs, only future stamps are not overwritten", reading(5*time.Minute, time.Minute), ""},
+		{"fast by more than MaxSkew", reading(-11*time.Minute, time.Minute), "this node's clock is -11m0s off the core API's"},
+		{"slow by more than MaxSkew", reading(11*time.Minute, time.Minute), "11m0s off"},
+		{"far off but stale: unknown, runs", reading(11*time.Minute, ClockFresh+time.Second), ""},
+	} {
+		if got := clockForbidsRun(tt.reading, now); (tt.why == "") != (got == "") || !strings.Contains(got, tt.why) {
+			t.Errorf("%s: %q, want %q", tt.name, got, tt.why)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hostcron/hostcron/internal/clockoffset"
 	"github.com/hostcron/hostcron/internal/jobspec"
 )
 
@@ -160,9 +161,44 @@ func setCommand(t *testing.T, env Env, command string) {
 	}
 }
 
-// Rule 4: a stamp far in the future is corrupt: overwritten, with a warning.
+// withClock gives env the agent's clock measurement r.
+func withClock(t *testing.T, env Env, r clockoffset.Reading) Env {
+	t.Helper()
+	env.ClockFile = filepath.Join(t.TempDir(), "clock-offset.json")
+	if err := clockoffset.WriteFile(env.ClockFile, r); err != nil {
+		t.Fatal(err)
+	}
+	return env
+}
+
+// A node whose agent measured its clock 11 minutes fast names the slot of
+// 12:11 at (true) 12:00: running it would run it early, and its stamp
+// would silence the correct nodes until then. It runs nothing, stamps
+// nothing and reports a platform error naming its clock.
+func TestFastClockNodeDoesNotRun(t *testing.T) {
+	trueNow := time.Date(2026, 11, 21, 12, 0, 2, 0, time.UTC)
+	fast, locks := setupWith(t, "touch ran", "0 * * * * *", trueNow.Add(11*time.Minute))
+	fast = withClock(t, fast, clockoffset.Reading{OffsetSeconds: -660, MeasuredAt: fast.Now().Add(-time.Minute)})
+	if code := Run(fast); code != 1 || ran(t, fast) {
+		t.Fatalf("exit %d, ran %v: a node with a clock known 11 minutes off ran", code, ran(t, fast))
+	}
+	if r := record(t, fast); r.Kind != KindPlatformError || !strings.Contains(r.Reason, "-11m0s off the core API's") {
+		t.Errorf("record %+v", r)
+	}
+	if _, err := os.Stat(filepath.Join(locks, "cron-"+id+".slot")); err == nil {
+		t.Error("the fast node stamped its slot")
+	}
+	correct := otherNode(t, fast, "node2", trueNow)
+	if code := Run(correct); code != 0 || !ran(t, correct) {
+		t.Fatalf("the correct node did not run 12:00 (exit %d)", code)
+	}
+}
+
+// Rule 4: a stamp far in the future is corrupt: a node whose clock the
+// agent verified overwrites it, with a warning, so it cannot silence the job.
 func TestFutureStampIsOverwritten(t *testing.T) {
 	env, locks := setup(t, "touch ran")
+	env = withClock(t, env, clockoffset.Reading{OffsetSeconds: 0.4, MeasuredAt: env.Now().Add(-time.Minute)})
 	stamp := filepath.Join(locks, "cron-"+id+".slot")
 	if err := os.WriteFile(stamp, []byte("2027-01-01T00:00:00Z\n"), 0o600); err != nil {
 		t.Fatal(err)

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hostcron/hostcron/internal/clockoffset"
 )
 
 // A node whose runtime dir cannot take the record (/run full or read-only)
@@ -33,46 +35,117 @@ func TestNoRecordNoRun(t *testing.T) {
 }
 
 // A node whose clock is more than MaxSkew behind reads a correct stamp as
-// "corrupt, in the future" and overwrites it with its own (older) slot:
-// the stamp goes backwards, and a correct node that fires the same slot a
-// few seconds later (RandomizedDelaySec) runs it a second time.
+// "corrupt, in the future". Overwriting it with its own (older) slot would
+// rewind the stamp, and a correct node that fires the same slot a few
+// seconds later (RandomizedDelaySec) would run it a second time. Its clock
+// is not verified (no measurement) or measured off: it overwrites nothing,
+// runs nothing, and reports a platform error naming its clock.
 func TestSlowClockNodeDoesNotRewindStamp(t *testing.T) {
-	t.Skip("open: a stamp ahead of MaxSkew is overwritten by design (docs/semantics.md, Clocks); see review finding")
 	now := time.Date(2026, 11, 21, 12, 0, 2, 0, time.UTC)
-	env, _ := setupWith(t, "echo x >> ran", "0 * * * * *", now) // node1 runs 12:00 at 12:00:02
-	if code := Run(env); code != 0 {
-		t.Fatalf("exit %d", code)
-	}
-	slow := otherNode(t, env, "slow", now.Add(-11*time.Minute)) // its clock says 11:49:02: fires 11:49
-	Run(slow)
-	late := otherNode(t, env, "node2", now.Add(10*time.Second)) // correct clock, larger random delay
-	if code := Run(late); code != ExitSkip {
-		b, _ := os.ReadFile(filepath.Join(filepath.Dir(env.SpecPath), "www", "ran"))
-		t.Fatalf("12:00 ran twice (exit %d, webroot ran=%q)", code, b)
+	for _, tt := range []struct {
+		name    string
+		reading *clockoffset.Reading // the slow node's; nil: never measured
+		reason  string
+	}{
+		{"clock not measured", nil, "not measured"},
+		{"clock measured 11 minutes behind", &clockoffset.Reading{OffsetSeconds: 660, MeasuredAt: now.Add(-11*time.Minute - 30*time.Second)}, "11m0s off the core API's"},
+		{"measurement stale", &clockoffset.Reading{OffsetSeconds: 0, MeasuredAt: now.Add(-11*time.Minute - ClockFresh - time.Second)}, "not within 15m0s"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			env, _ := setupWith(t, "echo x >> ran", "0 * * * * *", now) // node1 runs 12:00 at 12:00:02
+			if code := Run(env); code != 0 {
+				t.Fatalf("exit %d", code)
+			}
+			slow := otherNode(t, env, "slow", now.Add(-11*time.Minute)) // its clock says 11:49:02: fires 11:49
+			if tt.reading != nil {
+				slow = withClock(t, slow, *tt.reading)
+			}
+			if code := Run(slow); code != 1 {
+				t.Errorf("slow node exit %d, want 1", code)
+			}
+			if r := record(t, slow); r.Kind != KindPlatformError || !strings.Contains(r.Reason, tt.reason) || !strings.Contains(r.Reason, "node slow") {
+				t.Errorf("slow node record %+v: want a platform error naming its clock (%q)", r, tt.reason)
+			}
+			late := otherNode(t, env, "node2", now.Add(10*time.Second)) // correct clock, larger random delay
+			if code := Run(late); code != ExitSkip {
+				b, _ := os.ReadFile(filepath.Join(filepath.Dir(env.SpecPath), "www", "ran"))
+				t.Fatalf("12:00 ran twice (exit %d, webroot ran=%q)", code, b)
+			}
+		})
 	}
 }
 
-// A run-now request that arrives while the job's service is active (the
-// agent's StartUnit merges into the running start, whose runner decided
-// before the request file existed) waits for "the next start". For a job
-// that fires every minute every later start is a timely timer fire, which
-// runs its slot, never the request; after RequestTTL the request is
-// dropped: accepted by the API, never run, never reported.
+// A run-now request that arrives while the job's service is active merges
+// into the running start (StartUnit on an activating oneshot), whose runner
+// decided before the request existed; for a job that fires every minute
+// every later start is a timely timer fire, which runs its slot, never the
+// request. The node agent therefore waits until the shard's stamps show
+// the request taken (RequestDecided) and starts the service again once the
+// start under way has ended (unitmgr.RunNow, tested there against this
+// runner). The runner's part: timer fires keep running their slots and do
+// not count as taking the request; the agent's start runs it, once.
 func TestRunNowDuringARunIsNotLost(t *testing.T) {
-	t.Skip("open: needs the agent to start the unit again after a merged start, or the runner to run a pending request after its slot; see review finding")
 	t0 := time.Date(2026, 11, 21, 12, 0, 30, 0, time.UTC)
-	env, _ := setupWith(t, "echo \"$HOSTCRON_RUN_KEY\" >> ran", "0 * * * * *", t0)
+	env, locks := setupWith(t, "echo \"$HOSTCRON_RUN_KEY\" >> ran", "0 * * * * *", t0)
 	env.ManualDir = t.TempDir()
 	writeRequest(t, env.ManualDir, "99", t0) // written while the 12:00 run still runs
-	for i := 1; i <= 6; i++ {
-		at := t0.Add(time.Duration(i)*time.Minute - 28*time.Second) // 12:0i:02, timely
-		n := otherNode(t, env, "node1", at)
+	taken := func() bool {
+		t.Helper()
+		ok, err := RequestDecided(locks, id, "99")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	for i := 1; i <= 3; i++ {
+		n := otherNode(t, env, "node1", t0.Add(time.Duration(i)*time.Minute-28*time.Second)) // 12:0i:02, timely
 		n.Start = Start{ByTimer: true}
-		Run(n)
+		if Run(n); record(t, n).Trigger != "scheduled" || taken() {
+			t.Fatalf("timer fire %d: record %+v, taken=%v: a timer fire runs its slot and leaves the request pending", i, record(t, n), taken())
+		}
+	}
+	agent := otherNode(t, env, "node1", t0.Add(3*time.Minute-20*time.Second)) // the 12:03 run ended; the agent starts again
+	if code := Run(agent); code != 0 || record(t, agent).RunKey != id+"#manual#99" || !taken() {
+		t.Fatalf("agent's start: exit %d, record %+v, taken=%v", code, record(t, agent), taken())
+	}
+	if Run(agent); record(t, agent).Kind != KindContention {
+		t.Fatalf("the request ran twice: %+v", record(t, agent))
 	}
 	b, _ := os.ReadFile(filepath.Join(filepath.Dir(env.SpecPath), "www", "ran"))
-	if want := id + "#manual#99"; !strings.Contains(string(b), want) {
-		t.Fatalf("run-now request never ran; runs: %q", b)
+	if got := strings.Count(string(b), id+"#manual#99"); got != 1 {
+		t.Fatalf("request ran %d times; runs: %q", got, b)
+	}
+}
+
+// What the agent reads of a tenant's lock dir is never followed or waited
+// on: a FIFO or a symlink as the run-now stamp is an error, not a hang.
+func TestRequestDecidedRefusesTrickFiles(t *testing.T) {
+	locks := t.TempDir()
+	stamp := filepath.Join(locks, "cron-"+id+".manual")
+	if ok, err := RequestDecided(locks, id, "5"); ok || err != nil {
+		t.Fatalf("no stamp: %v %v", ok, err)
+	}
+	if err := mkfifo(stamp); err != nil {
+		t.Skip(err)
+	}
+	if _, err := RequestDecided(locks, id, "5"); err == nil {
+		t.Error("a FIFO as the run-now stamp was read")
+	}
+	os.Remove(stamp)
+	target := filepath.Join(t.TempDir(), "x")
+	os.WriteFile(target, []byte(`["5"]`), 0o600)
+	if err := os.Symlink(target, stamp); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := RequestDecided(locks, id, "5"); ok || err == nil {
+		t.Errorf("a symlinked run-now stamp was followed: %v %v", ok, err)
+	}
+	os.Remove(stamp)
+	if err := os.WriteFile(filepath.Join(locks, "cron-"+id+".skip.m5"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := RequestDecided(locks, id, "5"); !ok || err != nil {
+		t.Errorf("a request decided a skip is taken: %v %v", ok, err)
 	}
 }
 

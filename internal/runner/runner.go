@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -17,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hostcron/hostcron/internal/clockoffset"
 	"github.com/hostcron/hostcron/internal/jobspec"
 	"github.com/hostcron/hostcron/internal/schedule"
 	"github.com/hostcron/hostcron/internal/wire"
@@ -40,6 +42,9 @@ type Env struct {
 	KernelMemoryLimit bool
 	// ManualDir holds run-now requests written by the node agent.
 	ManualDir string
+	// ClockFile is the agent's latest measurement of this node's clock
+	// (wire.ClockOffsetFile); "" is none.
+	ClockFile string
 	// Start is systemd's word on why the service started.
 	Start Start
 	Log   *slog.Logger
@@ -58,6 +63,7 @@ func Main() int {
 
 		KernelMemoryLimit: kernelEnforcesMemory(),
 		ManualDir:         wire.RunNowDir,
+		ClockFile:         wire.ClockOffsetFile,
 		Start:             startFromEnv(),
 		Log:               slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "cron-run"),
 	}
@@ -106,6 +112,9 @@ func Run(env Env) int {
 		env.Log.Error("cannot write the run record, not contending for the run (another node runs it)", "run_key", d.Key, "err", err)
 		return 1
 	}
+	if why := clockForbidsRun(readClock(env), env.Now()); why != "" {
+		return platformError(env, rec, errors.New(why))
+	}
 	return elect(env, spec, d, rec)
 }
 
@@ -137,6 +146,14 @@ func won(env Env, spec jobspec.Spec, d decision, rec Record) int {
 	st, ok, warn, err := readStamp(stampPath, env.Now())
 	if err != nil {
 		return platformError(env, rec, fmt.Errorf("%w (not running: fail closed)", err))
+	}
+	if !ok && aheadOf(st, env.Now()) {
+		if v := judgeFutureStamp(st, readClock(env), env.Now()); !v.Overwrite {
+			return platformError(env, rec, errors.New(v.Reason))
+		}
+	}
+	if !ok {
+		st = Stamp{} // corrupt: nothing in it is kept
 	}
 	if warn != "" {
 		env.Log.Warn(warn, "run_key", d.Key)
@@ -189,6 +206,22 @@ func won(env Env, spec jobspec.Spec, d decision, rec Record) int {
 		}
 	}
 	return runCommand(env, spec, rec, stampPath, lease)
+}
+
+// readClock returns the agent's latest clock measurement, or nil when
+// there is none to trust (missing, unreadable): the caller fails closed.
+func readClock(env Env) *clockoffset.Reading {
+	if env.ClockFile == "" {
+		return nil
+	}
+	r, err := clockoffset.ReadFile(env.ClockFile)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) { // not measured yet is no news
+			env.Log.Warn("clock offset unreadable", "err", err)
+		}
+		return nil
+	}
+	return &r
 }
 
 // claimRequest records a run-now request as started; done reports that it

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -34,8 +35,10 @@ type Stamp struct {
 
 // readStamp loads the stamp. A missing stamp is ok=false; a stamp that
 // cannot be read is an error (the caller fails closed); a stamp that does
-// not parse or lies further ahead than MaxSkew is corrupt: ok=false and a
-// warning, so the winner overwrites it.
+// not parse is corrupt: ok=false and a warning, so the winner overwrites
+// it. A stamp further ahead than MaxSkew (aheadOf) is ok=false with a
+// warning too, but returned: the winner overwrites it only when its own
+// clock is verified (judgeFutureStamp).
 func readStamp(path string, now time.Time) (st Stamp, ok bool, warn string, err error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -50,8 +53,8 @@ func readStamp(path string, now time.Time) (st Stamp, ok bool, warn string, err 
 	} else if jerr := json.Unmarshal(b, &st); jerr != nil {
 		return Stamp{}, false, fmt.Sprintf("slot stamp %s is corrupt (%q), overwritten", path, truncate(text, 60)), nil
 	}
-	if st.Slot.After(now.Add(MaxSkew)) {
-		return Stamp{}, false, fmt.Sprintf("slot stamp %s names %s, more than %s ahead of this node's clock: corrupt, overwritten",
+	if aheadOf(st, now) {
+		return st, false, fmt.Sprintf("slot stamp %s names %s, more than %s ahead of this node's clock: corrupt, overwritten",
 			path, st.Slot.UTC().Format(time.RFC3339), MaxSkew), nil
 	}
 	return st, true, "", nil
@@ -196,4 +199,57 @@ func truncate(s string, n int) string {
 		return s[:n] + "…"
 	}
 	return s
+}
+
+// RequestDecided reports whether a run of the shard decided run-now
+// request: it started it (the run-now stamp holds its id) or decided it a
+// skip behind a running run (its marker exists). The node agent asks it,
+// as root, to know whether a start of the job's service took the request;
+// the lock dir is the tenant's, so nothing in it is followed or waited on
+// (a symlink, a FIFO), and what it says can only be the tenant's own
+// request's loss.
+func RequestDecided(lockDir, jobID, request string) (bool, error) {
+	d := decision{Trigger: wire.TriggerManual, Request: request}
+	if seen, err := markerExists(lockDir, jobID, d); err != nil || seen {
+		return seen, err
+	}
+	b, err := readTenantFile(filepath.Join(lockDir, wire.ManualStampName(jobID)))
+	if err != nil || b == nil {
+		return false, err
+	}
+	var done []string
+	if json.Unmarshal(b, &done) != nil {
+		return false, nil
+	}
+	return slices.Contains(done, request), nil
+}
+
+// maxTenantFile bounds what root reads of a file in the tenant's lock dir;
+// the run-now stamp holds at most keepRequests short ids.
+const maxTenantFile = 64 << 10
+
+// readTenantFile reads a small regular file without following a symlink or
+// blocking on a FIFO; a missing file is nil.
+func readTenantFile(path string) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("stat %s: %w", path, err)
+	}
+	if !fi.Mode().IsRegular() || fi.Size() > maxTenantFile {
+		return nil, fmt.Errorf("%s is not a regular file of at most %d bytes", path, maxTenantFile)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxTenantFile))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return b, nil
 }

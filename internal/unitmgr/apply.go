@@ -7,8 +7,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/hostcron/hostcron/internal/atomicfile"
+	"github.com/hostcron/hostcron/internal/jobspec"
 	"github.com/hostcron/hostcron/internal/wire"
 )
 
@@ -144,6 +146,9 @@ func (e *executor) setEnablement(ctx context.Context, kind Kind, batch []Step, d
 }
 
 func (e *executor) fileStep(s Step, rep *wire.NodeReport) error {
+	if !isUnitFile(s.Target) {
+		e.keepReplacedSpec(s)
+	}
 	if s.Kind == KindRemove {
 		if err := os.Remove(s.Target); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("remove %s: %w", s.Target, err)
@@ -165,6 +170,21 @@ func (e *executor) fileStep(s Step, rep *wire.NodeReport) error {
 		rep.Specs = append(rep.Specs, s.Unit)
 	}
 	return nil
+}
+
+// keepReplacedSpec keeps the spec s replaces or removes, so a run that
+// started under it still reports after a schedule change or a delete
+// (jobspec.KeepReplaced; the hook cannot read the run's own copy). A spec
+// that cannot be kept does not hold up the change: that run's outcome is
+// then refused by the hook and the slot is recorded lost.
+func (e *executor) keepReplacedSpec(s Step) {
+	var next []byte
+	if s.Kind == KindWrite {
+		next = s.Content
+	}
+	if err := jobspec.KeepReplaced(s.Target, s.Unit, next, time.Now()); err != nil {
+		e.log.Warn("replaced job spec not kept: a run under way may go unreported", "unit", s.Unit, "err", err)
+	}
 }
 
 func (e *executor) activate(ctx context.Context, s Step) error {

@@ -34,6 +34,7 @@ type Manager struct {
 	// have no tenant users, replace it).
 	lockDir   func(dir, user, group string) error
 	lockDirOK func(dir, user, group string) bool
+	runNow    runNowHooks // zero: the node's (see runNowHooks)
 }
 
 // New returns a manager that talks to systemd through sys.

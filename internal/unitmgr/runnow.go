@@ -8,13 +8,59 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hostcron/hostcron/internal/jobspec"
 	"github.com/hostcron/hostcron/internal/runkey"
+	"github.com/hostcron/hostcron/internal/runner"
 	"github.com/hostcron/hostcron/internal/wire"
 )
 
-// RunNow starts one run of a job's service outside its schedule. The
-// request file names the request, so the runner keys the run by it and
-// the shared run-now stamp runs it once however often it is started.
+// A run-now request is a file the runner reads (wire.RunNowDir) and a
+// start of the job's service. A start merges into one already under way
+// (StartUnit on an activating oneshot): that start's runner decided before
+// the request existed, or runs its timer's slot, so it never takes the
+// request, and for a job that fires every minute every later start is a
+// timely timer fire, which runs its slot too. So the agent does not trust
+// one start: it watches the service and starts it again, once the start
+// under way has ended, until a runner of the shard has decided the request
+// (started it, or decided it a skip), bounded by the request's TTL.
+
+// Bounds of the wait for a request to be taken.
+const (
+	// runNowMargin: the last start is made this long before the runner
+	// would drop the request as too old.
+	runNowMargin = 30 * time.Second
+	// maxRunNowStarts bounds the agent's own starts of one request: a
+	// start that ends without taking it (shared storage down, the runtime
+	// dir full) is reported by its runner; trying forever would only
+	// repeat that report.
+	maxRunNowStarts = 3
+)
+
+// runNowHooks are what tests replace.
+type runNowHooks struct {
+	dir     string        // wire.RunNowDir
+	poll    time.Duration // how often the service is looked at
+	decided func(lockDir, jobID, request string) (bool, error)
+}
+
+func (m *Manager) runNowHooks() runNowHooks {
+	h := m.runNow
+	if h.dir == "" {
+		h.dir = wire.RunNowDir
+	}
+	if h.poll == 0 {
+		h.poll = time.Second
+	}
+	if h.decided == nil {
+		h.decided = runner.RequestDecided
+	}
+	return h
+}
+
+// RunNow starts one run of a job's service outside its schedule and waits
+// until a runner has taken the request (see above). The request file
+// names the request, so the runner keys the run by it and the shared
+// run-now stamp runs it once however often it is started.
 func (m *Manager) RunNow(ctx context.Context, req wire.RunNowRequest) error {
 	unit := req.Unit
 	if !runkey.ValidRequest(req.Request) {
@@ -26,15 +72,124 @@ func (m *Manager) RunNow(ctx context.Context, req wire.RunNowRequest) error {
 	if _, err := os.Stat(filepath.Join(m.layout.UnitDir, unit+".service")); err != nil {
 		return fmt.Errorf("run now: %s is not on this node: %w", unit, err)
 	}
-	if err := os.MkdirAll(wire.RunNowDir, 0o755); err != nil {
+	spec, err := jobspec.Read(m.layout.specPath(unit))
+	if err != nil {
 		return fmt.Errorf("run now: %w", err)
 	}
-	body := req.Request + "\n" + time.Now().UTC().Truncate(time.Second).Format(time.RFC3339) + "\n"
-	if _, err := writeIfChanged(filepath.Join(wire.RunNowDir, unit), []byte(body), 0o644); err != nil {
+	h := m.runNowHooks()
+	if err := os.MkdirAll(h.dir, 0o755); err != nil {
 		return fmt.Errorf("run now: %w", err)
 	}
-	if err := m.sys.StartUnit(ctx, unit+".service"); err != nil {
-		return fmt.Errorf("run now: start %s: %w", unit, err)
+	at := m.now().UTC().Truncate(time.Second)
+	body := req.Request + "\n" + at.Format(time.RFC3339) + "\n"
+	if _, err := writeIfChanged(filepath.Join(h.dir, unit), []byte(body), 0o644); err != nil {
+		return fmt.Errorf("run now: %w", err)
 	}
-	return nil
+	return m.serveRequest(ctx, h, unit+extService, spec, req.Request, at)
+}
+
+// serveRequest starts the service until a runner took the request.
+func (m *Manager) serveRequest(ctx context.Context, h runNowHooks, service string, spec jobspec.Spec, request string, at time.Time) error {
+	var st runNowState
+	for {
+		obs := m.observeRunNow(ctx, h, service, spec, request, at)
+		step := nextRunNow(obs, st)
+		switch step.Action {
+		case runNowDone:
+			return nil
+		case runNowGiveUp:
+			return fmt.Errorf("%w: %s: %s", wire.ErrRunNowNotTaken, service, step.Reason)
+		case runNowStart:
+			if err := m.sys.StartUnit(ctx, service); err != nil {
+				return fmt.Errorf("run now: start %s: %w", service, err)
+			}
+			st.Starts++
+			st.StartedFrom = obs.InactiveSince
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("run now: %s: %w", service, ctx.Err())
+		case <-time.After(h.poll):
+		}
+	}
+}
+
+// observeRunNow reads what nextRunNow decides on. A property or stamp that
+// cannot be read reads as "not yet": the next poll tries again, and the
+// TTL bounds it all.
+func (m *Manager) observeRunNow(ctx context.Context, h runNowHooks, service string, spec jobspec.Spec, request string, at time.Time) runNowObs {
+	obs := runNowObs{Age: m.now().Sub(at)}
+	var err error
+	if obs.Decided, err = h.decided(spec.LockDir, spec.ID, request); err != nil {
+		m.log.Warn("run now: cannot tell whether the request was taken", "unit", service, "err", err)
+	}
+	if v, err := m.sys.UnitProperty(ctx, service, "", "ActiveState"); err == nil {
+		obs.Active, _ = v.(string)
+	}
+	if v, err := m.sys.UnitProperty(ctx, service, "", "InactiveEnterTimestampMonotonic"); err == nil {
+		obs.InactiveSince, _ = v.(uint64)
+	}
+	return obs
+}
+
+// runNowObs is what the agent sees of a pending request and its service.
+type runNowObs struct {
+	Decided       bool          // a runner of the shard took the request (runner.RequestDecided)
+	Active        string        // the service's ActiveState
+	InactiveSince uint64        // InactiveEnterTimestampMonotonic: changes when a start has ended
+	Age           time.Duration // since the request was written
+}
+
+// runNowState is what the agent did so far for one request.
+type runNowState struct {
+	Starts      int
+	StartedFrom uint64 // InactiveSince when the agent last started the service
+}
+
+type runNowAction int
+
+const (
+	runNowWait runNowAction = iota
+	runNowStart
+	runNowDone
+	runNowGiveUp
+)
+
+type runNowStep struct {
+	Action runNowAction
+	Reason string // why it gives up
+}
+
+// nextRunNow decides the agent's next step for a pending request. It starts
+// the service only when no start is under way (one would merge into it)
+// and its own last start has ended; it gives up once the runner could no
+// longer take the request in time, or its own starts never took it.
+func nextRunNow(obs runNowObs, st runNowState) runNowStep {
+	switch {
+	case obs.Decided:
+		return runNowStep{Action: runNowDone}
+	case obs.Age >= wire.RunNowTTL-runNowMargin:
+		why := "no start of the service took it"
+		if busy(obs.Active) {
+			why = "the job's run on this node still runs"
+		}
+		return runNowStep{Action: runNowGiveUp, Reason: fmt.Sprintf("not taken within %s: %s", wire.RunNowTTL-runNowMargin, why)}
+	case busy(obs.Active):
+		return runNowStep{Action: runNowWait}
+	case st.Starts > 0 && obs.InactiveSince == st.StartedFrom:
+		return runNowStep{Action: runNowWait} // its start is queued, not yet run
+	case st.Starts >= maxRunNowStarts:
+		return runNowStep{Action: runNowGiveUp, Reason: fmt.Sprintf("started %d times, no run took it (see the service's journal)", st.Starts)}
+	}
+	return runNowStep{Action: runNowStart}
+}
+
+// busy reports whether a start of the service is under way: a start now
+// would merge into it.
+func busy(activeState string) bool {
+	switch activeState {
+	case "activating", "active", "deactivating", "reloading":
+		return true
+	}
+	return false
 }

@@ -7,6 +7,7 @@
 package wire
 
 import (
+	"errors"
 	"regexp"
 	"time"
 )
@@ -210,11 +211,26 @@ type RunNowRequest struct {
 	Request string `json:"request"`
 }
 
+// ErrRunNowNotTaken: no start on the node took a run-now request in time;
+// the core hands it to another node (where a run of the job still holding
+// the lock makes it an overlap skip, reported), never to this one again.
+var ErrRunNowNotTaken = errors.New("run now: request not taken on this node")
+
+// RunNowTTL is how long a run-now request waits on a node for its start:
+// the runner drops an older one, and the node agent waits at most this
+// long for a run of the job on its node to end before it gives the
+// request up there.
+const RunNowTTL = 5 * time.Minute
+
 // Well-known paths on a node.
 const (
 	// RunNowDir holds run-now requests, one file per unit: written by the
 	// node agent, read by the runner (world-readable, not secret).
 	RunNowDir = "/run/hostcron/manual"
+	// ClockOffsetFile is the node agent's latest measurement of this
+	// node's clock against the core API's (clockoffset.Reading), read by
+	// the runner before it overwrites a stamp from the future.
+	ClockOffsetFile = "/run/hostcron/clock-offset.json"
 )
 
 // Signals are the names a run may report as what killed it (Linux, as
