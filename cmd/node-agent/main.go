@@ -25,6 +25,7 @@ func main() {
 	root.PersistentFlags().StringVar(&configPath, "config", nodeconf.DefaultPath, "node configuration file")
 	root.AddCommand(calendarCmd())
 	root.AddCommand(unitsCmds(&configPath, log)...)
+	root.AddCommand(runNowCmd(&configPath, log))
 	root.AddCommand(runCmd(&configPath, log))
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "node-agent:", err)
