@@ -42,6 +42,11 @@ func TestFrozenLockHolder(t *testing.T) {
 	unit := job.UnitName()
 	stampPath := filepath.Join(c.Shared, "www/globex/.locks", wire.SlotStampName(job.ID))
 	applyAll(t, job)
+	t.Cleanup(func() { // after the thaw below (cleanups run last first), even on failure
+		for _, n := range c.Nodes {
+			c.Agent(t, n, nil, nil, "remove", unit)
+		}
+	})
 	dumpOnFailure(t, unit)
 	c.WaitRuns(t, job.ID, 60*time.Second, func(r []store.Run) bool { return countResult(r, wire.ResultSuccess) >= 1 })
 
