@@ -13,6 +13,7 @@ import (
 
 	"github.com/hostcron/hostcron/internal/desired"
 	"github.com/hostcron/hostcron/internal/nodeconf"
+	"github.com/hostcron/hostcron/internal/trust"
 	"github.com/hostcron/hostcron/internal/unitmgr"
 	"github.com/hostcron/hostcron/internal/units"
 	"github.com/hostcron/hostcron/internal/wire"
@@ -143,6 +144,9 @@ func unitsCmds(configPath *string, log *slog.Logger) []*cobra.Command {
 		Short: "Start one run-now run of a unit (cron-{tenant}-{id}) and wait until a runner took it, as the RunNow activity does",
 		Args:  cobra.ExactArgs(2),
 		RunE: withManager(func(ctx context.Context, m *unitmgr.Manager, args []string) (any, error) {
+			if err := trust.AdmitUnit(args[0]); err != nil {
+				return nil, fmt.Errorf("run now: %w", err)
+			}
 			req := wire.RunNowRequest{Unit: args[0], Request: args[1]}
 			return req, m.RunNow(ctx, req)
 		}),

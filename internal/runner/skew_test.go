@@ -1,0 +1,85 @@
+package runner
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The booted fault tier cannot skew one node's clock (docs/semantics.md,
+// Clocks): these tests give each node its own clock instead.
+
+// A node whose clock runs 90 s ahead fires every slot early and runs it
+// then; the correct nodes find the slot stamped and stay silent. When its
+// clock is stepped back, its timer fires the slots it already ran again,
+// and the stamp keeps them from running twice. Each slot runs once, and
+// the first slot after the step runs.
+func TestNodeAheadThenSteppedBack(t *testing.T) {
+	at := func(h, m, s int) time.Time { return time.Date(2026, 11, 21, h, m, s, 0, time.UTC) }
+	const skew = 90 * time.Second
+	env, _ := setupWith(t, `echo "$HOSTCRON_RUN_KEY" >> ran.log`, "0 * * * * *", at(12, 0, 2))
+	node := func(name string, clock time.Time) Env { return otherNode(t, env, name, clock) }
+	steps := []struct {
+		who  Env
+		runs bool
+	}{
+		{node("fast", at(11, 58, 32).Add(skew)), true}, // fast clock 12:00:02: runs 12:00, 90 s early
+		{node("fast", at(11, 59, 32).Add(skew)), true}, // 12:01 early
+		{node("node2", at(12, 0, 3)), false},           // 12:00 on time: stamped 12:01, silent
+		{node("fast", at(12, 0, 32).Add(skew)), true},  // 12:02 early
+		{node("fast", at(12, 1, 2)), false},            // stepped back: 12:01 again, stamped
+		{node("node2", at(12, 1, 5)), false},           // 12:01 on time
+		{node("fast", at(12, 2, 1)), false},            // 12:02 again
+		{node("node2", at(12, 2, 4)), false},           // 12:02 on time
+		{node("node2", at(12, 3, 4)), true},            // 12:03: nobody ran it early
+		{node("fast", at(12, 3, 6)), false},            // and the fast node, correct now, finds it stamped
+	}
+	for i, s := range steps {
+		code := Run(s.who)
+		r := record(t, s.who)
+		if got := r.Kind == KindRan; got != s.runs || (s.runs && code != 0) || (!s.runs && code != ExitSkip) {
+			t.Fatalf("step %d (%s at %s): exit %d, record %+v; want ran=%v", i, s.who.Node, s.who.Now().Format(time.TimeOnly), code, r, s.runs)
+		}
+		if r.Warning != "" {
+			t.Errorf("step %d: a stamp 90 s ahead is not corrupt (MaxSkew %s), got warning %q", i, MaxSkew, r.Warning)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(env.SpecPath), "www", "ran.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var slots []string
+	for _, k := range strings.Fields(string(b)) {
+		slots = append(slots, k[strings.LastIndexByte(k, '#')+1:])
+	}
+	if want := "2026-11-21T12:00:00Z 2026-11-21T12:01:00Z 2026-11-21T12:02:00Z 2026-11-21T12:03:00Z"; strings.Join(slots, " ") != want {
+		t.Errorf("slots run %v, want each of %s once", slots, want)
+	}
+}
+
+// A lease is judged by the reader's clock. A holder 90 s ahead looks alive
+// (its heartbeat lies in the future): the slot behind it is an overlap. A
+// holder 90 s behind looks dead although it beats every 5 s: the slot is
+// reported as platform_error naming it, never run (the lock is held).
+func TestLeaseOfASkewedHolder(t *testing.T) {
+	now := time.Date(2026, 11, 21, 12, 0, 13, 0, time.UTC)
+	for _, tt := range []struct {
+		name string
+		beat time.Time // the holder's last heartbeat, by its own clock
+		want string
+	}{
+		{"holder 90 s ahead", now.Add(90*time.Second - 2*time.Second), KindOverlap},
+		{"holder 90 s behind", now.Add(-90*time.Second - 2*time.Second), KindPlatformError},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			env, locks := setup(t, "touch ran")
+			holdLock(t, locks, `{"slot":"2026-11-21T12:00:00Z","holder":"node3","run_key":"k","heartbeat":"`+tt.beat.Format(time.RFC3339)+`"}`)
+			Run(env)
+			if r := record(t, env); r.Kind != tt.want || ran(t, env) {
+				t.Errorf("record %+v (ran %v), want %s and no run", r, ran(t, env), tt.want)
+			}
+		})
+	}
+}
