@@ -41,6 +41,8 @@ var errBadSchedule = errors.New("stored schedule does not parse")
 // is skipped and reported, not an end of the sweep.
 func (s *Store) SweepLostRuns(ctx context.Context, now time.Time, grace time.Duration) (SweepReport, error) {
 	var rep SweepReport
+	// A NULL swept_until (no node has the current schedule yet) never
+	// compares true: such a job is not listed.
 	rows, err := s.pool.Query(ctx, `SELECT id FROM cron_jobs WHERE enabled AND status IN ($3, $4)
 		AND swept_until < $1::timestamptz - make_interval(secs => timeout_seconds) - $2::interval`,
 		now, grace, wire.StatusActive, wire.StatusFailed)
@@ -66,14 +68,14 @@ func (s *Store) SweepLostRuns(ctx context.Context, now time.Time, grace time.Dur
 }
 
 // sweepJob records the lost slots of one job. Slots start at swept_until
-// (set when the job became active on its nodes) or not_before, whichever
-// is later. A lost record is keyed by the slot's run key, so a slot has
+// (set when a node first had the job's current schedule; NULL until then,
+// and the job is not swept) or not_before, whichever is later. A lost record is keyed by the slot's run key, so a slot has
 // one row whatever the job's version, and a slot a node reported (or an
 // earlier sweep recorded) is left alone.
 func (s *Store) sweepJob(ctx context.Context, id string, now time.Time, grace time.Duration) (int, error) {
 	lost := 0
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var sweptUntil time.Time
+		var sweptUntil *time.Time
 		job, err := scanJob(tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM cron_jobs
 			WHERE id = $1 AND enabled AND status IN ($2, $3) FOR UPDATE`, id, wire.StatusActive, wire.StatusFailed))
 		if err != nil {
@@ -82,12 +84,15 @@ func (s *Store) sweepJob(ctx context.Context, id string, now time.Time, grace ti
 		if err := tx.QueryRow(ctx, `SELECT swept_until FROM cron_jobs WHERE id = $1`, id).Scan(&sweptUntil); err != nil {
 			return fmt.Errorf("sweep %s: %w", id, err)
 		}
+		if sweptUntil == nil {
+			return nil // no node has the job's current schedule yet
+		}
 		sched, err := schedule.ParseWithSeconds(job.Schedule, job.Timezone)
 		if err != nil {
 			return fmt.Errorf("sweep %s: %w: %v", id, errBadSchedule, err)
 		}
 		cutoff := now.Add(-time.Duration(job.TimeoutSeconds)*time.Second - grace)
-		at := sweptUntil
+		at := *sweptUntil
 		if job.NotBefore.After(at) {
 			at = job.NotBefore
 		}
