@@ -53,7 +53,9 @@ func lostRuns(t *testing.T, st *store.Store, jobID string) int {
 }
 
 func housekeeper(st *store.Store) *Housekeeper {
-	return &Housekeeper{Store: st, Config: Config{Grace: time.Minute}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	return &Housekeeper{Store: st, Config: Config{Grace: time.Minute, Leader: store.LeaderConfig{
+		Keepalive: 100 * time.Millisecond, ConfirmTimeout: 500 * time.Millisecond}},
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 }
 
 // TestOneReplicaSweeps: two replicas tick at once; one leads and sweeps,
@@ -105,5 +107,58 @@ func TestOneReplicaSweeps(t *testing.T) {
 	}
 	if got := lostRuns(t, st, active); got != n {
 		t.Errorf("after the second sweep %d lost runs, want still %d", got, n)
+	}
+}
+
+// The leading replica's session is terminated in PostgreSQL: it stops
+// leading (its next tick sweeps nothing and says so), the other replica
+// takes over and sweeps, and no slot gets a second lost row.
+func TestLeadMovesWhenTheLeadersSessionEnds(t *testing.T) {
+	db := pgtest.NewDB(t)
+	st := db.Store
+	st2, err := store.Open(context.Background(), db.DSN, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st2.Close()
+	job := jobWithMissedSlots(t, st, "acme", wire.StatusActive)
+	a, b := housekeeper(st), housekeeper(st2)
+	defer a.Release()
+	defer b.Release()
+	ctx := context.Background()
+	now := time.Now()
+	if led, err := a.Tick(ctx, now); !led || err != nil {
+		t.Fatalf("first replica: led %v, %v", led, err)
+	}
+	n := lostRuns(t, st, job)
+	if led, _ := b.Tick(ctx, now); led {
+		t.Fatal("second replica swept while the first leads")
+	}
+
+	if _, err := st2.Pool().Exec(ctx, `SELECT pg_terminate_backend($1)`, int32(a.leader.PID())); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-a.leader.Lost():
+	case <-time.After(2 * time.Second):
+		t.Fatal("the leader did not notice its session ended")
+	}
+	// Both tick as the next interval comes: the lock is free, the first
+	// to ask takes it; whoever leads sweeps, and only once.
+	later := now.Add(3 * time.Minute)
+	ledB, err := b.Tick(ctx, later)
+	if err != nil || !ledB {
+		t.Fatalf("second replica did not take over: led %v, %v", ledB, err)
+	}
+	if ledA, _ := a.Tick(ctx, later); ledA {
+		t.Fatal("the old leader swept beside the new one")
+	}
+	if got := lostRuns(t, st, job); got < n+2 || got > n+4 {
+		t.Errorf("%d lost runs after the takeover's sweep, want %d and the 3 minutes since", got, n)
+	}
+	var dup int
+	if err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM (SELECT scheduled_at FROM cron_job_runs WHERE cron_job_id = $1
+		GROUP BY scheduled_at HAVING count(*) > 1) d`, job).Scan(&dup); err != nil || dup != 0 {
+		t.Errorf("%d slots with more than one row (%v)", dup, err)
 	}
 }

@@ -188,7 +188,13 @@ func claimIdempotencyKey(ctx context.Context, tx pgx.Tx, tenantID string, k Idem
 // those of tenants that stopped creating jobs (a create expires its own
 // tenant's keys first).
 func (s *Store) ExpireIdempotencyKeys(ctx context.Context) (int64, error) {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM idempotency_keys WHERE created_at < now() - $1::interval`, idempotencyTTL)
+	return Chores{s.pool}.ExpireIdempotencyKeys(ctx)
+}
+
+// ExpireIdempotencyKeys is Store.ExpireIdempotencyKeys on the chores'
+// connection.
+func (c Chores) ExpireIdempotencyKeys(ctx context.Context) (int64, error) {
+	tag, err := c.db.Exec(ctx, `DELETE FROM idempotency_keys WHERE created_at < now() - $1::interval`, idempotencyTTL)
 	if err != nil {
 		return 0, fmt.Errorf("expire idempotency keys: %w", err)
 	}
