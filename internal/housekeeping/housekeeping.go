@@ -100,9 +100,14 @@ func (h *Housekeeper) Tick(ctx context.Context, now time.Time) (led bool, err er
 		return false, err
 	}
 	err = h.leader.Do(ctx, func(ctx context.Context, c store.Chores) error { return h.chores(ctx, c, now) })
-	if errors.Is(err, store.ErrLeadLost) {
+	switch {
+	case ctx.Err() != nil:
+		return false, ctx.Err() // stopping; Run releases the lead
+	case errors.Is(err, store.ErrLeadLost):
+		// Expected when a session ends (a PostgreSQL restart, a network
+		// cut): drop logs why; a later tick takes the lead if it is free.
 		h.drop()
-		return false, fmt.Errorf("housekeeping: %w", err)
+		return false, nil
 	}
 	return true, err
 }
