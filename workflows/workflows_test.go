@@ -85,6 +85,33 @@ func TestJobWorkflowFailedNamesTheNode(t *testing.T) {
 	}
 }
 
+// The verdict tells how many nodes took the job: none when every node
+// failed, or when the shard has no node at all (then the job is active
+// on every node of none). The lost-run sweep does not start on 0.
+func TestJobWorkflowReportsHowManyNodesTookIt(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		nodes  []string
+		status wire.Status
+	}{
+		{"every node fails", []string{"node1", "node2"}, wire.StatusFailed},
+		{"a shard without nodes", nil, wire.StatusActive},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := newEnv(t)
+			env.OnActivity(core.LoadJob, mock.Anything, jobID).Return(plan(true, false, tc.nodes...), nil)
+			env.OnActivity(node.ApplyJobs, mock.Anything, mock.Anything).Return(
+				wire.NodeReport{}, temporal.NewNonRetryableApplicationError("down", "Down", nil)).Maybe()
+			env.OnActivity(core.SetJobStatus, mock.Anything, jobID, int64(7), tc.status, mock.Anything, 0).Return(true, nil).Once()
+			signalAndRun(env, Change{Action: wire.ActionCreate, Version: 7})
+			if err := env.GetWorkflowError(); err != nil {
+				t.Fatal(err)
+			}
+			env.AssertExpectations(t)
+		})
+	}
+}
+
 func TestJobWorkflowDisabledJob(t *testing.T) {
 	env := newEnv(t)
 	env.OnActivity(core.LoadJob, mock.Anything, jobID).Return(plan(false, false, "node1"), nil)
