@@ -118,6 +118,16 @@ func (s *Store) TryLead(ctx context.Context, key LeaderKey, cfg LeaderConfig) (*
 		closeConn()
 		return nil, fmt.Errorf("lead: session settings: %w", err)
 	}
+	// PostgreSQL 14+: a statement still running after the replica gave up
+	// on it (its deadline closed the connection) is ended by the server
+	// within a second of noticing the closed client, and the lock with it
+	// (defence in depth: statement_timeout bounds it anyway).
+	var pe *pgconn.PgError
+	if _, err := conn.Exec(ctx, `SET client_connection_check_interval = 1000`); err != nil &&
+		!(errors.As(err, &pe) && pe.Code == "42704") { // older: unknown parameter
+		closeConn()
+		return nil, fmt.Errorf("lead: session settings: %w", err)
+	}
 	var got bool
 	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, int64(key)).Scan(&got); err != nil {
 		closeConn()
@@ -166,7 +176,8 @@ func (l *Leader) keepalive() {
 }
 
 // confirm asks PostgreSQL, on a pool connection, whether the leader's
-// backend still holds the lock.
+// backend still holds the lock (the backend's pid names one session of
+// the cluster, so this is the lock in this database).
 func (l *Leader) confirm() error {
 	ctx, cancel := context.WithTimeout(l.ctx, l.cfg.ConfirmTimeout)
 	defer cancel()
@@ -183,9 +194,11 @@ func (l *Leader) confirm() error {
 	return nil
 }
 
-// end ends the lead once: it cancels a running duty and closes the
-// session (which frees the lock, should PostgreSQL still hold it), after
-// the duty has let go of the connection.
+// end ends the lead once: it cancels a running duty and, after the duty
+// has let go of the connection, unlocks and closes the session. The
+// explicit unlock frees the lock before end's caller goes on (a closed
+// session frees it only once its backend has exited), should PostgreSQL
+// still hold it.
 func (l *Leader) end(cause error) {
 	l.once.Do(func() {
 		l.err = cause
@@ -196,6 +209,9 @@ func (l *Leader) end(cause error) {
 			defer l.mu.Unlock()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
+			if !l.conn.IsClosed() {
+				_, _ = l.conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, int64(l.key))
+			}
 			_ = l.conn.Close(ctx)
 		}()
 	})

@@ -35,6 +35,7 @@ func holder(t *testing.T, st *store.Store) int32 {
 	t.Helper()
 	var pid int32
 	err := st.Pool().QueryRow(context.Background(), `SELECT coalesce((SELECT pid FROM pg_locks WHERE locktype = 'advisory'
+		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
 		AND granted AND objsubid = 1 AND ((classid::bigint << 32) | objid::bigint) = $1), 0)`,
 		int64(store.HousekeepingLeader)).Scan(&pid)
 	must(t, err)
@@ -101,35 +102,41 @@ func TestLeaderNoticesItsSessionEnded(t *testing.T) {
 	a2.Release(ctx)
 }
 
-// A duty longer than DutyTimeout (PostgreSQL hung: pg_sleep stands in) is
-// cut off, and the lead with it: the session is closed, so the lock is
-// free for a replica whose database answers.
+// A duty whose statement never answers (a hung PostgreSQL: pg_sleep with
+// statement_timeout off stands in) is cut off at DutyTimeout on the
+// client, and the lead with it: the connection is closed, the lead is
+// lost, and the server ends the orphaned statement and frees the lock
+// for a replica whose database answers.
 func TestLeaderDutyIsBounded(t *testing.T) {
 	ctx := context.Background()
 	st := replicas(t, 2)
 	cfg := fastLeader
-	cfg.DutyTimeout = 300 * time.Millisecond
+	cfg.DutyTimeout = 500 * time.Millisecond
 	a, err := st[0].TryLead(ctx, store.HousekeepingLeader, cfg)
 	if err != nil || a == nil {
 		t.Fatalf("no lead: %v", err)
 	}
 	defer a.Release(ctx)
-	start := time.Now()
+	var start time.Time
 	err = a.Do(ctx, func(ctx context.Context, c store.Chores) error {
-		for ctx.Err() == nil { // a duty stuck in statements
-			if err := c.Ping(ctx); err != nil {
-				return err
-			}
+		start = time.Now()
+		if err := c.Exec(ctx, `SET statement_timeout = 0`); err != nil {
+			return err
 		}
-		return ctx.Err()
+		return c.Exec(ctx, `SELECT pg_sleep(30)`)
 	})
-	if err == nil || time.Since(start) > cfg.Settle()+2*time.Second {
-		t.Fatalf("hung duty: err %v after %v", err, time.Since(start))
+	if took := time.Since(start); err == nil || took > cfg.DutyTimeout+time.Second {
+		t.Fatalf("hung duty: err %v after %v, want an error after about %v", err, took, cfg.DutyTimeout)
 	}
-	deadline := time.Now().Add(3 * time.Second)
+	select {
+	case <-a.Lost():
+	case <-time.After(time.Second):
+		t.Fatal("the lead outlived a duty cut off in a statement")
+	}
+	deadline := time.Now().Add(5 * time.Second)
 	for holder(t, st[1]) != 0 {
 		if time.Now().After(deadline) {
-			t.Fatal("the lock is still held after the duty timed out")
+			t.Fatal("the lock is still held 5s after the hung duty was cut off")
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -204,6 +204,7 @@ func killSweepLeader(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for pid == 0 {
 		err := c.Store.Pool().QueryRow(context.Background(), `SELECT coalesce((SELECT pid FROM pg_locks WHERE locktype = 'advisory'
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
 			AND granted AND objsubid = 1 AND ((classid::bigint << 32) | objid::bigint) = $1), 0)`, int64(store.HousekeepingLeader)).Scan(&pid)
 		must(t, err)
 		if pid == 0 && time.Now().After(deadline) {
