@@ -23,7 +23,7 @@ import (
 // *store.Store has it.
 type CoreStore interface {
 	JobPlan(ctx context.Context, jobID string) (wire.JobPlan, error)
-	SetProvisioned(ctx context.Context, jobID string, version int64, status wire.Status, message string) (bool, error)
+	SetProvisioned(ctx context.Context, jobID string, version int64, status wire.Status, message string, took int) (bool, error)
 	FinishDelete(ctx context.Context, jobID string) error
 	NodeDesiredJobs(ctx context.Context, nodeID string) (set wire.DesiredSet, ok bool, err error)
 	ShardNodeIDs(ctx context.Context, shardID string) ([]string, error)
@@ -52,9 +52,12 @@ func (a *CoreActivities) LoadJob(ctx context.Context, jobID string) (JobPlan, er
 }
 
 // SetJobStatus records provisioning's verdict for a version; it changes
-// nothing if the job moved on meanwhile.
-func (a *CoreActivities) SetJobStatus(ctx context.Context, jobID string, version int64, status wire.Status, message string) (bool, error) {
-	return a.Store.SetProvisioned(ctx, jobID, version, status, message)
+// nothing if the job moved on meanwhile. took is how many nodes have the
+// version: the lost-run sweep never counts a slot no node had. (A task
+// scheduled by a workflow worker older than the argument decodes it as
+// 0: the sweep then starts at the job's next provisioning, never early.)
+func (a *CoreActivities) SetJobStatus(ctx context.Context, jobID string, version int64, status wire.Status, message string, took int) (bool, error) {
+	return a.Store.SetProvisioned(ctx, jobID, version, status, message, took)
 }
 
 // FinishDelete removes a job whose units are gone from its nodes.

@@ -21,7 +21,7 @@ func provisionCounter(env *testsuite.TestWorkflowEnvironment) *int {
 	env.OnActivity(core.LoadJob, mock.Anything, jobID).Return(plan(true, false, "node1"), nil)
 	env.OnActivity(node.ApplyJobs, mock.Anything, mock.Anything).Return(
 		func(context.Context, []wire.Job) (wire.NodeReport, error) { applies++; return wire.NodeReport{}, nil })
-	env.OnActivity(core.SetJobStatus, mock.Anything, jobID, int64(7), wire.StatusActive, "").Return(true, nil)
+	env.OnActivity(core.SetJobStatus, mock.Anything, jobID, int64(7), wire.StatusActive, "", 1).Return(true, nil)
 	return &applies
 }
 

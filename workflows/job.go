@@ -151,7 +151,8 @@ func runNowCtx(ctx workflow.Context, nodeID string, timeout time.Duration) workf
 
 // provision applies the job's current state on all its nodes in parallel
 // and records the verdict: active or disabled once every node has it,
-// failed (naming the nodes) otherwise. A deleted job's row goes once every
+// failed (naming the nodes) otherwise, with how many nodes took it (the
+// lost-run sweep starts only once one has). A deleted job's row goes once every
 // node was asked; nodes that missed it drop the units when they converge.
 func provision(ctx workflow.Context, in JobInput) error {
 	var plan JobPlan
@@ -192,7 +193,8 @@ func provision(ctx workflow.Context, in JobInput) error {
 	if len(failed) > 0 {
 		status, message = wire.StatusFailed, "not provisioned on "+strings.Join(failed, "; ")
 	}
-	return workflow.ExecuteActivity(coreCtx(ctx), core.SetJobStatus, in.JobID, plan.Version, status, message).Get(ctx, nil)
+	took := len(plan.Nodes) - len(failed)
+	return workflow.ExecuteActivity(coreCtx(ctx), core.SetJobStatus, in.JobID, plan.Version, status, message, took).Get(ctx, nil)
 }
 
 // runNowRequest returns the request id of a run_now change (its outbox

@@ -52,7 +52,7 @@ func TestJobWorkflowActiveOnEveryNode(t *testing.T) {
 	env := newEnv(t)
 	env.OnActivity(core.LoadJob, mock.Anything, jobID).Return(plan(true, false, "node1", "node2", "node3"), nil).Once()
 	env.OnActivity(node.ApplyJobs, mock.Anything, mock.Anything).Return(wire.NodeReport{Reloads: 1}, nil).Times(3)
-	env.OnActivity(core.SetJobStatus, mock.Anything, jobID, int64(7), wire.StatusActive, "").Return(true, nil).Once()
+	env.OnActivity(core.SetJobStatus, mock.Anything, jobID, int64(7), wire.StatusActive, "", 3).Return(true, nil).Once()
 	signalAndRun(env, Change{Action: wire.ActionCreate, Version: 7})
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatal(err)
@@ -71,8 +71,8 @@ func TestJobWorkflowFailedNamesTheNode(t *testing.T) {
 			}
 			return wire.NodeReport{}, nil
 		})
-	env.OnActivity(core.SetJobStatus, mock.Anything, jobID, int64(7), wire.StatusFailed, mock.Anything).Return(
-		func(ctx context.Context, id string, v int64, status wire.Status, message string) (bool, error) {
+	env.OnActivity(core.SetJobStatus, mock.Anything, jobID, int64(7), wire.StatusFailed, mock.Anything, 1).Return(
+		func(ctx context.Context, id string, v int64, status wire.Status, message string, took int) (bool, error) {
 			msg = message
 			return true, nil
 		}).Once()
@@ -85,12 +85,39 @@ func TestJobWorkflowFailedNamesTheNode(t *testing.T) {
 	}
 }
 
+// The verdict tells how many nodes took the job: none when every node
+// failed, or when the shard has no node at all (then the job is active
+// on every node of none). The lost-run sweep does not start on 0.
+func TestJobWorkflowReportsHowManyNodesTookIt(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		nodes  []string
+		status wire.Status
+	}{
+		{"every node fails", []string{"node1", "node2"}, wire.StatusFailed},
+		{"a shard without nodes", nil, wire.StatusActive},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := newEnv(t)
+			env.OnActivity(core.LoadJob, mock.Anything, jobID).Return(plan(true, false, tc.nodes...), nil)
+			env.OnActivity(node.ApplyJobs, mock.Anything, mock.Anything).Return(
+				wire.NodeReport{}, temporal.NewNonRetryableApplicationError("down", "Down", nil)).Maybe()
+			env.OnActivity(core.SetJobStatus, mock.Anything, jobID, int64(7), tc.status, mock.Anything, 0).Return(true, nil).Once()
+			signalAndRun(env, Change{Action: wire.ActionCreate, Version: 7})
+			if err := env.GetWorkflowError(); err != nil {
+				t.Fatal(err)
+			}
+			env.AssertExpectations(t)
+		})
+	}
+}
+
 func TestJobWorkflowDisabledJob(t *testing.T) {
 	env := newEnv(t)
 	env.OnActivity(core.LoadJob, mock.Anything, jobID).Return(plan(false, false, "node1"), nil)
 	env.OnActivity(node.ApplyJobs, mock.Anything, mock.MatchedBy(func(j []wire.Job) bool { return len(j) == 1 && !j[0].Enabled })).
 		Return(wire.NodeReport{}, nil).Once()
-	env.OnActivity(core.SetJobStatus, mock.Anything, jobID, int64(7), wire.StatusDisabled, "").Return(true, nil).Once()
+	env.OnActivity(core.SetJobStatus, mock.Anything, jobID, int64(7), wire.StatusDisabled, "", 1).Return(true, nil).Once()
 	signalAndRun(env, Change{Action: wire.ActionDisable, Version: 7})
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatal(err)
@@ -117,7 +144,7 @@ func TestJobWorkflowCoalescesQueuedChanges(t *testing.T) {
 	env := newEnv(t)
 	env.OnActivity(core.LoadJob, mock.Anything, jobID).Return(plan(true, false, "node1"), nil).Once()
 	env.OnActivity(node.ApplyJobs, mock.Anything, mock.Anything).Return(wire.NodeReport{}, nil).Once()
-	env.OnActivity(core.SetJobStatus, mock.Anything, jobID, int64(7), wire.StatusActive, "").Return(true, nil).Once()
+	env.OnActivity(core.SetJobStatus, mock.Anything, jobID, int64(7), wire.StatusActive, "", 1).Return(true, nil).Once()
 	signalAndRun(env, Change{Action: wire.ActionEnable, Version: 5}, Change{Action: wire.ActionDisable, Version: 6}, Change{Action: wire.ActionEnable, Version: 7})
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatal(err)
@@ -129,7 +156,7 @@ func TestJobWorkflowRunNow(t *testing.T) {
 	env := newEnv(t)
 	env.OnActivity(core.LoadJob, mock.Anything, jobID).Return(plan(true, false, "node1", "node2"), nil)
 	env.OnActivity(node.ApplyJobs, mock.Anything, mock.Anything).Return(wire.NodeReport{}, nil)
-	env.OnActivity(core.SetJobStatus, mock.Anything, jobID, int64(7), wire.StatusActive, "").Return(true, nil)
+	env.OnActivity(core.SetJobStatus, mock.Anything, jobID, int64(7), wire.StatusActive, "", 2).Return(true, nil)
 	env.OnActivity(node.RunNow, mock.Anything, wire.RunNowRequest{Unit: "cron-acme-" + jobID, Request: "42"}).Return(nil).Once()
 	signalAndRun(env, Change{TaskID: 42, Action: wire.ActionRunNow, Version: 7})
 	if err := env.GetWorkflowError(); err != nil {

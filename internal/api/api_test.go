@@ -323,7 +323,7 @@ func TestOutcomesIdempotentAndAutoDisable(t *testing.T) {
 	// late provisioning result.
 	v.mustJSON("PUT", "/api/v1/cron-jobs/"+id, v.key, `{"command":"php artisan fixed","enabled":true}`, 200)
 	jj, _ := v.store.GetJob(context.Background(), id)
-	if ok, _ := v.store.SetProvisioned(context.Background(), id, jj.Version, "active", ""); ok {
+	if ok, _ := v.store.SetProvisioned(context.Background(), id, jj.Version, "active", "", 1); ok {
 		t.Error("a provisioning result overwrote auto_disabled")
 	}
 	if jj.Status != "auto_disabled" || jj.Enabled {

@@ -176,7 +176,7 @@ func (v *env) activate(id string) {
 	if err != nil {
 		v.t.Fatal(err)
 	}
-	if ok, err := v.store.SetProvisioned(context.Background(), id, j.Version, wire.StatusActive, ""); err != nil || !ok {
+	if ok, err := v.store.SetProvisioned(context.Background(), id, j.Version, wire.StatusActive, "", 1); err != nil || !ok {
 		v.t.Fatalf("SetProvisioned: %v %v", ok, err)
 	}
 }

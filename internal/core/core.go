@@ -55,6 +55,12 @@ type Config struct {
 
 	// Housekeeping runs the lost-run sweeper and retention; nil: off.
 	Housekeeping *housekeeping.Config
+
+	// DispatchTestHooks are the outbox dispatcher's fault points, for
+	// tests only (tests/flow kills a replica between Temporal accepting a
+	// signal and the row being marked); nil in production, and core-api
+	// has no flag for them.
+	DispatchTestHooks *dispatch.TestHooks
 }
 
 // Core is a running core API. Stop ends it.
@@ -145,7 +151,8 @@ func (c *Core) startTemporal(bg context.Context, cfg Config) *dispatch.Link {
 		c.log.Warn("Temporal without TLS and payload signing: only for development")
 	}
 	link := &dispatch.Link{Addr: cfg.TemporalAddress, Namespace: cfg.TemporalNamespace, Secure: secure,
-		Store: c.store, Log: c.log, NodeTimeout: cfg.NodeTimeout, ConvergeEvery: cfg.ConvergeEvery}
+		Store: c.store, Log: c.log, NodeTimeout: cfg.NodeTimeout, ConvergeEvery: cfg.ConvergeEvery,
+		Hooks: cfg.DispatchTestHooks}
 	c.goLoop(func() { link.Run(bg) })
 	return link
 }

@@ -43,6 +43,22 @@ type Dispatcher struct {
 	// SendTimeout bounds one signal (default 10s; at most half the Lease:
 	// a send starts only while the lease outlasts it).
 	SendTimeout time.Duration
+	// Hooks are fault points for tests; nil in production.
+	Hooks *TestHooks
+}
+
+// TestHooks are fault points a test sets (through core.Config's
+// DispatchTestHooks) to stop a replica at the worst moments; production
+// never sets them.
+type TestHooks struct {
+	// AfterSignal runs after Temporal accepted a task's signal and before
+	// the task is marked dispatched, with the dispatcher's context, which
+	// ends when the replica stops. If it returns an error the task is not
+	// marked, as if the replica had died right there: a test "kills" a
+	// replica at that point by blocking until ctx ends and then stopping
+	// the replica. The lease then runs out and another dispatcher sends
+	// the task again.
+	AfterSignal func(ctx context.Context, task store.Task) error
 }
 
 func (d *Dispatcher) defaults() {
@@ -147,6 +163,11 @@ func (d *Dispatcher) send(ctx context.Context, task store.Task) error {
 		workflows.JobWorkflow, workflows.JobInput{JobID: task.CronJobID, NodeTimeout: d.NodeTimeout})
 	if err != nil {
 		return fmt.Errorf("signal %s: %w", workflows.JobWorkflowID(task.CronJobID), err)
+	}
+	if d.Hooks != nil && d.Hooks.AfterSignal != nil {
+		if err := d.Hooks.AfterSignal(ctx, task); err != nil {
+			return fmt.Errorf("task %d sent, not marked (test hook): %w", task.ID, err)
+		}
 	}
 	if err := d.Store.MarkDispatched(ctx, task.ID); err != nil {
 		d.Log.Warn("task sent but not marked; it will be sent again", "task", task.ID, "err", err)

@@ -240,3 +240,114 @@ func TestSlowBatchDoesNotSendPastItsLease(t *testing.T) {
 		}
 	}
 }
+
+// A replica dies between Temporal accepting a signal and the row being
+// marked (the AfterSignal hook holds it there until it is stopped):
+// another replica's dispatcher sends the other jobs' tasks meanwhile,
+// holds back the stuck job's later task (per-job order), and sends the
+// stuck task again once its lease ran out; the workflow's task-id memory
+// makes that second signal a no-op (workflows/dedup_test.go).
+func TestReplicaKilledBetweenSignalAndMark(t *testing.T) {
+	st := pgtest.New(t)
+	ctx := context.Background()
+	stuck := queue(t, st, 1, 2)[0] // the stuck job's tasks 1 and 2
+	f := &fakeTemporal{}
+	hit := make(chan store.Task, 1)
+	killed := &Dispatcher{Store: st, Temporal: f, Log: quiet(), Interval: 5 * time.Millisecond,
+		Lease: 600 * time.Millisecond, Hooks: &TestHooks{AfterSignal: func(ctx context.Context, task store.Task) error {
+			hit <- task
+			<-ctx.Done() // the replica dies here
+			return ctx.Err()
+		}}}
+	kctx, kill := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); killed.Run(kctx) }()
+	var first store.Task
+	select {
+	case first = <-hit:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first replica sent nothing")
+	}
+
+	// Other jobs' changes, made while the stuck task holds its lease.
+	var others []int64
+	for i := 1; i <= 3; i++ {
+		var id int64
+		if err := st.Pool().QueryRow(ctx, `INSERT INTO cron_job_tasks (cron_job_id, action, version) VALUES ($1, $2, 1) RETURNING id`,
+			fmt.Sprintf("00000000-0000-4000-9000-%012d", i), wire.ActionUpdate).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		others = append(others, id)
+	}
+	survivor := &Dispatcher{Store: st, Temporal: f, Log: quiet(), Interval: 5 * time.Millisecond, Lease: 600 * time.Millisecond}
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go survivor.Run(sctx)
+	othersSent := func() bool {
+		var n int
+		if err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM cron_job_tasks WHERE id = ANY($1) AND dispatched_at IS NOT NULL`, others).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == len(others)
+	}
+	for deadline := time.Now().Add(400 * time.Millisecond); !othersSent(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("other jobs' tasks waited for the stuck task")
+		}
+	}
+	f.mu.Lock()
+	for i, c := range f.sent {
+		if f.jobs[i] == workflows.JobWorkflowID(stuck) && c.TaskID != first.ID {
+			t.Errorf("task %d of the stuck job was sent before the stuck task %d was marked", c.TaskID, first.ID)
+		}
+	}
+	f.mu.Unlock()
+
+	kill()
+	<-done
+	deadline := time.Now().Add(10 * time.Second)
+	for pending(t, st) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d tasks pending after the first replica died", pending(t, st))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var signalled []int64
+	for i, c := range f.sent {
+		if f.jobs[i] == workflows.JobWorkflowID(stuck) {
+			signalled = append(signalled, c.TaskID)
+		}
+	}
+	if len(signalled) != 3 || signalled[0] != first.ID || signalled[1] != first.ID || signalled[2] <= first.ID {
+		t.Errorf("stuck job signalled %v; want task %d twice (sent, not marked, sent again), then the next", signalled, first.ID)
+	}
+	checkOrder(t, &fakeTemporal{sent: dedupe(f.sent), jobs: dedupeJobs(f)})
+}
+
+// dedupe drops repeated task ids, as the job workflow does.
+func dedupe(sent []workflows.Change) []workflows.Change {
+	seen := map[int64]bool{}
+	var out []workflows.Change
+	for _, c := range sent {
+		if !seen[c.TaskID] {
+			seen[c.TaskID] = true
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func dedupeJobs(f *fakeTemporal) []string {
+	seen := map[int64]bool{}
+	var out []string
+	for i, c := range f.sent {
+		if !seen[c.TaskID] {
+			seen[c.TaskID] = true
+			out = append(out, f.jobs[i])
+		}
+	}
+	return out
+}

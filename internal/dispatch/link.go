@@ -27,6 +27,7 @@ type Link struct {
 	Log             *slog.Logger
 	NodeTimeout     time.Duration
 	ConvergeEvery   time.Duration
+	Hooks           *TestHooks // fault points for tests; nil in production
 
 	client atomic.Pointer[client.Client]
 }
@@ -53,7 +54,7 @@ func (l *Link) Run(ctx context.Context) {
 	l.client.Store(&c)
 	defer l.client.Store(nil)
 	l.Log.Info("temporal connected; dispatching the outbox", "address", l.Addr)
-	d := &Dispatcher{Store: l.Store, Temporal: c, Log: l.Log, NodeTimeout: l.NodeTimeout}
+	d := &Dispatcher{Store: l.Store, Temporal: c, Log: l.Log, NodeTimeout: l.NodeTimeout, Hooks: l.Hooks}
 	d.Run(ctx)
 }
 

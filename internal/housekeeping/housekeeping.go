@@ -7,6 +7,7 @@ package housekeeping
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -22,6 +23,8 @@ type Config struct {
 	Grace      time.Duration // how long after timeout an outcome may still arrive (default 2m)
 	Retention  time.Duration // how long runs are kept (default 180 days)
 	PruneAfter time.Duration // how long dispatched outbox rows are kept (default 1h)
+	// Leader bounds the leader session: keepalive, duty and lock timeouts.
+	Leader store.LeaderConfig
 	// Registry gets hostcron_sweep_skipped_jobs_total; nil: not exported.
 	Registry prometheus.Registerer
 }
@@ -87,63 +90,90 @@ func (h *Housekeeper) skippedCounter() prometheus.Counter {
 }
 
 // Tick does one round of chores if this replica leads (taking the lead if
-// it is free); led says whether it did.
+// it is free); led says whether it did. The chores run on the leader's
+// session (store.Leader.Do), so none of their statements can commit once
+// the lock is gone; a lead that ended is dropped and retaken at a later
+// tick if it is free.
 func (h *Housekeeper) Tick(ctx context.Context, now time.Time) (led bool, err error) {
 	h.Config.defaults()
 	if err := h.lead(ctx); err != nil || h.leader == nil {
 		return false, err
 	}
-	rep, err := h.Store.SweepLostRuns(ctx, now, h.Config.Grace)
+	err = h.leader.Do(ctx, func(ctx context.Context, c store.Chores) error { return h.chores(ctx, c, now) })
+	switch {
+	case ctx.Err() != nil:
+		return false, ctx.Err() // stopping; Run releases the lead
+	case errors.Is(err, store.ErrLeadLost):
+		// Expected when a session ends (a PostgreSQL restart, a network
+		// cut): drop logs why; a later tick takes the lead if it is free.
+		h.drop()
+		return false, nil
+	}
+	return true, err
+}
+
+// chores are one round of housekeeping on the leader's session.
+func (h *Housekeeper) chores(ctx context.Context, c store.Chores, now time.Time) error {
+	rep, err := c.SweepLostRuns(ctx, now, h.Config.Grace)
 	for _, sk := range rep.Skipped {
 		h.Log.Error("sweep skipped a cron job", "cron_job_id", sk.ID, "err", sk.Err)
 	}
 	h.skippedCounter().Add(float64(len(rep.Skipped)))
 	if err != nil {
-		return true, fmt.Errorf("sweep lost runs: %w", err)
+		return fmt.Errorf("sweep lost runs: %w", err)
 	}
 	if rep.Lost > 0 || len(rep.Skipped) > 0 {
 		h.Log.Warn("swept lost runs", "runs", rep.Lost, "skipped_jobs", len(rep.Skipped))
 	}
-	if _, err := h.Store.ExpireIdempotencyKeys(ctx); err != nil {
-		return true, err
+	if _, err := c.ExpireIdempotencyKeys(ctx); err != nil {
+		return err
 	}
-	if n, err := h.Store.DeleteRunsBefore(ctx, now.Add(-h.Config.Retention)); err != nil {
-		return true, err
+	if n, err := c.DeleteRunsBefore(ctx, now.Add(-h.Config.Retention)); err != nil {
+		return err
 	} else if n > 0 {
 		h.Log.Info("deleted old runs", "runs", n)
 	}
-	if _, err := h.Store.PruneDispatched(ctx, now.Add(-h.Config.PruneAfter)); err != nil {
-		return true, err
+	if _, err := c.PruneDispatched(ctx, now.Add(-h.Config.PruneAfter)); err != nil {
+		return err
 	}
-	return true, nil
+	return nil
 }
 
-// lead keeps or takes the leader lock; a lock whose connection broke is
-// dropped, since PostgreSQL has freed it for another replica.
+// lead keeps or takes the leader lock. A lead whose session ended (its
+// keepalive could not confirm the lock) is dropped first: PostgreSQL has
+// freed the lock for another replica, or frees it as the session closes.
 func (h *Housekeeper) lead(ctx context.Context) error {
 	if h.leader != nil {
-		if err := h.leader.Check(ctx); err == nil {
+		select {
+		case <-h.leader.Lost():
+			h.drop()
+		default:
 			return nil
 		}
-		h.Log.Warn("lost the housekeeping lead")
-		h.leader.Release(ctx)
-		h.leader = nil
 	}
-	l, err := h.Store.TryLead(ctx, store.HousekeepingLeader)
+	l, err := h.Store.TryLead(ctx, store.HousekeepingLeader, h.Config.Leader)
 	if err != nil {
 		return err
 	}
 	if l != nil {
-		h.Log.Info("leading housekeeping")
+		h.Log.Info("leading housekeeping", "session", l.PID())
 	}
 	h.leader = l
 	return nil
 }
 
+// drop forgets a lead that ended, saying why.
+func (h *Housekeeper) drop() {
+	h.Log.Warn("lost the housekeeping lead", "err", h.leader.Err())
+	h.Release()
+}
+
 // Release gives up the lead, if held.
 func (h *Housekeeper) Release() {
 	if h.leader != nil {
-		h.leader.Release(context.Background())
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		h.leader.Release(ctx)
 		h.leader = nil
 	}
 }

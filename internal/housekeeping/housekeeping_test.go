@@ -4,9 +4,12 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hostcron/hostcron/internal/pgtest"
 	"github.com/hostcron/hostcron/internal/store"
@@ -53,7 +56,9 @@ func lostRuns(t *testing.T, st *store.Store, jobID string) int {
 }
 
 func housekeeper(st *store.Store) *Housekeeper {
-	return &Housekeeper{Store: st, Config: Config{Grace: time.Minute}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	return &Housekeeper{Store: st, Config: Config{Grace: time.Minute, Leader: store.LeaderConfig{
+		Keepalive: 100 * time.Millisecond, ConfirmTimeout: 500 * time.Millisecond}},
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 }
 
 // TestOneReplicaSweeps: two replicas tick at once; one leads and sweeps,
@@ -105,5 +110,145 @@ func TestOneReplicaSweeps(t *testing.T) {
 	}
 	if got := lostRuns(t, st, active); got != n {
 		t.Errorf("after the second sweep %d lost runs, want still %d", got, n)
+	}
+}
+
+// The leading replica's session is terminated in PostgreSQL: it stops
+// leading (its next tick sweeps nothing and says so), the other replica
+// takes over and sweeps, and no slot gets a second lost row.
+func TestLeadMovesWhenTheLeadersSessionEnds(t *testing.T) {
+	db := pgtest.NewDB(t)
+	st := db.Store
+	st2, err := store.Open(context.Background(), db.DSN, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st2.Close()
+	job := jobWithMissedSlots(t, st, "acme", wire.StatusActive)
+	a, b := housekeeper(st), housekeeper(st2)
+	defer a.Release()
+	defer b.Release()
+	ctx := context.Background()
+	now := time.Now()
+	if led, err := a.Tick(ctx, now); !led || err != nil {
+		t.Fatalf("first replica: led %v, %v", led, err)
+	}
+	n := lostRuns(t, st, job)
+	if led, _ := b.Tick(ctx, now); led {
+		t.Fatal("second replica swept while the first leads")
+	}
+
+	if _, err := st2.Pool().Exec(ctx, `SELECT pg_terminate_backend($1)`, int32(a.leader.PID())); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-a.leader.Lost():
+	case <-time.After(2 * time.Second):
+		t.Fatal("the leader did not notice its session ended")
+	}
+	// Both tick as the next interval comes: the lock is free, the first
+	// to ask takes it; whoever leads sweeps, and only once.
+	later := now.Add(3 * time.Minute)
+	ledB, err := b.Tick(ctx, later)
+	if err != nil || !ledB {
+		t.Fatalf("second replica did not take over: led %v, %v", ledB, err)
+	}
+	if ledA, _ := a.Tick(ctx, later); ledA {
+		t.Fatal("the old leader swept beside the new one")
+	}
+	if got := lostRuns(t, st, job); got < n+2 || got > n+4 {
+		t.Errorf("%d lost runs after the takeover's sweep, want %d and the 3 minutes since", got, n)
+	}
+	var dup int
+	if err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM (SELECT scheduled_at FROM cron_job_runs WHERE cron_job_id = $1
+		GROUP BY scheduled_at HAVING count(*) > 1) d`, job).Scan(&dup); err != nil || dup != 0 {
+		t.Errorf("%d slots with more than one row (%v)", dup, err)
+	}
+}
+
+// A housekeeping round prunes outbox rows dispatched longer than
+// PruneAfter ago, and only those: a recent one stays, and so does an old
+// row that never went out.
+func TestTickPrunesDispatchedRows(t *testing.T) {
+	st := pgtest.New(t)
+	ctx := context.Background()
+	job := jobWithMissedSlots(t, st, "acme", wire.StatusActive)
+	ids := map[string]int64{}
+	for name, dispatched := range map[string]string{"old": "now() - interval '2 hours'", "recent": "now() - interval '10 minutes'", "pending": "NULL"} {
+		var id int64
+		if err := st.Pool().QueryRow(ctx, `INSERT INTO cron_job_tasks (cron_job_id, action, version, created_at, dispatched_at)
+			VALUES ($1, $2, 1, now() - interval '3 hours', `+dispatched+`) RETURNING id`, job, wire.ActionUpdate).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids[name] = id
+	}
+	h := housekeeper(st) // PruneAfter: the default hour
+	defer h.Release()
+	if led, err := h.Tick(ctx, time.Now()); !led || err != nil {
+		t.Fatalf("tick: led %v, %v", led, err)
+	}
+	for name, want := range map[string]bool{"old": false, "recent": true, "pending": true} {
+		var n int
+		if err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM cron_job_tasks WHERE id = $1`, ids[name]).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if (n == 1) != want {
+			t.Errorf("%s row: present %v, want %v", name, n == 1, want)
+		}
+	}
+}
+
+// A job whose stored schedule no longer parses is skipped, logged and
+// counted (hostcron_sweep_skipped_jobs_total); the round goes on: the
+// other job is swept and the later chores run.
+func TestTickSkipsABadRowAndCountsIt(t *testing.T) {
+	st := pgtest.New(t)
+	ctx := context.Background()
+	bad := jobWithMissedSlots(t, st, "acme", wire.StatusActive)
+	good := jobWithMissedSlots(t, st, "bravo", wire.StatusActive)
+	if _, err := st.Pool().Exec(ctx, `UPDATE cron_jobs SET schedule = 'not a schedule' WHERE id = $1`, bad); err != nil {
+		t.Fatal(err)
+	}
+	var old int64
+	if err := st.Pool().QueryRow(ctx, `INSERT INTO cron_job_tasks (cron_job_id, action, version, dispatched_at)
+		VALUES ($1, $2, 1, now() - interval '2 hours') RETURNING id`, good, wire.ActionUpdate).Scan(&old); err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	reg := prometheus.NewRegistry()
+	h := housekeeper(st)
+	h.Log = slog.New(slog.NewTextHandler(&logs, nil))
+	if err := reg.Register(h.skippedCounter()); err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release()
+	if led, err := h.Tick(ctx, time.Now()); !led || err != nil {
+		t.Fatalf("tick: led %v, %v", led, err)
+	}
+	if n := lostRuns(t, st, good); n < 55 {
+		t.Errorf("good job: %d lost runs, want its missed slots swept despite the bad row", n)
+	}
+	if n := lostRuns(t, st, bad); n != 0 {
+		t.Errorf("bad job: %d lost runs", n)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	skipped := -1.0
+	for _, mf := range mfs {
+		if mf.GetName() == "hostcron_sweep_skipped_jobs_total" && len(mf.GetMetric()) == 1 {
+			skipped = mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	if skipped != 1 {
+		t.Errorf("hostcron_sweep_skipped_jobs_total = %v, want 1", skipped)
+	}
+	if !strings.Contains(logs.String(), "sweep skipped a cron job") || !strings.Contains(logs.String(), bad) {
+		t.Errorf("the skip was not logged with the job id:\n%s", logs.String())
+	}
+	var n int
+	if err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM cron_job_tasks WHERE id = $1`, old).Scan(&n); err != nil || n != 0 {
+		t.Errorf("the round stopped at the bad row: the old outbox row is still there (%d, %v)", n, err)
 	}
 }

@@ -57,7 +57,7 @@ func (f *fixture) job(maxFailures int) store.CronJob {
 func (f *fixture) activate(id string) {
 	f.t.Helper()
 	j := f.get(id)
-	ok, err := f.st.SetProvisioned(context.Background(), id, j.Version, wire.StatusActive, "")
+	ok, err := f.st.SetProvisioned(context.Background(), id, j.Version, wire.StatusActive, "", 1)
 	if err != nil || !ok {
 		f.t.Fatalf("SetProvisioned: %v %v", ok, err)
 	}
@@ -210,17 +210,116 @@ func TestSweepStartsWhenTheNodesHaveTheJob(t *testing.T) {
 	j, _, err := f.st.CreateJob(ctx, f.tenant, store.JobFields{WebrootID: f.webroot, Schedule: "* * * * *", Timezone: "UTC",
 		Command: "true", Enabled: true, TimeoutSeconds: 60, MaxMemoryMB: 64, MaxFailures: 5}, nil)
 	must(t, err)
-	// Created an hour ago; provisioning (a Temporal outage) only now.
-	_, err = f.st.Pool().Exec(ctx, `UPDATE cron_jobs SET swept_until = now() - interval '1 hour', not_before = now() - interval '1 hour' WHERE id = $1`, j.ID)
+	// Created an hour ago; provisioning (a Temporal outage) only now. The
+	// sweeper ran all along and counted nothing.
+	_, err = f.st.Pool().Exec(ctx, `UPDATE cron_jobs SET not_before = now() - interval '1 hour' WHERE id = $1`, j.ID)
 	must(t, err)
+	rep, err := f.st.SweepLostRuns(ctx, time.Now(), time.Minute)
+	must(t, err)
+	if rep.Lost != 0 {
+		t.Errorf("%d lost runs of a job no node has yet", rep.Lost)
+	}
 	f.activate(j.ID)
-	rep, err := f.st.SweepLostRuns(ctx, time.Now().Add(5*time.Minute), time.Minute)
+	rep, err = f.st.SweepLostRuns(ctx, time.Now().Add(5*time.Minute), time.Minute)
 	must(t, err)
 	if rep.Lost > 4 {
 		t.Errorf("%d lost runs: slots before provisioning were counted", rep.Lost)
 	}
 	if rep.Lost < 2 {
 		t.Errorf("%d lost runs: slots after provisioning were not swept", rep.Lost)
+	}
+}
+
+// A job no node accepted (every node failed its provisioning, or its
+// shard has none) has no slot counted however long it stands failed, and
+// the sweep starts when a provisioning (here: retry) reports a node that
+// has it. A schedule change that no node took stops counting too: the
+// nodes never had the new schedule.
+func TestNoSlotCountedBeforeANodeHasTheJob(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	j, _, err := f.st.CreateJob(ctx, f.tenant, store.JobFields{WebrootID: f.webroot, Schedule: "* * * * *", Timezone: "UTC",
+		Command: "true", Enabled: true, TimeoutSeconds: 60, MaxMemoryMB: 64, MaxFailures: 5}, nil)
+	must(t, err)
+	provision := func(status wire.Status, took int) {
+		t.Helper()
+		v := f.get(j.ID).Version
+		ok, err := f.st.SetProvisioned(ctx, j.ID, v, status, "not provisioned on node1: down", took)
+		if err != nil || !ok {
+			t.Fatalf("SetProvisioned(%s, took %d): %v %v", status, took, ok, err)
+		}
+	}
+	lost := func() int {
+		return f.count(`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1 AND result = 'lost'`, j.ID)
+	}
+	sweep := func(at time.Time) {
+		t.Helper()
+		_, err := f.st.SweepLostRuns(ctx, at, time.Minute)
+		must(t, err)
+	}
+
+	provision(wire.StatusFailed, 0)
+	sweep(time.Now().Add(2 * time.Hour))
+	if n := lost(); n != 0 {
+		t.Fatalf("%d lost runs of a job no node accepted", n)
+	}
+
+	_, err = f.st.RetryJob(ctx, j.ID, 0)
+	must(t, err)
+	provision(wire.StatusActive, 1)
+	start := time.Now()
+	sweep(start.Add(10 * time.Minute))
+	if n := lost(); n < 6 || n > 9 {
+		t.Fatalf("%d lost runs in the 10 minutes after a node took it, want about 8", n)
+	}
+	if n := f.count(`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1 AND scheduled_at < $2`, j.ID, start.Add(-time.Second)); n != 0 {
+		t.Errorf("%d lost runs before the retry put the job on a node", n)
+	}
+
+	// A schedule change no node takes: nothing runs the new schedule.
+	before := lost()
+	_, err = f.st.UpdateJob(ctx, j.ID, 0, func(x store.JobFields) (store.JobFields, error) { x.Schedule = "*/2 * * * *"; return x, nil })
+	must(t, err)
+	provision(wire.StatusFailed, 0)
+	sweep(start.Add(3 * time.Hour))
+	if n := lost(); n != before {
+		t.Errorf("%d lost runs after a schedule change no node took, want still %d", n, before)
+	}
+}
+
+// A job enabled during a Temporal outage: its nodes have it disabled
+// until the outage ends, so the sweep counts from the provisioning, not
+// from the enable, and not from where it stood before the disable.
+func TestEnableDuringOutageCountsFromProvisioning(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	j := f.job(0)
+	f.sweepFrom(j.ID, time.Now().Add(-3*time.Hour))
+	_, err := f.st.DisableJob(ctx, j.ID, 0)
+	must(t, err)
+	ok, err := f.st.SetProvisioned(ctx, j.ID, f.get(j.ID).Version, wire.StatusDisabled, "", 1)
+	if err != nil || !ok {
+		t.Fatalf("SetProvisioned: %v %v", ok, err)
+	}
+	_, err = f.st.EnableJob(ctx, j.ID, 0)
+	must(t, err)
+	// The enable waits an hour in the outbox; sweeps meanwhile count nothing.
+	_, err = f.st.Pool().Exec(ctx, `UPDATE cron_jobs SET not_before = now() - interval '1 hour' WHERE id = $1`, j.ID)
+	must(t, err)
+	rep, err := f.st.SweepLostRuns(ctx, time.Now(), time.Minute)
+	must(t, err)
+	if rep.Lost != 0 {
+		t.Fatalf("%d lost runs while the enable waited in the outbox", rep.Lost)
+	}
+	provisioned := time.Now()
+	f.activate(j.ID)
+	_, err = f.st.SweepLostRuns(ctx, provisioned.Add(5*time.Minute), time.Minute)
+	must(t, err)
+	if n := f.count(`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1 AND scheduled_at < $2`, j.ID, provisioned.Add(-time.Second)); n != 0 {
+		t.Errorf("%d lost runs before the enable reached the nodes", n)
+	}
+	if n := f.count(`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1`, j.ID); n < 2 {
+		t.Errorf("%d lost runs after the enable reached the nodes, want the unreported slots since", n)
 	}
 }
 

@@ -188,7 +188,13 @@ func claimIdempotencyKey(ctx context.Context, tx pgx.Tx, tenantID string, k Idem
 // those of tenants that stopped creating jobs (a create expires its own
 // tenant's keys first).
 func (s *Store) ExpireIdempotencyKeys(ctx context.Context) (int64, error) {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM idempotency_keys WHERE created_at < now() - $1::interval`, idempotencyTTL)
+	return Chores{s.pool}.ExpireIdempotencyKeys(ctx)
+}
+
+// ExpireIdempotencyKeys is Store.ExpireIdempotencyKeys on the chores'
+// connection.
+func (c Chores) ExpireIdempotencyKeys(ctx context.Context) (int64, error) {
+	tag, err := c.db.Exec(ctx, `DELETE FROM idempotency_keys WHERE created_at < now() - $1::interval`, idempotencyTTL)
 	if err != nil {
 		return 0, fmt.Errorf("expire idempotency keys: %w", err)
 	}
@@ -258,6 +264,7 @@ func (s *Store) transition(ctx context.Context, id string, ifVersion int64,
 			       timeout_seconds = @timeout_seconds, max_memory_mb = @max_memory_mb, max_failures = @max_failures,
 			       consecutive_failures = @consecutive_failures, status = @status, status_message = @status_message,
 			       not_before = CASE WHEN @rearm THEN now() ELSE not_before END,
+			       swept_until = CASE WHEN @rearm THEN NULL ELSE swept_until END,
 			       failures_after_run = CASE WHEN @reset_failures
 			           THEN (SELECT coalesce(max(r.id), 0) FROM cron_job_runs r WHERE r.cron_job_id = @id)
 			           ELSE failures_after_run END,
@@ -397,26 +404,55 @@ func (s *Store) RunNow(ctx context.Context, id string, ifVersion int64) (CronJob
 	return job, err
 }
 
-// SetProvisioned records the workflow's verdict for a version of a job. It
-// changes nothing if the job has moved on (another version) or left
-// pending, so a slow workflow cannot overwrite a newer state such as
-// auto_disabled. When the job becomes active (or failed: the nodes that
-// took it run it) after a create, enable or schedule change (not_before
-// at or past swept_until: the sweep has not looked at the job since), its
-// nodes have this schedule from now on, so the lost-run sweep starts
-// here: slots before it (a change waiting out a Temporal outage) were
-// never the nodes'. After any other change (a command edit, a retry) the
-// nodes had the schedule all along, and the sweep goes on where it was.
-func (s *Store) SetProvisioned(ctx context.Context, id string, version int64, status wire.Status, message string) (bool, error) {
-	tag, err := s.pool.Exec(ctx, `
-		UPDATE cron_jobs SET status = $3, status_message = $4, updated_at = now(),
-		       swept_until = CASE WHEN $3 IN ($5, $7) AND not_before >= swept_until THEN now() ELSE swept_until END
-		WHERE id = $1 AND version = $2 AND status = $6`,
-		id, version, status, message, wire.StatusActive, wire.StatusPending, wire.StatusFailed)
-	if err != nil {
-		return false, fmt.Errorf("set provisioned: %w", err)
+// SetProvisioned records the workflow's verdict for a version of a job:
+// status, a message, and took, how many of the shard's nodes have this
+// version. It changes nothing if the job has moved on (another version) or
+// left pending, so a slow workflow cannot overwrite a newer state such as
+// auto_disabled. Where the lost-run sweep stands afterwards is
+// sweepAfterProvisioning's decision.
+func (s *Store) SetProvisioned(ctx context.Context, id string, version int64, status wire.Status, message string, took int) (bool, error) {
+	set := false
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var swept *time.Time
+		var now time.Time
+		err := tx.QueryRow(ctx, `SELECT swept_until, now() FROM cron_jobs WHERE id = $1 AND version = $2 AND status = $3 FOR UPDATE`,
+			id, version, wire.StatusPending).Scan(&swept, &now)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // moved on, or gone
+		}
+		if err != nil {
+			return fmt.Errorf("set provisioned: %w", err)
+		}
+		_, err = tx.Exec(ctx, `UPDATE cron_jobs SET status = $2, status_message = $3, updated_at = now(), swept_until = $4 WHERE id = $1`,
+			id, status, message, sweepAfterProvisioning(swept, status, took, now))
+		if err != nil {
+			return fmt.Errorf("set provisioned: %w", err)
+		}
+		set = true
+		return nil
+	})
+	return set, err
+}
+
+// sweepAfterProvisioning decides where the lost-run sweep of a job stands
+// after a provisioning verdict (swept is where it stood: nil when no node
+// has had the job's current schedule since its create, enable or schedule
+// change). No slot is counted before a node had it:
+//   - once a node has the job (took > 0) and it runs (active, or failed:
+//     the nodes that took it run it), a sweep that had not started starts
+//     now; slots before (a change waiting out a Temporal outage, a
+//     provisioning that waited for nodes) were never the nodes';
+//   - a sweep that had started goes on where it was: after a change that
+//     keeps the schedule (a command edit, a retry) the nodes ran these
+//     slots all along, even if none took the new version;
+//   - if no node took it (every node failed, or the shard has none), a
+//     sweep that had not started stays off: nothing runs the schedule.
+func sweepAfterProvisioning(swept *time.Time, status wire.Status, took int, now time.Time) *time.Time {
+	runs := status == wire.StatusActive || status == wire.StatusFailed
+	if swept != nil || took <= 0 || !runs {
+		return swept
 	}
-	return tag.RowsAffected() == 1, nil
+	return &now
 }
 
 // FinishDelete removes a job marked for deletion, with its runs; units on

@@ -79,7 +79,12 @@ func (s *Store) RetryTask(ctx context.Context, id int64, retryIn time.Duration, 
 // PruneDispatched deletes tasks dispatched before cutoff; it returns how
 // many it deleted.
 func (s *Store) PruneDispatched(ctx context.Context, cutoff time.Time) (int64, error) {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM cron_job_tasks WHERE dispatched_at < $1`, cutoff)
+	return Chores{s.pool}.PruneDispatched(ctx, cutoff)
+}
+
+// PruneDispatched is Store.PruneDispatched on the chores' connection.
+func (c Chores) PruneDispatched(ctx context.Context, cutoff time.Time) (int64, error) {
+	tag, err := c.db.Exec(ctx, `DELETE FROM cron_job_tasks WHERE dispatched_at < $1`, cutoff)
 	if err != nil {
 		return 0, fmt.Errorf("prune dispatched tasks: %w", err)
 	}

@@ -201,7 +201,7 @@ func autoDisable(ctx context.Context, tx pgx.Tx, id string, failures int) (CronJ
 func liftAutoDisabled(ctx context.Context, tx pgx.Tx, id string, failures int) (CronJob, error) {
 	job, err := scanJob(tx.QueryRow(ctx, `
 		UPDATE cron_jobs SET consecutive_failures = $2, enabled = true, status = $3, status_message = '',
-		       not_before = now(), version = version + 1, updated_at = now()
+		       not_before = now(), swept_until = NULL, version = version + 1, updated_at = now()
 		WHERE id = $1 RETURNING `+jobColumns, id, failures, wire.StatusPending))
 	if err != nil {
 		return job, wrap(err, "lift auto-disable")

@@ -84,7 +84,7 @@ func TestRevFollowsVersion(t *testing.T) {
 	if err != nil || p1.Job.Rev == 0 {
 		t.Fatalf("created job: rev %d, %v", p1.Job.Rev, err)
 	}
-	if _, err := st.SetProvisioned(ctx, j.ID, j.Version, wire.StatusActive, ""); err != nil {
+	if _, err := st.SetProvisioned(ctx, j.ID, j.Version, wire.StatusActive, "", 1); err != nil {
 		t.Fatal(err)
 	}
 	if p, _ := st.JobPlan(ctx, j.ID); p.Job.Rev != p1.Job.Rev {

@@ -40,8 +40,15 @@ var errBadSchedule = errors.New("stored schedule does not parse")
 // never touch the failure counter. A job whose schedule no longer parses
 // is skipped and reported, not an end of the sweep.
 func (s *Store) SweepLostRuns(ctx context.Context, now time.Time, grace time.Duration) (SweepReport, error) {
+	return Chores{s.pool}.SweepLostRuns(ctx, now, grace)
+}
+
+// SweepLostRuns is Store.SweepLostRuns on the chores' connection.
+func (c Chores) SweepLostRuns(ctx context.Context, now time.Time, grace time.Duration) (SweepReport, error) {
 	var rep SweepReport
-	rows, err := s.pool.Query(ctx, `SELECT id FROM cron_jobs WHERE enabled AND status IN ($3, $4)
+	// A NULL swept_until (no node has the current schedule yet) never
+	// compares true: such a job is not listed.
+	rows, err := c.db.Query(ctx, `SELECT id FROM cron_jobs WHERE enabled AND status IN ($3, $4)
 		AND swept_until < $1::timestamptz - make_interval(secs => timeout_seconds) - $2::interval`,
 		now, grace, wire.StatusActive, wire.StatusFailed)
 	if err != nil {
@@ -52,7 +59,7 @@ func (s *Store) SweepLostRuns(ctx context.Context, now time.Time, grace time.Dur
 		return rep, fmt.Errorf("sweep: list jobs: %w", err)
 	}
 	for _, id := range ids {
-		n, err := s.sweepJob(ctx, id, now, grace)
+		n, err := c.sweepJob(ctx, id, now, grace)
 		if errors.Is(err, errBadSchedule) {
 			rep.Skipped = append(rep.Skipped, SkippedJob{ID: id, Err: err})
 			continue
@@ -66,14 +73,14 @@ func (s *Store) SweepLostRuns(ctx context.Context, now time.Time, grace time.Dur
 }
 
 // sweepJob records the lost slots of one job. Slots start at swept_until
-// (set when the job became active on its nodes) or not_before, whichever
-// is later. A lost record is keyed by the slot's run key, so a slot has
+// (set when a node first had the job's current schedule; NULL until then,
+// and the job is not swept) or not_before, whichever is later. A lost record is keyed by the slot's run key, so a slot has
 // one row whatever the job's version, and a slot a node reported (or an
 // earlier sweep recorded) is left alone.
-func (s *Store) sweepJob(ctx context.Context, id string, now time.Time, grace time.Duration) (int, error) {
+func (c Chores) sweepJob(ctx context.Context, id string, now time.Time, grace time.Duration) (int, error) {
 	lost := 0
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var sweptUntil time.Time
+	err := pgx.BeginFunc(ctx, c.db, func(tx pgx.Tx) error {
+		var sweptUntil *time.Time
 		job, err := scanJob(tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM cron_jobs
 			WHERE id = $1 AND enabled AND status IN ($2, $3) FOR UPDATE`, id, wire.StatusActive, wire.StatusFailed))
 		if err != nil {
@@ -82,12 +89,15 @@ func (s *Store) sweepJob(ctx context.Context, id string, now time.Time, grace ti
 		if err := tx.QueryRow(ctx, `SELECT swept_until FROM cron_jobs WHERE id = $1`, id).Scan(&sweptUntil); err != nil {
 			return fmt.Errorf("sweep %s: %w", id, err)
 		}
+		if sweptUntil == nil {
+			return nil // no node has the job's current schedule yet
+		}
 		sched, err := schedule.ParseWithSeconds(job.Schedule, job.Timezone)
 		if err != nil {
 			return fmt.Errorf("sweep %s: %w: %v", id, errBadSchedule, err)
 		}
 		cutoff := now.Add(-time.Duration(job.TimeoutSeconds)*time.Second - grace)
-		at := sweptUntil
+		at := *sweptUntil
 		if job.NotBefore.After(at) {
 			at = job.NotBefore
 		}
@@ -124,9 +134,14 @@ func (s *Store) sweepJob(ctx context.Context, id string, now time.Time, grace ti
 // DeleteRunsBefore removes run history older than cutoff, in batches so a
 // large backlog does not hold long locks. It returns how many it removed.
 func (s *Store) DeleteRunsBefore(ctx context.Context, cutoff time.Time) (int64, error) {
+	return Chores{s.pool}.DeleteRunsBefore(ctx, cutoff)
+}
+
+// DeleteRunsBefore is Store.DeleteRunsBefore on the chores' connection.
+func (c Chores) DeleteRunsBefore(ctx context.Context, cutoff time.Time) (int64, error) {
 	var total int64
 	for {
-		tag, err := s.pool.Exec(ctx, `DELETE FROM cron_job_runs WHERE id IN
+		tag, err := c.db.Exec(ctx, `DELETE FROM cron_job_runs WHERE id IN
 			(SELECT id FROM cron_job_runs WHERE received_at < $1 LIMIT 5000)`, cutoff)
 		if err != nil {
 			return total, fmt.Errorf("delete old runs: %w", err)

@@ -1,0 +1,10 @@
+package store
+
+import "context"
+
+// Exec runs any statement on the chores' connection: tests make a duty
+// hang with it.
+func (c Chores) Exec(ctx context.Context, sql string) error {
+	_, err := c.db.Exec(ctx, sql)
+	return err
+}
