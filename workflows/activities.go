@@ -59,9 +59,10 @@ func (a *CoreActivities) FinishDelete(ctx context.Context, jobID string) error {
 	return a.Store.FinishDelete(ctx, jobID)
 }
 
-// DesiredForNode is every job the node's shard has, with the snapshot
-// they were read in (the node decides orphans by it).
-func (a *CoreActivities) DesiredForNode(ctx context.Context, nodeID string) (wire.DesiredSet, error) {
+// DesiredSetForNode is every job the node's shard has, with the snapshot
+// they were read in (the node decides orphans by it). ConvergeNode calls
+// it on its side of the snapshot gate only.
+func (a *CoreActivities) DesiredSetForNode(ctx context.Context, nodeID string) (wire.DesiredSet, error) {
 	set, ok, err := a.Store.NodeDesiredJobs(ctx, nodeID)
 	if err != nil {
 		return wire.DesiredSet{}, err // the database may come back: retried
@@ -71,6 +72,15 @@ func (a *CoreActivities) DesiredForNode(ctx context.Context, nodeID string) (wir
 		return wire.DesiredSet{}, temporal.NewNonRetryableApplicationError("unknown node "+nodeID, "NotFound", nil)
 	}
 	return set, nil
+}
+
+// DesiredForNode is the activity of converges from before snapshots: the
+// bare job list, as their histories expect it (a run replayed after the
+// upgrade whose read was not done yet still runs it). An activity's result
+// type never changes under its name; new runs call DesiredSetForNode.
+func (a *CoreActivities) DesiredForNode(ctx context.Context, nodeID string) ([]wire.Job, error) {
+	set, err := a.DesiredSetForNode(ctx, nodeID)
+	return set.Jobs, err
 }
 
 // ShardNodes lists the nodes of a shard.
