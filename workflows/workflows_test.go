@@ -87,6 +87,34 @@ func TestJobWorkflowFailedNamesTheNode(t *testing.T) {
 	}
 }
 
+// A node that refuses the apply by its tombstone does not run the job:
+// the job is not reported active.
+func TestJobWorkflowStaleOnANodeIsNotActive(t *testing.T) {
+	env := newEnv(t)
+	env.OnActivity(core.LoadJob, mock.Anything, jobID).Return(plan(true, false, "node1", "node2"), nil)
+	env.OnActivity(node.ApplyJobs, mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, jobs []wire.Job) (wire.NodeReport, error) {
+			if strings.HasSuffix(activityTaskQueue(ctx), "id-node1") {
+				return wire.NodeReport{Stale: []string{jobs[0].UnitName()}}, nil
+			}
+			return wire.NodeReport{}, nil
+		})
+	var msg string
+	env.OnActivity(core.SetJobStatus, mock.Anything, jobID, int64(7), wire.StatusFailed, mock.Anything).Return(
+		func(ctx context.Context, id string, v int64, status wire.Status, message string) (bool, error) {
+			msg = message
+			return true, nil
+		}).Once()
+	signalAndRun(env, Change{Action: wire.ActionCreate, Version: 7})
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	env.AssertExpectations(t)
+	if !strings.Contains(msg, "node1") || !strings.Contains(msg, "tombstone") || strings.Contains(msg, "node2") {
+		t.Errorf("status message %q should name node1's tombstone only", msg)
+	}
+}
+
 func TestJobWorkflowDisabledJob(t *testing.T) {
 	env := newEnv(t)
 	env.OnActivity(core.LoadJob, mock.Anything, jobID).Return(plan(false, false, "node1"), nil)
