@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"go.temporal.io/sdk/temporal"
@@ -64,6 +65,10 @@ func (a *CoreActivities) FinishDelete(ctx context.Context, jobID string) error {
 // it on its side of the snapshot gate only.
 func (a *CoreActivities) DesiredSetForNode(ctx context.Context, nodeID string) (wire.DesiredSet, error) {
 	set, ok, err := a.Store.NodeDesiredJobs(ctx, nodeID)
+	if errors.Is(err, wire.ErrRevisionsAhead) {
+		// Retrying does not move the counter: the operator must.
+		return wire.DesiredSet{}, temporal.NewNonRetryableApplicationError(err.Error(), "RevisionsAhead", nil)
+	}
 	if err != nil {
 		return wire.DesiredSet{}, err // the database may come back: retried
 	}

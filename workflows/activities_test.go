@@ -3,6 +3,7 @@ package workflows
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"go.temporal.io/sdk/temporal"
@@ -89,6 +90,7 @@ func TestDesiredSetForNodeRetriesOnlyWhatMayHeal(t *testing.T) {
 		{"known node, empty shard", fakeStore{known: true}, noError, 0},
 		{"unknown node", fakeStore{}, final, 0},
 		{"database down", fakeStore{err: errors.New("connection refused")}, retried, 0},
+		{"revisions ahead of the counter (a logical restore)", fakeStore{err: fmt.Errorf("job a: %w", wire.ErrRevisionsAhead)}, final, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := (&CoreActivities{Store: tc.store}).DesiredSetForNode(context.Background(), "n1")
