@@ -126,8 +126,9 @@ func (a *NodeActivities) ApplyJobs(ctx context.Context, jobs []wire.Job) (wire.N
 // RemoveUnits stops and removes the units of jobs the core deleted at
 // version (the delete-marked row's); the node keeps a tombstone so no
 // older version of them comes back. A task from before versions were
-// sent has 0 (a trailing argument it lacks decodes as zero); the node
-// then uses the version it had installed.
+// sent has 0 (a trailing argument it lacks decodes as zero); its
+// tombstone then refuses every version (a deleted job's id never comes
+// back).
 func (a *NodeActivities) RemoveUnits(ctx context.Context, names []string, version int64) (wire.NodeReport, error) {
 	if err := trust.AdmitUnits(names); err != nil {
 		return wire.NodeReport{}, notAdmitted(err)

@@ -71,8 +71,8 @@ func (m *Manager) Apply(ctx context.Context, jobs []wire.Job) (wire.NodeReport, 
 }
 
 // Delete stops and removes the units of jobs the core deleted at version
-// (0: not said), and leaves tombstones so that no version up to it comes
-// back. A running service is left to finish; systemd keeps it loaded
+// (0: not said), and leaves tombstones so that no version up to it (none
+// at all when not said) comes back. A running service is left to finish; systemd keeps it loaded
 // until then.
 func (m *Manager) Delete(ctx context.Context, names []string, version int64) (wire.NodeReport, error) {
 	return m.do(ctx, Request{Op: OpRemove, Names: names, Version: version})
