@@ -65,10 +65,15 @@ func (a *CoreActivities) FinishDelete(ctx context.Context, jobID string) error {
 	return a.Store.FinishDelete(ctx, jobID)
 }
 
-// DesiredForNode is every job the node's shard has, with the snapshot
-// they were read in (the node decides orphans by it).
-func (a *CoreActivities) DesiredForNode(ctx context.Context, nodeID string) (wire.DesiredSet, error) {
+// DesiredSetForNode is every job the node's shard has, with the snapshot
+// they were read in (the node decides orphans by it). ConvergeNode calls
+// it on its side of the snapshot gate only.
+func (a *CoreActivities) DesiredSetForNode(ctx context.Context, nodeID string) (wire.DesiredSet, error) {
 	set, ok, err := a.Store.NodeDesiredJobs(ctx, nodeID)
+	if errors.Is(err, wire.ErrRevisionsAhead) {
+		// Retrying does not move the counter: the operator must.
+		return wire.DesiredSet{}, temporal.NewNonRetryableApplicationError(err.Error(), "RevisionsAhead", nil)
+	}
 	if err != nil {
 		return wire.DesiredSet{}, err // the database may come back: retried
 	}
@@ -77,6 +82,15 @@ func (a *CoreActivities) DesiredForNode(ctx context.Context, nodeID string) (wir
 		return wire.DesiredSet{}, temporal.NewNonRetryableApplicationError("unknown node "+nodeID, "NotFound", nil)
 	}
 	return set, nil
+}
+
+// DesiredForNode is the activity of converges from before snapshots: the
+// bare job list, as their histories expect it (a run replayed after the
+// upgrade whose read was not done yet still runs it). An activity's result
+// type never changes under its name; new runs call DesiredSetForNode.
+func (a *CoreActivities) DesiredForNode(ctx context.Context, nodeID string) ([]wire.Job, error) {
+	set, err := a.DesiredSetForNode(ctx, nodeID)
+	return set.Jobs, err
 }
 
 // ShardNodes lists the nodes of a shard.
@@ -117,8 +131,9 @@ func (a *NodeActivities) ApplyJobs(ctx context.Context, jobs []wire.Job) (wire.N
 // RemoveUnits stops and removes the units of jobs the core deleted at
 // version (the delete-marked row's); the node keeps a tombstone so no
 // older version of them comes back. A task from before versions were
-// sent has 0 (a trailing argument it lacks decodes as zero); the node
-// then uses the version it had installed.
+// sent has 0 (a trailing argument it lacks decodes as zero); its
+// tombstone then refuses every version (a deleted job's id never comes
+// back).
 func (a *NodeActivities) RemoveUnits(ctx context.Context, names []string, version int64) (wire.NodeReport, error) {
 	if err := trust.AdmitUnits(names); err != nil {
 		return wire.NodeReport{}, notAdmitted(err)

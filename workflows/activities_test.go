@@ -78,7 +78,7 @@ func classify(err error) retry {
 	}
 }
 
-func TestDesiredForNodeRetriesOnlyWhatMayHeal(t *testing.T) {
+func TestDesiredSetForNodeRetriesOnlyWhatMayHeal(t *testing.T) {
 	set := wire.DesiredSet{Jobs: []wire.Job{{ID: "a", Tenant: "acme"}}, Snapshot: wire.Snapshot{Xmin: 10, Xmax: 12}}
 	for _, tc := range []struct {
 		name  string
@@ -90,9 +90,10 @@ func TestDesiredForNodeRetriesOnlyWhatMayHeal(t *testing.T) {
 		{"known node, empty shard", fakeStore{known: true}, noError, 0},
 		{"unknown node", fakeStore{}, final, 0},
 		{"database down", fakeStore{err: errors.New("connection refused")}, retried, 0},
+		{"revisions ahead of the counter (a logical restore)", fakeStore{err: fmt.Errorf("job a: %w", wire.ErrRevisionsAhead)}, final, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := (&CoreActivities{Store: tc.store}).DesiredForNode(context.Background(), "n1")
+			got, err := (&CoreActivities{Store: tc.store}).DesiredSetForNode(context.Background(), "n1")
 			if c := classify(err); c != tc.want {
 				t.Errorf("error %v: class %d, want %d", err, c, tc.want)
 			}

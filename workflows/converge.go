@@ -33,19 +33,22 @@ func ConvergeNode(ctx workflow.Context, in ConvergeInput) (ConvergeResult, error
 }
 
 // snapshotChange is the GetVersion change id of desired sets that carry
-// their snapshot. A run started before it recorded a bare job list; on
-// replay it reads that list and sends the zero snapshot, which removes no
-// orphan.
+// their snapshot. A run started before it recorded a bare job list from
+// DesiredForNode; on replay it reads that list and sends the zero
+// snapshot, which removes no orphan. A run after it calls
+// DesiredSetForNode: each side has its own activity, so a result is never
+// decoded as the other side's type (an old run's read completed by a new
+// worker, a new run's read served by an old worker in a rolling deploy:
+// the old worker does not know the name and fails the attempt, which is
+// retried until a new worker takes it).
 const snapshotChange = "desired-set-snapshot"
 
 func desiredSet(ctx workflow.Context, nodeID string) (wire.DesiredSet, error) {
 	var set wire.DesiredSet
-	withSnapshot := workflow.GetVersion(ctx, snapshotChange, workflow.DefaultVersion, 1) >= 1
-	f := workflow.ExecuteActivity(coreCtx(ctx), core.DesiredForNode, nodeID)
-	if !withSnapshot {
-		return set, f.Get(ctx, &set.Jobs)
+	if workflow.GetVersion(ctx, snapshotChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return set, workflow.ExecuteActivity(coreCtx(ctx), core.DesiredForNode, nodeID).Get(ctx, &set.Jobs)
 	}
-	return set, f.Get(ctx, &set)
+	return set, workflow.ExecuteActivity(coreCtx(ctx), core.DesiredSetForNode, nodeID).Get(ctx, &set)
 }
 
 // ConvergeShard converges every node of a shard in parallel, each as its

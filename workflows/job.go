@@ -178,6 +178,14 @@ func provision(ctx workflow.Context, in JobInput) error {
 		var rep wire.NodeReport
 		if err := f.Get(ctx, &rep); err != nil {
 			failed = append(failed, fmt.Sprintf("%s: %v", plan.Nodes[i].Name, rootCause(err)))
+		} else if !plan.Deleting && len(rep.Stale) > 0 {
+			// The node's tombstone refused the job: it removed the job at
+			// this version or later. For a job being deleted the status
+			// write below changes nothing (the delete moved the version
+			// on); for a live one the job does not run there, and must not
+			// be reported active (docs/semantics.md, "Orphans, snapshots
+			// and tombstones").
+			failed = append(failed, fmt.Sprintf("%s: refused by the node's tombstone (it removed the job at this version or later; a converge lifts a wrong one)", plan.Nodes[i].Name))
 		}
 	}
 	if plan.Deleting {

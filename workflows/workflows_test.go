@@ -9,8 +9,10 @@ import (
 
 	"github.com/stretchr/testify/mock"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/hostcron/hostcron/internal/wire"
 )
@@ -112,6 +114,34 @@ func TestJobWorkflowReportsHowManyNodesTookIt(t *testing.T) {
 	}
 }
 
+// A node that refuses the apply by its tombstone does not run the job:
+// the job is not reported active.
+func TestJobWorkflowStaleOnANodeIsNotActive(t *testing.T) {
+	env := newEnv(t)
+	env.OnActivity(core.LoadJob, mock.Anything, jobID).Return(plan(true, false, "node1", "node2"), nil)
+	env.OnActivity(node.ApplyJobs, mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, jobs []wire.Job) (wire.NodeReport, error) {
+			if strings.HasSuffix(activityTaskQueue(ctx), "id-node1") {
+				return wire.NodeReport{Stale: []string{jobs[0].UnitName()}}, nil
+			}
+			return wire.NodeReport{}, nil
+		})
+	var msg string
+	env.OnActivity(core.SetJobStatus, mock.Anything, jobID, int64(7), wire.StatusFailed, mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, id string, v int64, status wire.Status, message string, took int) (bool, error) {
+			msg = message
+			return true, nil
+		}).Once()
+	signalAndRun(env, Change{Action: wire.ActionCreate, Version: 7})
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	env.AssertExpectations(t)
+	if !strings.Contains(msg, "node1") || !strings.Contains(msg, "tombstone") || strings.Contains(msg, "node2") {
+		t.Errorf("status message %q should name node1's tombstone only", msg)
+	}
+}
+
 func TestJobWorkflowDisabledJob(t *testing.T) {
 	env := newEnv(t)
 	env.OnActivity(core.LoadJob, mock.Anything, jobID).Return(plan(false, false, "node1"), nil)
@@ -169,7 +199,7 @@ func TestConvergeNodeReconcilesOnce(t *testing.T) {
 	env := newEnv(t)
 	jobs := []wire.Job{{ID: "a", Tenant: "acme"}, {ID: "b", Tenant: "acme"}}
 	snap := wire.Snapshot{Xmin: 100, Xmax: 104, Xip: []uint64{101}}
-	env.OnActivity(core.DesiredForNode, mock.Anything, "n1").Return(wire.DesiredSet{Jobs: jobs, Snapshot: snap}, nil).Once()
+	env.OnActivity(core.DesiredSetForNode, mock.Anything, "n1").Return(wire.DesiredSet{Jobs: jobs, Snapshot: snap}, nil).Once()
 	// The node gets the snapshot with the jobs: it decides orphans by it.
 	env.OnActivity(node.Reconcile, mock.Anything, jobs, snap).Return(wire.NodeReport{Written: []string{"x.timer"}, Reloads: 1}, nil).Once()
 	env.ExecuteWorkflow(ConvergeNode, ConvergeInput{NodeID: "n1"})
@@ -185,7 +215,7 @@ func TestConvergeNodeReconcilesOnce(t *testing.T) {
 
 func TestConvergeNodeFailsWhenNodeUnreachable(t *testing.T) {
 	env := newEnv(t)
-	env.OnActivity(core.DesiredForNode, mock.Anything, "n1").Return(wire.DesiredSet{}, nil)
+	env.OnActivity(core.DesiredSetForNode, mock.Anything, "n1").Return(wire.DesiredSet{}, nil)
 	env.OnActivity(node.Reconcile, mock.Anything, mock.Anything).Return(wire.NodeReport{}, errors.New("unreachable"))
 	env.ExecuteWorkflow(ConvergeNode, ConvergeInput{NodeID: "n1", NodeTimeout: 5 * time.Second})
 	if err := env.GetWorkflowError(); err == nil {
@@ -194,3 +224,50 @@ func TestConvergeNodeFailsWhenNodeUnreachable(t *testing.T) {
 }
 
 func activityTaskQueue(ctx context.Context) string { return activity.GetInfo(ctx).TaskQueue }
+
+// The desired set's result type changed with snapshots (a bare job list
+// before, wire.DesiredSet after). Each side of the GetVersion gate calls
+// its own activity, whose result type never changes: a run from before
+// the change (replayed, its read not yet done at the upgrade) reads a job
+// list from DesiredForNode and sends the zero snapshot; a new run reads
+// DesiredSetForNode, a name an old worker does not serve, so it never
+// decodes an old worker's list into a set.
+func TestConvergeNodeDesiredSetAcrossVersions(t *testing.T) {
+	jobs := []wire.Job{{ID: "a", Tenant: "acme"}}
+	snap := wire.Snapshot{Xmin: 100, Xmax: 104}
+	for _, tc := range []struct {
+		name     string
+		old      bool
+		wantSnap wire.Snapshot
+		wantAct  string
+	}{
+		{"new run", false, snap, "DesiredSetForNode"},
+		{"run from before snapshots", true, wire.Snapshot{}, "DesiredForNode"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var s testsuite.WorkflowTestSuite
+			env := s.NewTestWorkflowEnvironment()
+			env.RegisterWorkflow(ConvergeNode)
+			// The real core activities, so their result types are encoded
+			// and decoded as a worker would.
+			env.RegisterActivity(&CoreActivities{Store: fakeStore{set: wire.DesiredSet{Jobs: jobs, Snapshot: snap}, known: true}})
+			env.RegisterActivity(&NodeActivities{})
+			if tc.old {
+				env.OnGetVersion(snapshotChange, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+			}
+			var called []string
+			env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
+				called = append(called, info.ActivityType.Name)
+			})
+			env.OnActivity(node.Reconcile, mock.Anything, jobs, tc.wantSnap).Return(wire.NodeReport{}, nil).Once()
+			env.ExecuteWorkflow(ConvergeNode, ConvergeInput{NodeID: "n1"})
+			if err := env.GetWorkflowError(); err != nil {
+				t.Fatal(err)
+			}
+			env.AssertExpectations(t)
+			if len(called) == 0 || called[0] != tc.wantAct {
+				t.Errorf("activities %q, want %s first", called, tc.wantAct)
+			}
+		})
+	}
+}

@@ -98,13 +98,27 @@ func (s *Store) NodeDesiredJobs(ctx context.Context, nodeID string) (set wire.De
 		if set.Snapshot, err = currentSnapshot(ctx, tx); err != nil {
 			return err
 		}
-		set.Jobs, err = desiredJobs(ctx, tx, shardID)
-		return err
+		if set.Jobs, err = desiredJobs(ctx, tx, shardID); err != nil {
+			return err
+		}
+		return checkRevs(set)
 	})
 	if err != nil || !ok {
 		return wire.DesiredSet{}, false, err
 	}
 	return set, true, nil
+}
+
+// checkRevs refuses a set with a job whose revision its own snapshot
+// has not seen (wire.ErrRevisionsAhead).
+func checkRevs(set wire.DesiredSet) error {
+	for _, j := range set.Jobs {
+		if !set.Snapshot.Sees(j.Rev) {
+			return fmt.Errorf("%w: job %s has rev %d, its snapshot is %d:%d (a logical restore or upgrade?)",
+				wire.ErrRevisionsAhead, j.ID, j.Rev, set.Snapshot.Xmin, set.Snapshot.Xmax)
+		}
+	}
+	return nil
 }
 
 // currentSnapshot is the transaction's snapshot (under REPEATABLE READ the

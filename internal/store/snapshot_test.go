@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -95,6 +96,30 @@ func TestRevFollowsVersion(t *testing.T) {
 	}
 	if p, _ := st.JobPlan(ctx, j.ID); p.Job.Rev == p1.Job.Rev || p.Version != j.Version+1 {
 		t.Errorf("update: version %d rev %d, want version %d and a new rev (was %d)", p.Version, p.Job.Rev, j.Version+1, p1.Job.Rev)
+	}
+}
+
+// After a logical restore the rows keep revisions from the old cluster's
+// counter, above the new one's: the converge refuses to send a set whose
+// snapshot does not see its own rows.
+func TestDesiredSetRefusesRevisionsAhead(t *testing.T) {
+	st := pgtest.New(t)
+	ctx := context.Background()
+	a := newShard(t, st, "web1", "node1")
+	j := a.job(t, st, "one")
+	// A status-like write that keeps the version keeps the rev it sets.
+	if _, err := st.Pool().Exec(ctx, `UPDATE cron_jobs SET rev = '900000000000'::xid8 WHERE id = $1`, j.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := st.NodeDesiredJobs(ctx, a.nodes["node1"]); !errors.Is(err, wire.ErrRevisionsAhead) {
+		t.Errorf("desired set with a revision ahead of the counter: %v, want ErrRevisionsAhead", err)
+	}
+	// The operator's fix: every row gets a revision of the new counter.
+	if _, err := st.Pool().Exec(ctx, `UPDATE cron_jobs SET rev = pg_current_xact_id()`); err != nil {
+		t.Fatal(err)
+	}
+	if set, _, err := st.NodeDesiredJobs(ctx, a.nodes["node1"]); err != nil || !hasJob(set, j.ID) {
+		t.Errorf("after renumbering the revisions: %v", err)
 	}
 }
 

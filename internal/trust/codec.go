@@ -255,7 +255,7 @@ func (c *Codec) verify(env envelope) error {
 	}
 	if c.resultsOnly[env.Signer] && (env.Binding != c.binding || (c.binding != "" && !isNodeActivityBinding(c.binding))) {
 		// Without this a node could complete the core's own activities
-		// (LoadJob, DesiredForNode) or start workflows with its key, and
+		// (LoadJob, DesiredSetForNode) or start workflows with its key, and
 		// the core would sign that work for other nodes. Unbound ("") is
 		// what the SDK's failure converter uses on both ends (it takes no
 		// serialization context): a node's failure messages, never work.

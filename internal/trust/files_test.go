@@ -179,8 +179,14 @@ func TestApplyOptions(t *testing.T) {
 	if err := half.ApplyNode(&client.Options{}); err == nil {
 		t.Fatal("half a configuration accepted")
 	}
-	node.MaxAge = "forever"
-	if err := node.ApplyNode(&client.Options{}); err == nil {
-		t.Fatal("bad max_age accepted")
+	for _, bad := range []string{"forever", "-1m", "61m", "24h"} {
+		node.MaxAge = bad
+		if err := node.ApplyNode(&client.Options{}); err == nil {
+			t.Fatalf("bad max_age %q accepted", bad)
+		}
+	}
+	node.MaxAge = "1h"
+	if err := node.ApplyNode(&client.Options{}); err != nil {
+		t.Fatalf("max_age 1h: %v", err)
 	}
 }

@@ -17,6 +17,13 @@ import (
 // each retry) plus clock skew.
 const DefaultMaxAge = 10 * time.Minute
 
+// MaxMaxAge is the highest max_age a node accepts. A node's tombstones
+// (24 h) must outlive any task it may still accept, and a converge's set
+// must reach the node well within the age at which the node removes units
+// without a revision (unitmgr.LegacyOrphanAge, 1 h); a longer freshness
+// bound would also weaken replay protection for no gain.
+const MaxMaxAge = time.Hour
+
 // Files names one process's trust material; node.json embeds it as
 // "trust", core-api fills it from flags. Empty means no TLS and no codec
 // (the development default, logged as a warning by the caller).
@@ -56,8 +63,8 @@ func (f Files) ApplyNode(o *client.Options) error {
 	maxAge := DefaultMaxAge
 	if f.MaxAge != "" {
 		d, err := time.ParseDuration(f.MaxAge)
-		if err != nil || d <= 0 {
-			return fmt.Errorf("trust: max_age %q: want a positive duration", f.MaxAge)
+		if err != nil || d <= 0 || d > MaxMaxAge {
+			return fmt.Errorf("trust: max_age %q: want a positive duration of at most %s", f.MaxAge, MaxMaxAge)
 		}
 		maxAge = d
 	}

@@ -40,14 +40,19 @@ func (e *executor) run(ctx context.Context, p Plan) (wire.NodeReport, error) {
 	}
 	var stopErrs []error
 	marked := false
+	keepTombs := false // an unreadable tombstone file could not be set aside
 	for i := 0; i < len(p.Steps); i++ {
 		s := p.Steps[i]
 		if failed[s.Unit] && s.Kind != KindStop && s.Kind != KindDisable {
 			continue
 		}
 		switch s.Kind {
+		case KindSetAside:
+			keepTombs = !e.setAsideTombstones(s)
 		case KindTombstone:
-			e.writeTombstones(s)
+			if !keepTombs {
+				e.writeTombstones(s)
+			}
 		case KindCleanup:
 			if err := os.Remove(s.Target); err != nil && !errors.Is(err, os.ErrNotExist) {
 				e.log.Warn("remove atomic-write leftover", "path", s.Target, "err", err)
@@ -225,6 +230,20 @@ func (e *executor) unmark() {
 // writeTombstones stores the tombstone file. A failure (a full disk) is
 // logged and the removals go on: stopping a deleted job matters more than
 // refusing a stale copy of it later, which a converge would remove again.
+// setAsideTombstones moves an unreadable tombstone file to s.Target, so
+// the write that follows does not destroy what it held. If it cannot, the
+// file stays and is not rewritten (false): the plan's removals go on
+// without new tombstones, as when the write fails.
+func (e *executor) setAsideTombstones(s Step) bool {
+	if err := os.Rename(e.layout.TombstonePath(), s.Target); err != nil && !errors.Is(err, os.ErrNotExist) {
+		e.log.Error("set aside the unreadable tombstone file; not rewritten, removed jobs are not protected from stale copies",
+			"path", e.layout.TombstonePath(), "err", err)
+		return false
+	}
+	e.log.Error("tombstone file was unreadable: set aside, its tombstones are lost", "path", s.Target)
+	return true
+}
+
 func (e *executor) writeTombstones(s Step) {
 	err := os.MkdirAll(filepath.Dir(s.Target), 0o700)
 	if err == nil {

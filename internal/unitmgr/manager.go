@@ -51,14 +51,17 @@ func (m *Manager) SetNode(n desired.Node) { m.layout.Node = n }
 // in snap: it adds and rewrites what differs, stops timers of disabled
 // jobs and removes orphans, with at most one daemon-reload. An orphan is
 // a unit the set lacks whose installed write snap saw; one it did not see
-// may be a job created after the snapshot, and stays. Each orphan leaves
-// a tombstone.
+// may be a job created after the snapshot, and stays (as does a unit
+// whose spec has no revision, until it is older than LegacyOrphanAge).
+// Each orphan leaves a tombstone; a job snap lists lifts an orphan
+// tombstone recorded by an older snapshot (Tombstone.LiftedBy).
 func (m *Manager) Reconcile(ctx context.Context, jobs []wire.Job, snap wire.Snapshot) (wire.NodeReport, error) {
 	return m.do(ctx, Request{Op: OpReconcile, Jobs: jobs, Snapshot: snap})
 }
 
 // ReconcileExactly is an operator's reconcile: jobs is complete, every
-// other cron unit goes, and no tombstone is left.
+// other cron unit goes, no tombstone is left, and tombstones never refuse
+// its jobs (it lifts theirs).
 func (m *Manager) ReconcileExactly(ctx context.Context, jobs []wire.Job) (wire.NodeReport, error) {
 	return m.do(ctx, Request{Op: OpReconcile, Jobs: jobs, Operator: true})
 }
@@ -69,8 +72,8 @@ func (m *Manager) Apply(ctx context.Context, jobs []wire.Job) (wire.NodeReport, 
 }
 
 // Delete stops and removes the units of jobs the core deleted at version
-// (0: not said), and leaves tombstones so that no version up to it comes
-// back. A running service is left to finish; systemd keeps it loaded
+// (0: not said), and leaves tombstones so that no version up to it (none
+// at all when not said) comes back. A running service is left to finish; systemd keeps it loaded
 // until then.
 func (m *Manager) Delete(ctx context.Context, names []string, version int64) (wire.NodeReport, error) {
 	return m.do(ctx, Request{Op: OpRemove, Names: names, Version: version})

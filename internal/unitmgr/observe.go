@@ -45,7 +45,7 @@ func (m *Manager) observe(ctx context.Context, req Request) (Observed, error) {
 	if _, err := os.Stat(m.layout.Marker()); err == nil {
 		obs.Dirty = true
 	}
-	obs.Tombstones = m.tombstones()
+	obs.Tombstones, obs.TombstonesUnreadable = m.tombstones()
 	if obs.Temps, err = m.temps(); err != nil {
 		return obs, err
 	}
@@ -56,24 +56,25 @@ func (m *Manager) observe(ctx context.Context, req Request) (Observed, error) {
 }
 
 // tombstones reads the tombstone file. A missing file is none; an
-// unreadable one is logged and counts as none: losing tombstones only
-// reopens the window in which a stale message can reinstall a removed
-// job (the next converge removes it again), while failing here would stop
-// every change to the node. The next removal rewrites the file.
-func (m *Manager) tombstones() map[string]Tombstone {
+// unreadable one is logged and counts as none (unreadable true): losing
+// tombstones only reopens the window in which a stale message can
+// reinstall a removed job (the next converge removes it again), while
+// failing here would stop every change to the node. The next plan that
+// records a removal sets the file aside before writing a new one, so
+// what it held is never overwritten.
+func (m *Manager) tombstones() (ts map[string]Tombstone, unreadable bool) {
 	b, err := os.ReadFile(m.layout.TombstonePath())
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
-		return map[string]Tombstone{}
+		return map[string]Tombstone{}, false
 	}
-	var ts map[string]Tombstone
 	if err == nil {
 		ts, err = decodeTombstones(b)
 	}
 	if err != nil {
-		m.log.Error("tombstones unreadable; treated as none", "path", m.layout.TombstonePath(), "err", err)
-		return map[string]Tombstone{}
+		m.log.Error("tombstones unreadable; treated as none, set aside at the next removal", "path", m.layout.TombstonePath(), "err", err)
+		return map[string]Tombstone{}, true
 	}
-	return ts
+	return ts, false
 }
 
 // scope lists the unit names a request may touch.
@@ -136,6 +137,11 @@ func (m *Manager) readUnit(name string) (OnDisk, error) {
 			return d, fmt.Errorf("read %s: %w", path, err)
 		}
 		d.Files[ext] = b
+		if ext == extSpec {
+			if fi, err := os.Stat(path); err == nil {
+				d.SpecMod = fi.ModTime()
+			}
+		}
 	}
 	return d, nil
 }

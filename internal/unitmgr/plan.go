@@ -37,13 +37,14 @@ type Request struct {
 	Snapshot wire.Snapshot
 	// Version (OpRemove) is the version at which the core deleted the
 	// jobs; their tombstones refuse every version up to it (0: the core
-	// did not say; the installed version is used).
+	// did not say, a task from before versions were sent; the tombstone
+	// refuses every version, since a deleted job's id never comes back).
 	Version int64
 	// Operator marks an operator's command (the node-agent CLI), not the
 	// core's: a reconcile's set is complete (every unit not in it goes,
-	// whatever the snapshot), and its removals leave no tombstone, since
-	// the core did not delete those jobs and its next converge may put
-	// live ones back.
+	// whatever the snapshot), tombstones never refuse its jobs (it lifts
+	// theirs), and its removals leave no tombstone, since the core did not
+	// delete those jobs and its next converge may put live ones back.
 	Operator bool
 	Now      time.Time
 }
@@ -78,11 +79,23 @@ const (
 	extSpec    = ".json"
 )
 
-// OnDisk is what one unit name has on disk. No file times: what is an
-// orphan is decided by the core's snapshot, never by age.
+// OnDisk is what one unit name has on disk. What is an orphan is decided
+// by the core's snapshot, not by age; the spec's time only serves specs
+// without a revision (LegacyOrphanAge).
 type OnDisk struct {
-	Files map[string][]byte // by extension; absent = no file
+	Files   map[string][]byte // by extension; absent = no file
+	SpecMod time.Time         // the spec's modification time; zero without one
 }
+
+// LegacyOrphanAge is how old a spec without a revision (rev 0: written by
+// an agent from before revisions, or from a job a core worker from before
+// them loaded, in a rolling upgrade) must be before a converge may remove
+// its unit as an orphan. No snapshot can be said to have seen such a write,
+// so the age stands in for it: far beyond the age a converge's set can
+// have when it reaches the node (a signed task is refused past max_age,
+// at most trust.MaxMaxAge, 1 h). A younger one is kept and reported; the
+// next converge that lists the job rewrites its spec with the revision.
+const LegacyOrphanAge = time.Hour
 
 // TempFile is a leftover of an interrupted atomic write.
 type TempFile struct {
@@ -98,8 +111,12 @@ type Observed struct {
 	Loaded     map[string]LoadedUnit // by unit file name (x.timer, x.service)
 	NeedReload map[string]bool       // unit file names systemd reports NeedDaemonReload=yes for
 	Dirty      bool                  // the dirty marker exists
-	Temps      []TempFile
-	LockDirOK  map[string]bool // lock dir path → exists with the right owner and mode
+	// TombstonesUnreadable: the tombstone file exists but could not be
+	// read or decoded (Tombstones is then empty); a plan that rewrites it
+	// sets it aside first.
+	TombstonesUnreadable bool
+	Temps                []TempFile
+	LockDirOK            map[string]bool // lock dir path → exists with the right owner and mode
 }
 
 func (o Observed) active(unitFile string) bool { return o.Loaded[unitFile].ActiveState == "active" }
@@ -109,6 +126,7 @@ type Kind string
 
 // Step kinds, in the order a plan runs them.
 const (
+	KindSetAside  Kind = "set-aside" // move an unreadable tombstone file aside before it is rewritten
 	KindTombstone Kind = "tombstone" // record removals, so older copies of the jobs stay out
 	KindCleanup   Kind = "cleanup"   // remove an atomic-write leftover
 	KindStop      Kind = "stop"
@@ -165,13 +183,11 @@ type intent struct {
 // req asks for.
 func MakePlan(l Layout, req Request, obs Observed) (Plan, error) {
 	var p Plan
-	intents, err := intentsFor(l, req, obs, &p)
+	intents, lift, err := intentsFor(l, req, obs, &p)
 	if err != nil {
 		return Plan{}, err
 	}
-	if t, ok := tombstoneStep(l, intents, obs, req.Now); ok {
-		p.Steps = append(p.Steps, t)
-	}
+	p.Steps = append(p.Steps, tombstoneSteps(l, intents, lift, obs, req.Now)...)
 	p.Steps = append(p.Steps, cleanupSteps(obs, req.Now)...)
 	for _, phase := range []func(Layout, intent, Observed) []Step{stopSteps, disableSteps, lockDirSteps, writeSteps, removeSteps, enableSteps} {
 		for _, in := range intents {
@@ -187,16 +203,21 @@ func MakePlan(l Layout, req Request, obs Observed) (Plan, error) {
 	return p, nil
 }
 
-// intentsFor turns the request into one intent per unit name, sorted.
-func intentsFor(l Layout, req Request, obs Observed, p *Plan) ([]intent, error) {
+// intentsFor turns the request into one intent per unit name, sorted,
+// and names the tombstones the request lifts.
+func intentsFor(l Layout, req Request, obs Observed, p *Plan) ([]intent, []string, error) {
 	byName := map[string]intent{}
+	var lift []string
 	switch req.Op {
 	case OpApply, OpReconcile:
 		for i := range req.Jobs {
 			j := req.Jobs[i]
 			if t, ok := obs.Tombstones[j.UnitName()]; ok && t.Refuses(j, req.Now) {
-				p.Stale = append(p.Stale, j.UnitName())
-				continue
+				if !lifts(req, t) {
+					p.Stale = append(p.Stale, j.UnitName())
+					continue
+				}
+				lift = append(lift, j.UnitName())
 			}
 			in, kept, err := jobIntent(l, j, obs)
 			switch {
@@ -214,33 +235,49 @@ func intentsFor(l Layout, req Request, obs Observed, p *Plan) ([]intent, error) 
 	case OpRemove:
 		for _, n := range req.Names {
 			if !validUnitName(n) {
-				return nil, fmt.Errorf("remove: %q is not a cron unit name", n)
+				return nil, nil, fmt.Errorf("remove: %q is not a cron unit name", n)
 			}
 			byName[n] = removeIntent(n, req, obs)
 		}
 	default:
-		return nil, fmt.Errorf("plan: unknown operation %q", req.Op)
+		return nil, nil, fmt.Errorf("plan: unknown operation %q", req.Op)
 	}
 	out := make([]intent, 0, len(byName))
 	for _, in := range byName {
 		out = append(out, in)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
-	return out, nil
+	return out, lift, nil
+}
+
+// lifts reports whether req installs a job whose tombstone t refuses it,
+// and lifts the tombstone: an operator's command (the operator said so),
+// or a converge whose snapshot is newer than the one that found the job
+// gone and lists it. A listed job in such a snapshot is alive (a delete
+// is final, and the set never holds a job being deleted), so that finding
+// was wrong: a unit removed on weak evidence. A delete's tombstone is
+// never lifted by the core: no snapshot says when the delete committed.
+func lifts(req Request, t Tombstone) bool {
+	return req.Operator || (req.Op == OpReconcile && t.LiftedBy(req.Snapshot))
 }
 
 // removeIntent deletes a named unit. The core's delete leaves a tombstone
-// at the delete's version (or the installed one, if higher or the core
-// did not say), so that a version sent before the delete stays out.
+// at the delete's version (or the installed one, if higher), so that a
+// version sent before the delete stays out. A delete that does not say
+// its version (a task from before versions were sent) refuses every
+// version: a deleted job's id never comes back (the store makes ids, and
+// a delete is final), and the node may never have had the job at all.
 func removeIntent(name string, req Request, obs Observed) intent {
 	in := intent{name: name, delete: true, why: "removal requested"}
 	if req.Operator {
 		return in
 	}
 	in.why = "job deleted"
-	if v := max(req.Version, installedSpec(obs, name).Version); v > 0 {
-		in.tomb = &Tombstone{Version: v, At: req.Now}
+	v := max(req.Version, installedSpec(obs, name).Version)
+	if req.Version == 0 {
+		v = AnyVersion
 	}
+	in.tomb = &Tombstone{Version: v, Deleted: true, At: req.Now}
 	return in
 }
 
@@ -280,9 +317,9 @@ type specInfo struct {
 	ok      bool   // there is a readable spec
 }
 
-// installedSpec reads the version and revision of a unit's spec. A unit
-// without a readable spec (a half-done removal, a spec from before
-// revisions) has revision 0, which every real snapshot has seen.
+// installedSpec reads the version and revision of a unit's spec. A spec
+// from before revisions has revision 0 (ok); a unit without a readable
+// spec (a leftover: an install writes the spec first) is not ok.
 func installedSpec(obs Observed, name string) specInfo {
 	var s specInfo
 	b := obs.Disk[name].Files[extSpec]
@@ -297,8 +334,10 @@ func installedSpec(obs Observed, name string) specInfo {
 // desired set lacks and whose installed write the set's snapshot saw: that
 // job left the set before the snapshot. One the snapshot did not see may
 // have been created after it (its own workflow already wrote it), so it
-// stays, reported as kept; a later converge decides. Never by file age: a
-// clock or a slow snapshot cannot make a live job look old.
+// stays, reported as kept; a later converge decides. Not by file age: a
+// clock or a slow snapshot cannot make a live job look old. The exception
+// is a spec without a revision, which no snapshot can be said to have
+// seen (orphanEvidence).
 func addOrphans(byName map[string]intent, req Request, obs Observed, p *Plan) {
 	done := map[string]bool{}
 	for _, j := range req.Jobs {
@@ -310,14 +349,15 @@ func addOrphans(byName map[string]intent, req Request, obs Observed, p *Plan) {
 		}
 		done[name] = true
 		have := installedSpec(obs, name)
-		if !req.Operator && !req.Snapshot.Sees(have.Rev) {
-			p.Kept = append(p.Kept, name)
-			return
-		}
 		in := intent{name: name, delete: true, why: "orphan: not in the desired set"}
 		if !req.Operator {
+			why, ok := orphanEvidence(req, obs.Disk[name], have)
+			if !ok {
+				p.Kept = append(p.Kept, name)
+				return
+			}
 			snap := req.Snapshot
-			in.why = "orphan: not in the desired set, whose snapshot saw the write it was installed from"
+			in.why = why
 			in.tomb = &Tombstone{Version: have.Version, Seen: &snap, At: req.Now}
 		}
 		byName[name] = in
@@ -335,6 +375,31 @@ func addOrphans(byName map[string]intent, req Request, obs Observed, p *Plan) {
 	for _, name := range names {
 		consider(name)
 	}
+}
+
+// orphanEvidence says why a unit the core's desired set lacks may go, or
+// false if it must stay. The zero snapshot (a converge from before
+// snapshots) sees nothing and removes nothing. A spec with a revision goes
+// if the snapshot saw that write. A spec without one (rev 0) is unknown,
+// not seen: it goes only once it is older than LegacyOrphanAge, the
+// upgrade path for units of jobs deleted while their node was down before
+// revisions. A unit without a readable spec is a leftover (an install
+// writes the spec first) and goes on any real snapshot.
+func orphanEvidence(req Request, d OnDisk, have specInfo) (string, bool) {
+	switch {
+	case req.Snapshot.Xmax == 0:
+		return "", false
+	case !have.ok:
+		return "orphan: not in the desired set, and no readable spec", true
+	case have.Rev == 0:
+		if d.SpecMod.IsZero() || req.Now.Sub(d.SpecMod) < LegacyOrphanAge {
+			return "", false
+		}
+		return fmt.Sprintf("orphan: not in the desired set; its spec has no revision and is older than %s", LegacyOrphanAge), true
+	case req.Snapshot.Sees(have.Rev):
+		return "orphan: not in the desired set, whose snapshot saw the write it was installed from", true
+	}
+	return "", false
 }
 
 func cleanupSteps(obs Observed, now time.Time) []Step {

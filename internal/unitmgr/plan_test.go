@@ -44,6 +44,9 @@ var testSnap = wire.Snapshot{Xmin: 100, Xmax: 110, Xip: []uint64{105}}
 
 func disabled(j *wire.Job) { j.Enabled = false }
 
+// installedAt is when installed's specs were written: a day before testNow.
+var installedAt = testNow.Add(-24 * time.Hour)
+
 // installed is the state of a node on which jobs were applied a while ago:
 // files as rendered, timers enabled and running for enabled jobs, lock
 // directories in place.
@@ -65,7 +68,7 @@ func installed(t *testing.T, jobs ...wire.Job) Observed {
 			t.Fatal(err)
 		}
 		n := j.UnitName()
-		obs.Disk[n] = OnDisk{Files: map[string][]byte{extTimer: r.Timer, extService: r.Service, extSpec: sb}}
+		obs.Disk[n] = OnDisk{Files: map[string][]byte{extTimer: r.Timer, extService: r.Service, extSpec: sb}, SpecMod: installedAt}
 		obs.LockDirOK[j.LockDir()] = true
 		state := "inactive"
 		if j.Enabled {
@@ -140,7 +143,7 @@ func TestMakePlan(t *testing.T) {
 		{"reconcile: a half-removed unit (spec only) is an orphan",
 			Request{Op: OpReconcile, Snapshot: testSnap, Now: testNow},
 			with(empty(), func(o *Observed) {
-				o.Disk[b.UnitName()] = OnDisk{Files: map[string][]byte{extSpec: []byte(`{"version":1}`)}}
+				o.Disk[b.UnitName()] = OnDisk{Files: map[string][]byte{extSpec: []byte(`{"version":1,"rev":50}`)}}
 			}), []string{"tombstone .tombstones.json", "remove " + idB + ".json"}, 0, 0},
 		{"reconcile: a running timer with no files is stopped",
 			Request{Op: OpReconcile, Snapshot: testSnap, Now: testNow},

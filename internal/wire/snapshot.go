@@ -1,5 +1,16 @@
 package wire
 
+import "errors"
+
+// ErrRevisionsAhead: a desired set holds a job whose revision its own
+// snapshot has not seen, which a committed row cannot have unless the
+// transaction counter went back (a logical dump and restore, or a
+// logical-replication upgrade, into a cluster whose xids start lower).
+// Nodes would then judge orphans and tombstones by a counter that no
+// longer orders writes, so no converge runs until the operator fixes it
+// (docs/semantics.md, "Orphans, snapshots and tombstones").
+var ErrRevisionsAhead = errors.New("job revisions are ahead of the transaction counter")
+
 // Snapshot is the PostgreSQL snapshot (pg_current_snapshot()) a converge's
 // desired set was read in. A transaction id below Xmin had finished when
 // the snapshot was taken; one at or above Xmax had not started; one in
