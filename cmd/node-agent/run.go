@@ -119,6 +119,7 @@ func startNodeWorker(ctx context.Context, cfg nodeconf.Config, minOrphanAge time
 		tc.Close()
 		return nil, err
 	}
+	warnControlPlane(ctx, cfg, log)
 	w := worker.New(tc, workflows.NodeTaskQueue(cfg.NodeID), worker.Options{MaxConcurrentActivityExecutionSize: 4})
 	workflows.RegisterNode(w, &workflows.NodeActivities{Units: m, MinOrphanAge: minOrphanAge, Admission: admission})
 	if err := w.Start(); err != nil {

@@ -22,15 +22,8 @@ import (
 // openManager connects to systemd over D-Bus (its private socket when root,
 // else the system bus) and returns a unit manager with the node's paths.
 func openManager(ctx context.Context, cfg nodeconf.Config, log *slog.Logger) (*unitmgr.Manager, func(), error) {
-	warnings, err := cfg.CheckDenyAddresses(ctx)
-	if err != nil {
+	if _, err := cfg.CheckDenyAddresses(ctx); err != nil {
 		return nil, nil, err
-	}
-	for _, w := range warnings {
-		log.Warn("control plane reachable by tenants: " + w)
-	}
-	if len(cfg.DenyAddresses) > 0 && !bpfFirewall() {
-		log.Warn("IPAddressDeny= is not enforced on this node (systemd's cgroup hierarchy is not unified, so it has no BPF firewall): deny_addresses must be firewalled for tenant users (docs/semantics.md, Trust boundaries on a node)")
 	}
 	conn, err := unitmgr.DialDBus(ctx)
 	if err != nil {
@@ -41,6 +34,18 @@ func openManager(ctx context.Context, cfg nodeconf.Config, log *slog.Logger) (*u
 	m := unitmgr.New(conn, cfg.UnitDir, paths, log)
 	m.SetNode(desired.Node{DenyAddresses: cfg.DenyAddresses})
 	return m, conn.Close, nil
+}
+
+// warnControlPlane logs what tenants can reach of the control plane; the
+// agent's run does, once (the one-shot commands keep their output clean).
+func warnControlPlane(ctx context.Context, cfg nodeconf.Config, log *slog.Logger) {
+	warnings, _ := cfg.CheckDenyAddresses(ctx) // an error stops openManager
+	for _, w := range warnings {
+		log.Warn("control plane reachable by tenants: " + w)
+	}
+	if len(cfg.DenyAddresses) > 0 && !bpfFirewall() {
+		log.Warn("IPAddressDeny= is not enforced on this node (systemd's cgroup hierarchy is not unified, so it has no BPF firewall): deny_addresses must be firewalled for tenant users (docs/semantics.md, Trust boundaries on a node)")
+	}
 }
 
 // bpfFirewall reports whether systemd can enforce IPAddressDeny=: it
