@@ -2,7 +2,8 @@
 # certs.sh DIR NODE... — a dev/test CA and the certificates for mutual TLS
 # to the Temporal frontend, idempotently (existing files are kept):
 #   DIR/ca.crt, ca.key           the CA (10 years)
-#   DIR/temporal.crt, .key       the frontend: SAN 127.0.0.1, ::1, localhost;
+#   DIR/temporal.crt, .key       the frontend: SAN 127.0.0.1, ::1, localhost
+#                                and $TEMPORAL_EXTRA_SAN (e.g. IP:10.0.10.5);
 #                                also a client certificate, since the
 #                                embedded server's system worker presents it
 #   DIR/core.crt, .key           the core's client certificate (CN core-api)
@@ -42,7 +43,7 @@ issue() { # NAME CN EXTKEYUSAGE [SAN]
 	chmod 0644 "$dir/$name.crt"
 }
 
-issue temporal localhost serverAuth,clientAuth "IP:127.0.0.1,IP:::1,DNS:localhost"
+issue temporal localhost serverAuth,clientAuth "IP:127.0.0.1,IP:::1,DNS:localhost${TEMPORAL_EXTRA_SAN:+,$TEMPORAL_EXTRA_SAN}"
 issue core core-api clientAuth
 for n in "$@"; do
 	[[ $n =~ ^[A-Za-z0-9][A-Za-z0-9._-]*$ ]] || { echo "bad node name: $n" >&2; exit 2; }

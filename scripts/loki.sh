@@ -3,7 +3,8 @@
 #
 #   loki.sh build            build Loki (devtools/loki, pinned) into the cache, once
 #   loki.sh path             print the cached binary's path
-#   loki.sh run DIR [PORT]   run it in the foreground, storing under DIR
+#   loki.sh run DIR [PORT [ADDR]]   run it in the foreground, storing under DIR,
+#                            listening on ADDR (default 127.0.0.1)
 #
 # The first build takes about ten minutes; afterwards it is cached in
 # $HOSTCRON_CACHE (default /var/cache/hostcron).
@@ -24,18 +25,18 @@ case ${1:-} in
     mv "$bin.tmp" "$bin" ;;
   path) echo "$bin" ;;
   run)
-    dir=${2:?usage: loki.sh run DIR [PORT]} port=${3:-3100}
+    dir=${2:?usage: loki.sh run DIR [PORT [ADDR]]} port=${3:-3100} addr=${4:-127.0.0.1}
     mkdir -p "$dir"
     cat >"$dir/loki.yaml" <<YAML
 auth_enabled: false
 server:
-  http_listen_address: 127.0.0.1
+  http_listen_address: $addr
   http_listen_port: $port
-  grpc_listen_address: 127.0.0.1
+  grpc_listen_address: $addr
   grpc_listen_port: 0
   log_level: warn
 common:
-  instance_addr: 127.0.0.1
+  instance_addr: $addr
   path_prefix: $dir
   replication_factor: 1
   ring:
@@ -68,5 +69,5 @@ analytics:
   reporting_enabled: false
 YAML
     exec "$bin" -config.file="$dir/loki.yaml" ;;
-  *) sed -n '2,9p' "$0"; exit 2 ;;
+  *) sed -n '2,10p' "$0"; exit 2 ;;
 esac

@@ -59,7 +59,14 @@ func run(ctx context.Context, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("no usable run record, nothing to report: %w", err)
 	}
-	report, silent := outcome.Classify(outcome.ServiceFromEnv(), rec, details, time.Now())
+	svc := outcome.ServiceFromEnv()
+	if details {
+		var herr error
+		if rec, herr = outcome.HoldToSystemd(svc, rec); herr != nil {
+			log.Warn("run record contradicts systemd, reporting what systemd saw", "run_key", rec.RunKey, "err", herr)
+		}
+	}
+	report, silent := outcome.Classify(svc, rec, details, time.Now())
 	if silent {
 		return nil
 	}

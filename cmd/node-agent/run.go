@@ -123,6 +123,7 @@ func startNodeWorker(ctx context.Context, cfg nodeconf.Config, log *slog.Logger)
 		tc.Close()
 		return nil, err
 	}
+	warnControlPlane(ctx, cfg, log)
 	w := worker.New(tc, workflows.NodeTaskQueue(cfg.NodeID), worker.Options{MaxConcurrentActivityExecutionSize: 4})
 	workflows.RegisterNode(w, &workflows.NodeActivities{Units: m, Admission: admission})
 	if err := w.Start(); err != nil {

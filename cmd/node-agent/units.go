@@ -10,6 +10,7 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/hostcron/hostcron/internal/desired"
 	"github.com/hostcron/hostcron/internal/nodeconf"
@@ -22,7 +23,7 @@ import (
 // openManager connects to systemd over D-Bus (its private socket when root,
 // else the system bus) and returns a unit manager with the node's paths.
 func openManager(ctx context.Context, cfg nodeconf.Config, log *slog.Logger) (*unitmgr.Manager, func(), error) {
-	if err := cfg.CheckDenyAddresses(); err != nil {
+	if _, err := cfg.CheckDenyAddresses(ctx); err != nil {
 		return nil, nil, err
 	}
 	conn, err := unitmgr.DialDBus(ctx)
@@ -34,6 +35,26 @@ func openManager(ctx context.Context, cfg nodeconf.Config, log *slog.Logger) (*u
 	m := unitmgr.New(conn, cfg.UnitDir, paths, log)
 	m.SetNode(desired.Node{DenyAddresses: cfg.DenyAddresses})
 	return m, conn.Close, nil
+}
+
+// warnControlPlane logs what tenants can reach of the control plane; the
+// agent's run does, once (the one-shot commands keep their output clean).
+func warnControlPlane(ctx context.Context, cfg nodeconf.Config, log *slog.Logger) {
+	warnings, _ := cfg.CheckDenyAddresses(ctx) // an error stops openManager
+	for _, w := range warnings {
+		log.Warn("control plane reachable by tenants: " + w)
+	}
+	if len(cfg.DenyAddresses) > 0 && !bpfFirewall() {
+		log.Warn("IPAddressDeny= is not enforced on this node (systemd's cgroup hierarchy is not unified, so it has no BPF firewall): deny_addresses must be firewalled for tenant users (docs/semantics.md, Trust boundaries on a node)")
+	}
+}
+
+// bpfFirewall reports whether systemd can enforce IPAddressDeny=: it
+// attaches BPF programs to the unit's cgroup only on the unified (v2)
+// hierarchy; on a hybrid or legacy host it ignores the setting.
+func bpfFirewall() bool {
+	var st unix.Statfs_t
+	return unix.Statfs("/sys/fs/cgroup", &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC
 }
 
 // loadConfig reads the node config; commands that only touch systemd can

@@ -3,11 +3,17 @@
 package nodeconf
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
+	"net/netip"
+	"net/url"
 	"os"
+	"strings"
+	"time"
 
 	"github.com/hostcron/hostcron/internal/units"
 )
@@ -96,13 +102,155 @@ func Load(path string) (Config, error) {
 // CheckDenyAddresses checks deny_addresses; the agent calls it before it
 // renders units. Load does not: cron-outcome reads the same file, and one
 // bad entry must never stop a node from reporting outcomes.
-func (c Config) CheckDenyAddresses() error {
+//
+// Beyond each entry's spelling (units.ParseDenyAddress) it holds the list
+// against the addresses this file names, resolved now: every address of
+// the Temporal frontend and of Loki must be denied, and none of the core
+// API's (cron-outcome reports to it from inside the unit, whose whole
+// cgroup the filter covers) nor of a DNS resolver in /etc/resolv.conf
+// (tenants' commands resolve names). A control-plane address on loopback
+// cannot be denied (units.ParseDenyAddress says why): it is returned as a
+// warning, for the operator's firewall (docs/semantics.md).
+func (c Config) CheckDenyAddresses(ctx context.Context) (warnings []string, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return c.checkDenyAddresses(ctx, net.DefaultResolver.LookupNetIP, resolvConfNameservers(ResolvConf))
+}
+
+// ResolvConf is where the node's DNS resolvers are listed.
+const ResolvConf = "/etc/resolv.conf"
+
+// lookupFunc resolves a host name (net.Resolver.LookupNetIP's shape).
+type lookupFunc func(ctx context.Context, network, host string) ([]netip.Addr, error)
+
+func (c Config) checkDenyAddresses(ctx context.Context, lookup lookupFunc, nameservers []netip.Addr) ([]string, error) {
+	if len(c.DenyAddresses) > units.MaxDenyAddresses {
+		return nil, fmt.Errorf("node config deny_addresses: %d entries, at most %d", len(c.DenyAddresses), units.MaxDenyAddresses)
+	}
+	var deny []netip.Prefix
 	for _, a := range c.DenyAddresses {
-		if _, err := units.ParseDenyAddress(a); err != nil {
-			return fmt.Errorf("node config deny_addresses: %w", err)
+		canon, err := units.ParseDenyAddress(a)
+		if err != nil {
+			return nil, fmt.Errorf("node config deny_addresses: %w", err)
+		}
+		p, err := netip.ParsePrefix(canon)
+		if err != nil { // a single address
+			ip := netip.MustParseAddr(canon)
+			p = netip.PrefixFrom(ip, ip.BitLen())
+		}
+		deny = append(deny, p)
+	}
+	denied := func(ip netip.Addr) (netip.Prefix, bool) {
+		for _, p := range deny {
+			if p.Contains(ip.Unmap()) {
+				return p, true
+			}
+		}
+		return netip.Prefix{}, false
+	}
+	var warnings []string
+	// What tenants must not reach.
+	for _, ep := range []struct{ field, host string }{
+		{"temporal_address", hostOfAddress(c.TemporalAddress)},
+		{"loki_url", hostOfURL(c.LokiURL)},
+	} {
+		if ep.host == "" {
+			continue
+		}
+		ips, err := resolve(ctx, lookup, ep.host)
+		if err != nil {
+			return nil, fmt.Errorf("node config %s: cannot check deny_addresses against it: %w", ep.field, err)
+		}
+		for _, ip := range ips {
+			switch {
+			case ip.IsLoopback() || ip.IsUnspecified():
+				warnings = append(warnings, fmt.Sprintf("%s %s is on loopback, which IPAddressDeny= cannot deny without cutting tenants off their local databases: firewall it for tenant users", ep.field, ip))
+				continue
+			}
+			if _, ok := denied(ip); !ok {
+				return nil, fmt.Errorf("node config deny_addresses does not cover %s %s (%s): tenants' commands could reach it", ep.field, ep.host, ip)
+			}
 		}
 	}
-	return nil
+	// What must stay reachable.
+	if host := hostOfURL(c.APIURL); host != "" {
+		ips, err := resolve(ctx, lookup, host)
+		if err != nil {
+			return nil, fmt.Errorf("node config api_url: cannot check deny_addresses against it: %w", err)
+		}
+		for _, ip := range ips {
+			if p, ok := denied(ip); ok {
+				return nil, fmt.Errorf("node config deny_addresses entry %s covers api_url %s (%s): cron-outcome reports from inside the unit, every outcome would be spooled (put the core API on an address of its own)", p, host, ip)
+			}
+		}
+	}
+	for _, ip := range nameservers {
+		if p, ok := denied(ip); ok {
+			return nil, fmt.Errorf("node config deny_addresses entry %s covers the DNS resolver %s of %s: tenants' commands could not resolve names", p, ip, ResolvConf)
+		}
+	}
+	return warnings, nil
+}
+
+// resolve returns host's addresses: host itself when it is an IP literal.
+func resolve(ctx context.Context, lookup lookupFunc, host string) ([]netip.Addr, error) {
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return []netip.Addr{ip.Unmap()}, nil
+	}
+	ips, err := lookup(ctx, "ip", host)
+	if err != nil {
+		return nil, fmt.Errorf("resolve %s: %w", host, err)
+	}
+	if len(ips) == 0 {
+		return nil, fmt.Errorf("resolve %s: no addresses", host)
+	}
+	for i := range ips {
+		ips[i] = ips[i].Unmap()
+	}
+	return ips, nil
+}
+
+func hostOfAddress(hostport string) string {
+	if hostport == "" {
+		return ""
+	}
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return hostport
+	}
+	return host
+}
+
+func hostOfURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	return u.Hostname()
+}
+
+// resolvConfNameservers lists the nameserver lines of a resolv.conf; a
+// missing or unreadable file lists none.
+func resolvConfNameservers(path string) []netip.Addr {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	return parseNameservers(string(b))
+}
+
+func parseNameservers(conf string) []netip.Addr {
+	var out []netip.Addr
+	for _, line := range strings.Split(conf, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || f[0] != "nameserver" {
+			continue
+		}
+		if ip, err := netip.ParseAddr(f[1]); err == nil {
+			out = append(out, ip.WithZone("").Unmap())
+		}
+	}
+	return out
 }
 
 // CheckMode accepts a regular file without group or other permissions.

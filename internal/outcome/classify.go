@@ -30,10 +30,14 @@ func ServiceFromEnv() Service {
 	}
 }
 
-// Classify decides what to report. It returns silent=true when another
+// Classify decides what to report, from a record held to systemd's view
+// first (HoldToSystemd). It returns silent=true when another
 // node reports the run (lock contention, an overlap another node decided)
 // or there was no run (a late fire, a slot before NotBefore).
 func Classify(svc Service, rec runner.Record, haveRecord bool, now time.Time) (r wire.Outcome, silent bool) {
+	if haveRecord {
+		rec, _ = HoldToSystemd(svc, rec) // the caller logs the contradiction
+	}
 	if haveRecord && runner.Silent(rec.Kind) {
 		return wire.Outcome{}, true
 	}

@@ -38,7 +38,7 @@ func TestClassify(t *testing.T) {
 		{"late fire", Service{Result: "success", ExitStatus: "75"}, runner.Record{Kind: runner.KindLateFire, RunKey: "k", Slot: slot}, true, ""},
 		{"slot before not-before", Service{Result: "success", ExitStatus: "75"}, runner.Record{Kind: runner.KindNotBefore, RunKey: "k", Slot: slot}, true, ""},
 		{"overlap another node reports", Service{Result: "success", ExitStatus: "75"}, runner.Record{Kind: runner.KindOverlapSeen, RunKey: "k", Slot: slot}, true, ""},
-		{"shared storage failed", Service{Result: "exit-code", ExitStatus: "1"}, runner.Record{Kind: runner.KindPlatformError, RunKey: "k", Slot: slot, Reason: "node n1: lock dir missing"}, true, "platform_error"},
+		{"shared storage failed", Service{Result: "exit-code", ExitCode: "exited", ExitStatus: "76"}, runner.Record{Kind: runner.KindPlatformError, RunKey: "k", Slot: slot, Reason: "node n1: lock dir missing"}, true, "platform_error"},
 		// The mount hung until the unit's timeout: the record never reached "ran".
 		{"hung before the command", Service{Result: "timeout", ExitCode: "killed", ExitStatus: "TERM"}, runner.Record{Kind: runner.KindStarted, RunKey: "k", Slot: slot, Node: "n1"}, true, "platform_error"},
 		{"runner died before the command", Service{Result: "signal", ExitCode: "killed", ExitStatus: "KILL"}, runner.Record{Kind: runner.KindStarted, RunKey: "k", Slot: slot}, true, "platform_error"},

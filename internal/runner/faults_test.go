@@ -107,8 +107,8 @@ func TestOverlapIsOneDecisionPerSlot(t *testing.T) {
 func TestDeadLockHolderIsPlatformError(t *testing.T) {
 	env, locks := setup(t, "touch ran")
 	holdLock(t, locks, `{"slot":"2026-11-21T12:00:00Z","holder":"node3","run_key":"k","heartbeat":"2026-11-21T11:58:00Z"}`)
-	if code := Run(env); code != 1 {
-		t.Fatalf("exit %d, want 1", code)
+	if code := Run(env); code != ExitPlatformError {
+		t.Fatalf("exit %d, want %d", code, ExitPlatformError)
 	}
 	r := record(t, env)
 	if r.Kind != KindPlatformError || !strings.Contains(r.Reason, "lock holder node node3 stopped heart-beating at 2026-11-21T11:58:00Z") ||
@@ -237,7 +237,7 @@ func TestSharedStorageFaults(t *testing.T) {
 				}
 				return
 			}
-			if code != 1 || ran(t, env) || r.Kind != KindPlatformError || !strings.Contains(r.Reason, "node node1: "+tt.want) ||
+			if code != ExitPlatformError || ran(t, env) || r.Kind != KindPlatformError || !strings.Contains(r.Reason, "node node1: "+tt.want) ||
 				r.RunKey != id+"#scheduled#2026-11-21T12:00:10Z" {
 				t.Errorf("exit %d, record %+v", code, r)
 			}

@@ -43,6 +43,14 @@ func Silent(k string) bool {
 // unit's SuccessExitStatus=75 makes it a success for systemd.
 const ExitSkip = 75
 
+// ExitPlatformError is the exit status of a run the runner ended as a
+// platform error (shared storage or the node failed it). cron-outcome
+// believes a record's platform_error only when systemd saw the runner exit
+// with it: the record is the tenant's to rewrite, the runner's exit status
+// is not. A command's own 76 is reported as its exit code, and the runner
+// exits 1 for it.
+const ExitPlatformError = 76
+
 // Record is what the runner leaves for cron-outcome.
 type Record struct {
 	Kind       string     `json:"kind"`

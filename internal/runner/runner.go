@@ -52,6 +52,11 @@ type Env struct {
 
 // Main runs one occurrence and returns the process exit status.
 func Main() int {
+	// Not dumpable: the tenant's command runs as the same user, and a
+	// dumpable runner could be attached to (ptrace, /proc/PID/mem) and
+	// made to exit with ExitPlatformError. Its children are dumpable again
+	// after execve.
+	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	node, _ := os.Hostname()
 	env := Env{
 		SpecPath:   filepath.Join(os.Getenv("CREDENTIALS_DIRECTORY"), "spec"),
@@ -110,7 +115,7 @@ func Run(env Env) int {
 	// that really happened, while another node can run and report the slot.
 	if err := WriteRecord(env.RuntimeDir, rec); err != nil {
 		env.Log.Error("cannot write the run record, not contending for the run (another node runs it)", "run_key", d.Key, "err", err)
-		return 1
+		return ExitPlatformError
 	}
 	if why := clockForbidsRun(readClock(env), env.Now()); why != "" {
 		return platformError(env, rec, errors.New(why))
@@ -262,7 +267,7 @@ func lost(env Env, spec jobspec.Spec, d decision, rec Record) int {
 	rec.Kind, rec.Reason = b.Kind, b.Reason
 	if b.Kind == KindPlatformError {
 		rec.Reason = "node " + env.Node + ": " + b.Reason
-		return finish(env, rec, 1)
+		return finish(env, rec, ExitPlatformError)
 	}
 	return finish(env, rec, ExitSkip)
 }
@@ -407,7 +412,7 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 	if err := WriteRecord(env.RuntimeDir, rec); err != nil {
 		env.Log.Error("cannot write the run record, not starting the command", "run_key", rec.RunKey, "err", err)
 		release(env, stampPath, lease)
-		return 1
+		return ExitPlatformError
 	}
 	script, err := commandPipe(scriptPrefix + spec.Command)
 	if err != nil {
@@ -467,8 +472,9 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 		exit := code
 		rec.ExitCode = &exit
 	}
-	if code == ExitSkip {
-		// The command's own 75 must not read as lock contention.
+	if code == ExitSkip || code == ExitPlatformError {
+		// The command's own 75 must not read as lock contention, nor its
+		// 76 as a platform error.
 		code = 1
 	}
 	return finish(env, rec, code)
@@ -507,7 +513,7 @@ func setupError(env Env, rec Record, err error) int {
 func platformError(env Env, rec Record, err error) int {
 	env.Log.Error("platform error, not running: "+err.Error(), "run_key", rec.RunKey)
 	rec.Kind, rec.Reason = KindPlatformError, "node "+env.Node+": "+err.Error()
-	return finish(env, rec, 1)
+	return finish(env, rec, ExitPlatformError)
 }
 
 func finish(env Env, rec Record, code int) int {

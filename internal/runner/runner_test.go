@@ -82,6 +82,21 @@ func TestCommandExit75IsNotContention(t *testing.T) {
 	}
 }
 
+// TestCommandExitsOfTheRunnerAreMapped: a command's own 75 and 76 leave
+// the runner with 1, so systemd never sees a skip or a platform error the
+// runner did not decide; the record keeps the command's code.
+func TestCommandExitsOfTheRunnerAreMapped(t *testing.T) {
+	for _, c := range []int{ExitSkip, ExitPlatformError} {
+		env, _ := setup(t, fmt.Sprintf("exit %d", c))
+		if code := Run(env); code != 1 {
+			t.Errorf("command exit %d: runner exit %d, want 1", c, code)
+		}
+		if r := record(t, env); r.Kind != KindRan || r.ExitCode == nil || *r.ExitCode != c {
+			t.Errorf("command exit %d: record %+v", c, r)
+		}
+	}
+}
+
 func TestSignalRecorded(t *testing.T) {
 	env, _ := setup(t, "kill -KILL $$")
 	if code := Run(env); code != 128+9 {
@@ -142,8 +157,8 @@ func TestLockDirSymlinkRefused(t *testing.T) {
 	if err := os.Symlink(t.TempDir(), locks); err != nil {
 		t.Fatal(err)
 	}
-	if code := Run(env); code != 1 {
-		t.Errorf("exit %d, want 1", code)
+	if code := Run(env); code != ExitPlatformError {
+		t.Errorf("exit %d, want %d", code, ExitPlatformError)
 	}
 	if r := record(t, env); r.Kind != KindPlatformError || !strings.Contains(r.Reason, "node node1: lock dir") {
 		t.Errorf("record %+v", r)

@@ -29,7 +29,7 @@ var (
 
 func TestMain(m *testing.M) {
 	var err error
-	c, err = harness.Start(harness.Options{Nodes: 3, Temporal: true, Loki: true, NodeTimeout: 15 * time.Second})
+	c, err = harness.Start(harness.Options{Nodes: 3, Temporal: true, Loki: true, NodeTimeout: 15 * time.Second, DenyControlPlane: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "flow setup:", err)
 		os.Exit(1)

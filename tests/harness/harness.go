@@ -58,6 +58,10 @@ type Options struct {
 	// Housekeeping runs the core's lost-run sweeper with this grace (0: off).
 	OutcomeGrace time.Duration
 	NodeTimeout  time.Duration // provisioning's per-node bound (Temporal only)
+	// DenyControlPlane puts Temporal and Loki on an address of their own
+	// that every node denies tenants (deny_addresses, and the operator's
+	// firewall where IPAddressDeny= is not enforced): controlplane.go.
+	DenyControlPlane bool
 }
 
 // Cluster is a running hostcron.
@@ -90,6 +94,10 @@ type Cluster struct {
 	trustDir string
 	core     *core.Core // nil while the API is stopped
 	apiAddr  string
+	// controlPlane is Temporal's and Loki's address with
+	// Options.DenyControlPlane; firewalled the node whose iptables
+	// installed the operator's rule (controlplane.go).
+	controlPlane, firewalled string
 }
 
 // Start brings everything up; on error it tears down what it started.
@@ -129,6 +137,11 @@ func (c *Cluster) start() error {
 	if err := c.startStore(ctx); err != nil {
 		return err
 	}
+	if c.opts.DenyControlPlane {
+		if err := c.setupControlPlane(); err != nil {
+			return err
+		}
+	}
 	if c.opts.Temporal {
 		if err := c.startTemporal(); err != nil {
 			return err
@@ -151,6 +164,7 @@ func (c *Cluster) start() error {
 
 // Stop tears everything down: nodes, mounts, cgroups, processes.
 func (c *Cluster) Stop() {
+	c.unfirewallControlPlane()
 	if out, err := c.NodesSh("down"); err != nil {
 		fmt.Fprintf(os.Stderr, "nodes down: %v\n%s", err, out)
 	}
@@ -167,6 +181,7 @@ func (c *Cluster) Stop() {
 	if c.db != nil {
 		c.db.Drop()
 	}
+	c.removeControlPlane()
 	os.RemoveAll(c.Shared)
 	os.RemoveAll(c.bin)
 	os.RemoveAll(c.base + "-loki")
@@ -225,7 +240,7 @@ func (c *Cluster) startTemporal() error {
 	if err := c.makeTrust(); err != nil {
 		return err
 	}
-	c.temporal = exec.Command(tbin, "--port", fmt.Sprint(port), "--namespace", "default",
+	c.temporal = exec.Command(tbin, "--ip", c.listenIP(), "--port", fmt.Sprint(port), "--namespace", "default",
 		"--tls-cert", c.trustDir+"/temporal.crt", "--tls-key", c.trustDir+"/temporal.key", "--tls-ca", c.trustDir+"/ca.crt")
 	stderr, _ := c.temporal.StderrPipe()
 	if err := c.temporal.Start(); err != nil {
@@ -249,7 +264,7 @@ func (c *Cluster) startTemporal() error {
 	case <-time.After(60 * time.Second):
 		return fmt.Errorf("temporal-dev not ready after 60s")
 	}
-	c.temporalAddr = fmt.Sprintf("127.0.0.1:%d", port)
+	c.temporalAddr = net.JoinHostPort(c.listenIP(), fmt.Sprint(port))
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	opts := client.Options{HostPort: c.temporalAddr, Logger: tlog.NewStructuredLogger(quiet)}
 	if err := c.coreTrust().ApplyCore(&opts); err != nil {
@@ -267,7 +282,7 @@ var trustNodes = []string{"node1", "node2", "node3", "node4", "node5", "node6"}
 func (c *Cluster) makeTrust() error {
 	c.trustDir = c.base + "-trust"
 	for _, script := range []string{"scripts/certs.sh", "scripts/keys.sh"} {
-		if out, err := c.run(nil, filepath.Join(c.Repo, script), append([]string{c.trustDir}, trustNodes...)...); err != nil {
+		if out, err := c.runEnv(c.certEnv(), nil, filepath.Join(c.Repo, script), append([]string{c.trustDir}, trustNodes...)...); err != nil {
 			return fmt.Errorf("%s: %v\n%s", script, err, out)
 		}
 	}
@@ -322,7 +337,7 @@ func (c *Cluster) startLoki() error {
 	if err != nil {
 		return err
 	}
-	c.loki = exec.Command(filepath.Join(c.Repo, "scripts/loki.sh"), "run", c.base+"-loki", fmt.Sprint(port))
+	c.loki = exec.Command(filepath.Join(c.Repo, "scripts/loki.sh"), "run", c.base+"-loki", fmt.Sprint(port), c.listenIP())
 	if err := os.MkdirAll(c.base+"-loki", 0o755); err != nil {
 		return err
 	}
@@ -334,7 +349,7 @@ func (c *Cluster) startLoki() error {
 	if err := c.loki.Start(); err != nil {
 		return err
 	}
-	c.LokiURL = fmt.Sprintf("http://127.0.0.1:%d", port)
+	c.LokiURL = "http://" + net.JoinHostPort(c.listenIP(), fmt.Sprint(port))
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		resp, err := http.Get(c.LokiURL + "/ready")
@@ -461,7 +476,7 @@ func (c *Cluster) prepareNode(n string) error {
 	}
 	c.NodeIDs[n] = node.ID
 	cfg := nodeconf.Config{APIURL: c.APIURL, Credential: token, NodeName: n, NodeID: node.ID, WebStorageDir: sharedWWW}
-	cfg.TemporalAddress, cfg.LokiURL = c.temporalAddr, c.LokiURL
+	cfg.TemporalAddress, cfg.LokiURL, cfg.DenyAddresses = c.temporalAddr, c.LokiURL, c.denyAddresses()
 	if cfg.Trust, err = c.nodeTrust(n); err != nil {
 		return fmt.Errorf("trust files for %s: %w", n, err)
 	}
@@ -479,16 +494,21 @@ func (c *Cluster) prepareNode(n string) error {
 	if out, err := c.run(nil, filepath.Join(c.Repo, "scripts/node-install.sh"), n, debs[0], conf, dropIn); err != nil {
 		return fmt.Errorf("node-install.sh: %v\n%s", err, out)
 	}
-	return nil
+	return c.firewallControlPlane(n)
 }
 
 // Root is the host path of a node's root filesystem.
 func (c *Cluster) Root(n string) string { return filepath.Join(c.base, n, "root") }
 
 func (c *Cluster) run(stdin []byte, name string, args ...string) (string, error) {
+	return c.runEnv(nil, stdin, name, args...)
+}
+
+// runEnv is run with env added.
+func (c *Cluster) runEnv(env []string, stdin []byte, name string, args ...string) (string, error) {
 	cmd := exec.Command(name, args...)
 	cmd.Dir = c.Repo
-	cmd.Env = append(os.Environ(), c.env...)
+	cmd.Env = append(append(os.Environ(), c.env...), env...)
 	if stdin != nil {
 		cmd.Stdin = bytes.NewReader(stdin)
 	}
