@@ -179,7 +179,7 @@ func TestFastClockNodeDoesNotRun(t *testing.T) {
 	trueNow := time.Date(2026, 11, 21, 12, 0, 2, 0, time.UTC)
 	fast, locks := setupWith(t, "touch ran", "0 * * * * *", trueNow.Add(11*time.Minute))
 	fast = withClock(t, fast, clockoffset.Reading{OffsetSeconds: -660, MeasuredAt: fast.Now().Add(-time.Minute)})
-	if code := Run(fast); code != 1 || ran(t, fast) {
+	if code := Run(fast); code != ExitPlatformError || ran(t, fast) {
 		t.Fatalf("exit %d, ran %v: a node with a clock known 11 minutes off ran", code, ran(t, fast))
 	}
 	if r := record(t, fast); r.Kind != KindPlatformError || !strings.Contains(r.Reason, "-11m0s off the core API's") {

@@ -60,8 +60,8 @@ func TestSlowClockNodeDoesNotRewindStamp(t *testing.T) {
 			if tt.reading != nil {
 				slow = withClock(t, slow, *tt.reading)
 			}
-			if code := Run(slow); code != 1 {
-				t.Errorf("slow node exit %d, want 1", code)
+			if code := Run(slow); code != ExitPlatformError {
+				t.Errorf("slow node exit %d, want %d (platform error)", code, ExitPlatformError)
 			}
 			if r := record(t, slow); r.Kind != KindPlatformError || !strings.Contains(r.Reason, tt.reason) || !strings.Contains(r.Reason, "node slow") {
 				t.Errorf("slow node record %+v: want a platform error naming its clock (%q)", r, tt.reason)
