@@ -65,8 +65,18 @@ func Classify(svc Service, rec runner.Record, haveRecord bool, now time.Time) (r
 	case haveRecord && rec.Kind == runner.KindStarted && svc.Result == "timeout":
 		// Killed before the election ended: shared storage hung.
 		r.Result, r.FailureReason = wire.ResultPlatformError, nodeReason(rec, "timed out before the command started (shared storage hung?)")
-	case haveRecord && rec.Kind == runner.KindStarted:
+	case haveRecord && rec.Kind == runner.KindStarted && runnerExited(svc, runner.ExitPlatformError):
+		// The runner decided a platform error and could not write it over
+		// "started" (its exit status says so; the tenant cannot set it).
 		r.Result, r.FailureReason = wire.ResultPlatformError, nodeReason(rec, fmt.Sprintf("runner ended (%s %s %s) before the command started", svc.Result, svc.ExitCode, svc.ExitStatus))
+	case haveRecord && rec.Kind == runner.KindStarted && runnerKilled(svc):
+		// A runner killed by a signal other than the timeout's: its own
+		// command can do that (kill $PPID needs only the same uid) after
+		// rewriting the record to "started", so this is not evidence of a
+		// platform fault. It is the run's signal, the tenant's failure.
+		r.Result, r.FailureReason = wire.ResultSignal, fmt.Sprintf("runner killed by %s before its record was final", signalName(svc.ExitStatus))
+		sig := signalName(svc.ExitStatus)
+		r.Signal = &sig
 	case svc.Result == "timeout":
 		r.Result, r.FailureReason = wire.ResultTimeout, "killed after the job's timeout"
 	case svc.Result == "oom-kill" || rec.OOMKilled || (svc.OOMKills > 0 && svc.Result != "success"):
@@ -75,12 +85,18 @@ func Classify(svc Service, rec runner.Record, haveRecord bool, now time.Time) (r
 		r.Result, r.FailureReason = wire.ResultOverlapSkipped, "the previous run was still running"
 	case rec.Kind == runner.KindSetupError:
 		r.Result, r.FailureReason = wire.ResultFailed, rec.Reason
+	case runnerKilled(svc) && svc.Result == "success":
+		// systemd calls a main process killed by SIGHUP, SIGINT, SIGTERM
+		// or SIGPIPE a clean exit for some service types: a killed runner
+		// never vouches for a success.
+		sig := signalName(svc.ExitStatus)
+		r.Result, r.Signal, r.FailureReason = wire.ResultSignal, &sig, "runner killed by "+sig
 	case svc.Result == "success":
 		r.Result = wire.ResultSuccess
 	case rec.Signal != "":
 		r.Result, r.FailureReason = wire.ResultSignal, "killed by "+rec.Signal
 	case svc.Result == "signal" || svc.Result == "core-dump":
-		sig := "SIG" + strings.TrimPrefix(svc.ExitStatus, "SIG")
+		sig := signalName(svc.ExitStatus)
 		r.Result, r.Signal, r.FailureReason = wire.ResultSignal, &sig, "killed by "+sig
 	case svc.Result == "exit-code" && haveRecord && rec.Kind == runner.KindRan:
 		r.Result = wire.ResultExitCode
@@ -123,4 +139,21 @@ func cgroupOOMKills() int {
 		}
 	}
 	return 0
+}
+
+// runnerExited reports whether the runner (the unit's main process) exited
+// with status.
+func runnerExited(svc Service, status int) bool {
+	return svc.ExitCode == "exited" && svc.ExitStatus == strconv.Itoa(status)
+}
+
+// runnerKilled reports whether the runner died of a signal (systemd's
+// $EXIT_CODE killed or dumped).
+func runnerKilled(svc Service) bool {
+	return svc.ExitCode == "killed" || svc.ExitCode == "dumped"
+}
+
+// signalName spells systemd's $EXIT_STATUS signal ("KILL") as "SIGKILL".
+func signalName(status string) string {
+	return "SIG" + strings.TrimPrefix(status, "SIG")
 }

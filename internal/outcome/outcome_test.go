@@ -41,7 +41,11 @@ func TestClassify(t *testing.T) {
 		{"shared storage failed", Service{Result: "exit-code", ExitCode: "exited", ExitStatus: "76"}, runner.Record{Kind: runner.KindPlatformError, RunKey: "k", Slot: slot, Reason: "node n1: lock dir missing"}, true, "platform_error"},
 		// The mount hung until the unit's timeout: the record never reached "ran".
 		{"hung before the command", Service{Result: "timeout", ExitCode: "killed", ExitStatus: "TERM"}, runner.Record{Kind: runner.KindStarted, RunKey: "k", Slot: slot, Node: "n1"}, true, "platform_error"},
-		{"runner died before the command", Service{Result: "signal", ExitCode: "killed", ExitStatus: "KILL"}, runner.Record{Kind: runner.KindStarted, RunKey: "k", Slot: slot}, true, "platform_error"},
+		// Its own command can kill the runner after rewriting the record to
+		// "started": only the runner's exit 76 or the timeout make that a
+		// platform error.
+		{"runner killed before its record was final", Service{Result: "signal", ExitCode: "killed", ExitStatus: "KILL"}, runner.Record{Kind: runner.KindStarted, RunKey: "k", Slot: slot}, true, "signal"},
+		{"runner killed by SIGHUP, systemd says success", Service{Result: "success", ExitCode: "killed", ExitStatus: "HUP"}, ran(new(int), ""), true, "signal"},
 		{"no record, unit never started", Service{Result: "exit-code", ExitCode: "exited", ExitStatus: "243"}, runner.Record{RunKey: "k", Slot: slot}, false, "failed"},
 	}
 	for _, tt := range tests {
