@@ -33,6 +33,7 @@ func ran(t *testing.T, env Env) bool {
 // its own runtime dir, name and clock.
 func otherNode(t *testing.T, env Env, name string, now time.Time) Env {
 	env.RuntimeDir, env.Node, env.Now = t.TempDir(), name, func() time.Time { return now }
+	env.ClockFile, env.Boot = "", nil // its own agent, its own kernel
 	return env
 }
 
@@ -161,12 +162,38 @@ func setCommand(t *testing.T, env Env, command string) {
 	}
 }
 
-// withClock gives env the agent's clock measurement r.
+// bootEpoch is when the test nodes' kernels booted, by true time.
+var bootEpoch = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+
+// testBoot is the boot id of the test nodes' kernels.
+const testBoot = "b00t-1"
+
+// withClock gives env the agent's clock measurement r. Unless r carries
+// its boot time, it was taken by env's clock with no step since: the boot
+// clock elapses with env's clock (bootAt sets one that does not).
 func withClock(t *testing.T, env Env, r clockoffset.Reading) Env {
 	t.Helper()
+	if r.BootID == "" {
+		r.BootID, r.Boottime = testBoot, r.MeasuredAt.Sub(bootEpoch)
+	}
+	if env.Boot == nil {
+		now := env.Now
+		env.Boot = func() (clockoffset.Boot, error) {
+			return clockoffset.Boot{ID: testBoot, Time: now().Sub(bootEpoch)}, nil
+		}
+	}
 	env.ClockFile = filepath.Join(t.TempDir(), "clock-offset.json")
 	if err := clockoffset.WriteFile(env.ClockFile, r); err != nil {
 		t.Fatal(err)
+	}
+	return env
+}
+
+// bootAt gives env a boot clock that reads trueNow (less bootEpoch): the
+// node's wall clock may have been stepped, its boot clock was not.
+func bootAt(env Env, trueNow time.Time) Env {
+	env.Boot = func() (clockoffset.Boot, error) {
+		return clockoffset.Boot{ID: testBoot, Time: trueNow.Sub(bootEpoch)}, nil
 	}
 	return env
 }

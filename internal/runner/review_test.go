@@ -1,6 +1,8 @@
 package runner
 
 import (
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -45,11 +47,27 @@ func TestSlowClockNodeDoesNotRewindStamp(t *testing.T) {
 	for _, tt := range []struct {
 		name    string
 		reading *clockoffset.Reading // the slow node's; nil: never measured
+		trueNow bool                 // its boot clock reads true time (its wall clock was stepped, not its boot clock)
 		reason  string
 	}{
-		{"clock not measured", nil, "not measured"},
-		{"clock measured 11 minutes behind", &clockoffset.Reading{OffsetSeconds: 660, MeasuredAt: now.Add(-11*time.Minute - 30*time.Second)}, "11m0s off the core API's"},
-		{"measurement stale", &clockoffset.Reading{OffsetSeconds: 0, MeasuredAt: now.Add(-11*time.Minute - ClockFresh - time.Second)}, "not within 15m0s"},
+		{"clock not measured", nil, false, "not measured"},
+		{"clock measured 11 minutes behind", &clockoffset.Reading{OffsetSeconds: 660, MeasuredAt: now.Add(-11*time.Minute - 30*time.Second)}, false, "11m0s off the core API's"},
+		{"measurement stale", &clockoffset.Reading{OffsetSeconds: 0, MeasuredAt: now.Add(-11*time.Minute - ClockVerifiedFresh - time.Second)}, false, "not within 2m0s"},
+		// Measured in sync at true 11:46, then the agent stopped measuring
+		// and the clock was stepped 11 minutes back (or the VM resumed
+		// after an 11-minute pause with its old time): by its own clock the
+		// reading is 3 minutes old and 0 s off. Boot time says 14 minutes,
+		// and a step of -11 minutes since.
+		{"clock stepped back after an in-sync reading", &clockoffset.Reading{OffsetSeconds: 0, MeasuredAt: time.Date(2026, 11, 21, 11, 46, 0, 0, time.UTC),
+			BootID: testBoot, Boottime: time.Date(2026, 11, 21, 11, 46, 0, 0, time.UTC).Sub(bootEpoch)}, true, "stepped by -11m0s"},
+		// The same step right after a measurement 30 s before: young by
+		// any clock, but the step shows.
+		{"clock stepped back right after an in-sync reading", &clockoffset.Reading{OffsetSeconds: 0, MeasuredAt: now.Add(-30 * time.Second),
+			BootID: testBoot, Boottime: now.Add(-30 * time.Second).Sub(bootEpoch)}, true, "stepped by -11m0s"},
+		{"reading of an earlier boot", &clockoffset.Reading{OffsetSeconds: 0, MeasuredAt: now.Add(-11*time.Minute - 30*time.Second),
+			BootID: "earlier", Boottime: time.Hour}, false, "before the node's last boot"},
+		{"reading of an older agent (no boot time)", &clockoffset.Reading{OffsetSeconds: 0, MeasuredAt: now.Add(-11*time.Minute - 30*time.Second),
+			BootID: "", Boottime: 0}, false, "no boot time"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			env, _ := setupWith(t, "echo x >> ran", "0 * * * * *", now) // node1 runs 12:00 at 12:00:02
@@ -57,8 +75,16 @@ func TestSlowClockNodeDoesNotRewindStamp(t *testing.T) {
 				t.Fatalf("exit %d", code)
 			}
 			slow := otherNode(t, env, "slow", now.Add(-11*time.Minute)) // its clock says 11:49:02: fires 11:49
+			if tt.trueNow {
+				slow = bootAt(slow, now)
+			}
 			if tt.reading != nil {
 				slow = withClock(t, slow, *tt.reading)
+				if tt.reading.BootID == "" && tt.name == "reading of an older agent (no boot time)" {
+					if err := clockoffset.WriteFile(slow.ClockFile, *tt.reading); err != nil { // as written, without boot time
+						t.Fatal(err)
+					}
+				}
 			}
 			if code := Run(slow); code != 1 {
 				t.Errorf("slow node exit %d, want 1", code)
@@ -175,5 +201,41 @@ func TestHeartbeatNeverRewindsAnotherRunsStamp(t *testing.T) {
 	setCommand(t, env, "touch ran")
 	if Run(next); ran(t, next) {
 		t.Fatal("12:00:20 ran again after the stamp was rewound")
+	}
+}
+
+// A holder CephFS evicted and that reconnected, whose clock is more than
+// MaxSkew slow, reads the new holder's stamp as "in the future": its
+// heartbeat or release must still not write its own (older) lease over
+// it, which would rewind the stamp so the new holder's slot runs again.
+// Only a stamp that names this very run is renewed.
+func TestHeartbeatOfSlowEvictedHolderNeverRewindsAFutureStamp(t *testing.T) {
+	now := time.Date(2026, 11, 21, 12, 0, 2, 0, time.UTC)
+	env, locks := setupWith(t, "true", "0 * * * * *", now)
+	stamp := filepath.Join(locks, "cron-"+id+".slot")
+	// correct node2 took over and runs 12:00
+	taken := Stamp{Slot: now.Truncate(time.Minute), Holder: "node2", RunKey: id + "#scheduled#2026-11-21T12:00:00Z", Heartbeat: now}
+	if err := writeStamp(stamp, taken); err != nil {
+		t.Fatal(err)
+	}
+	slow := otherNode(t, env, "slow", now.Add(-11*time.Minute))
+	slow.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	lease := Stamp{Slot: time.Date(2026, 11, 21, 11, 49, 0, 0, time.UTC), Holder: "slow", RunKey: id + "#scheduled#2026-11-21T11:49:00Z", Heartbeat: slow.Now()}
+	if err := renewLease(slow, stamp, lease); err == nil {
+		t.Error("the heartbeat of a run whose stamp was taken over succeeded")
+	}
+	release(slow, stamp, lease)
+	if st, ok, _, _ := readStamp(stamp, now); !ok || st.Holder != "node2" || !st.Slot.Equal(taken.Slot) {
+		t.Fatalf("stamp %+v after the slow holder's heartbeat and release: want node2's", st)
+	}
+	// Nor does it write over a stamp that is gone or corrupt: neither is its own.
+	for _, content := range []string{"", "garbage"} {
+		os.Remove(stamp)
+		if content != "" {
+			os.WriteFile(stamp, []byte(content), 0o600)
+		}
+		if err := renewLease(slow, stamp, lease); err == nil {
+			t.Errorf("stamp %q: the lease was written", content)
+		}
 	}
 }

@@ -45,6 +45,9 @@ type Env struct {
 	// ClockFile is the agent's latest measurement of this node's clock
 	// (wire.ClockOffsetFile); "" is none.
 	ClockFile string
+	// Boot reads the kernel's boot id and CLOCK_BOOTTIME, which age the
+	// clock reading (judgeClock); nil or an error: the reading is unknown.
+	Boot func() (clockoffset.Boot, error)
 	// Start is systemd's word on why the service started.
 	Start Start
 	Log   *slog.Logger
@@ -64,6 +67,7 @@ func Main() int {
 		KernelMemoryLimit: kernelEnforcesMemory(),
 		ManualDir:         wire.RunNowDir,
 		ClockFile:         wire.ClockOffsetFile,
+		Boot:              clockoffset.CurrentBoot,
 		Start:             startFromEnv(),
 		Log:               slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "cron-run"),
 	}
@@ -112,7 +116,7 @@ func Run(env Env) int {
 		env.Log.Error("cannot write the run record, not contending for the run (another node runs it)", "run_key", d.Key, "err", err)
 		return 1
 	}
-	if why := clockForbidsRun(readClock(env), env.Now()); why != "" {
+	if why := clockForbidsRun(readClock(env), env.Now(), readBoot(env)); why != "" {
 		return platformError(env, rec, errors.New(why))
 	}
 	return elect(env, spec, d, rec)
@@ -147,13 +151,32 @@ func won(env Env, spec jobspec.Spec, d decision, rec Record) int {
 	if err != nil {
 		return platformError(env, rec, fmt.Errorf("%w (not running: fail closed)", err))
 	}
-	if !ok && aheadOf(st, env.Now()) {
-		if v := judgeFutureStamp(st, readClock(env), env.Now()); !v.Overwrite {
-			return platformError(env, rec, errors.New(v.Reason))
+	reading, boot := readClock(env), readBoot(env)
+	clock, _ := judgeClock(reading, env.Now(), boot, ClockVerifiedFresh)
+	if d.Trigger == wire.TriggerScheduled {
+		if r := st.ranAhead(d.Slot); r != nil {
+			// A verified node overwrote the stamp of a node whose clock was
+			// ahead, which had run this slot early: it does not run again.
+			env.Log.Info("not running: slot "+d.Slot.Format(time.RFC3339)+" already ran ahead of time on node "+orUnknown(r.Node), "run_key", d.Key)
+			rec.Kind = KindContention
+			return finish(env, rec, ExitSkip)
 		}
 	}
+	var remembered *RanAhead
+	if !ok && aheadOf(st, env.Now()) {
+		v := judgeFutureStamp(st, spec.ID, reading, env.Now(), boot)
+		if !v.Overwrite {
+			return platformError(env, rec, errors.New(v.Reason))
+		}
+		if v.Remember {
+			remembered = &RanAhead{Slot: st.Slot.UTC(), Node: st.Holder}
+			warn = fmt.Sprintf("slot stamp names %s, more than %s ahead of this node's verified clock, written by node %s (its clock %s): overwritten; that slot ran there early and is remembered as run",
+				st.Slot.UTC().Format(time.RFC3339), MaxSkew, orUnknown(st.Holder), orUnknown(st.Clock))
+		}
+	}
+	ranAhead := mergeRanAhead(st.RanAhead, remembered, clock == clockVerified, env.Now())
 	if !ok {
-		st = Stamp{} // corrupt: nothing in it is kept
+		st = Stamp{} // corrupt or ahead: only its RanAhead is kept
 	}
 	if warn != "" {
 		env.Log.Warn(warn, "run_key", d.Key)
@@ -193,7 +216,7 @@ func won(env Env, spec jobspec.Spec, d decision, rec Record) int {
 			return finish(env, rec, ExitSkip)
 		}
 	}
-	lease := Stamp{Slot: st.Slot, Holder: env.Node, RunKey: d.Key, Heartbeat: env.Now().UTC()}
+	lease := Stamp{Slot: st.Slot, Holder: env.Node, RunKey: d.Key, Heartbeat: env.Now().UTC(), Clock: clock.String(), RanAhead: ranAhead}
 	if d.Trigger == wire.TriggerScheduled {
 		lease.Slot = d.Slot
 	}
@@ -222,6 +245,20 @@ func readClock(env Env) *clockoffset.Reading {
 		return nil
 	}
 	return &r
+}
+
+// readBoot returns the kernel's boot id and CLOCK_BOOTTIME, or nil when
+// they cannot be read (the clock reading is then unknown).
+func readBoot(env Env) *clockoffset.Boot {
+	if env.Boot == nil {
+		return nil
+	}
+	b, err := env.Boot()
+	if err != nil {
+		env.Log.Warn("boot time unreadable", "err", err)
+		return nil
+	}
+	return &b
 }
 
 // claimRequest records a run-now request as started; done reports that it
@@ -305,18 +342,22 @@ func release(env Env, path string, lease Stamp) {
 }
 
 // renewLease writes lease over the stamp only while the stamp still names
-// this run. CephFS evicts an unresponsive client and gives its flock to
-// another node; a client that reconnects (recover_session=clean) still
-// runs its command, and writing its lease back would rewind the stamp
-// below the slot the new holder stamped, so that slot could run again.
+// this run: same holder, run key and slot. CephFS evicts an unresponsive
+// client and gives its flock to another node; a client that reconnects
+// (recover_session=clean) still runs its command, and writing its lease
+// back would rewind the stamp below the slot the new holder stamped, so
+// that slot could run again. Any other stamp is not this run's to touch:
+// a later one (whatever this node's clock makes of it: one more than
+// MaxSkew ahead is still another run's), a corrupt one, or none.
 // (A narrow read-then-write race remains; the flock no longer guards it.)
 func renewLease(env Env, path string, lease Stamp) error {
-	st, ok, _, err := readStamp(path, env.Now())
+	st, _, _, err := readStamp(path, env.Now())
 	if err != nil {
 		return err
 	}
-	if ok && (st.RunKey != lease.RunKey || st.Slot.After(lease.Slot)) {
-		return fmt.Errorf("lease taken over by node %s (run %s): lock lost, not writing", orUnknown(st.Holder), orUnknown(st.RunKey))
+	if st.Holder != lease.Holder || st.RunKey != lease.RunKey || !st.Slot.Equal(lease.Slot) {
+		return fmt.Errorf("slot stamp no longer names this run (it names node %s, run %s, slot %s): lock lost, not writing",
+			orUnknown(st.Holder), orUnknown(st.RunKey), st.Slot.UTC().Format(time.RFC3339))
 	}
 	return writeStamp(path, lease)
 }

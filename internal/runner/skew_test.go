@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hostcron/hostcron/internal/clockoffset"
 )
 
 // The booted fault tier cannot skew one node's clock (docs/semantics.md,
@@ -81,5 +83,49 @@ func TestLeaseOfASkewedHolder(t *testing.T) {
 				t.Errorf("record %+v (ran %v), want %s and no run", r, ran(t, env), tt.want)
 			}
 		})
+	}
+}
+
+// A node 11 minutes fast whose agent measures nothing (dead, or the core
+// API unreachable from it) runs each slot 11 minutes early, and a correct
+// node with a verified clock finds that node's stamp more than MaxSkew
+// ahead and overwrites it to run its own slot. Without more, the fast
+// node's slot would run again on time (12:11 at true 12:00 on the fast
+// node, and at true 12:11 on the correct one). The overwriting stamp
+// remembers the overwritten slot as run (Stamp.RanAhead): every slot runs
+// once, those the fast node ran early are not run again, and the correct
+// node's slots run on time.
+func TestFastUnmeasuredNodeRunsEachSlotOnce(t *testing.T) {
+	trueNoon := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	const skew = 11 * time.Minute
+	env, locks := setupWith(t, `echo "$HOSTCRON_RUN_KEY" >> ran.log`, "0 * * * * *", trueNoon)
+	for m := range 14 {
+		minute := trueNoon.Add(time.Duration(m) * time.Minute)
+		fast := otherNode(t, env, "fast", minute.Add(2*time.Second).Add(skew)) // no reading: unknown, runs
+		if code := Run(fast); code != 0 && code != ExitSkip {
+			t.Fatalf("true %s: fast node exit %d, record %+v", minute.Format(time.TimeOnly), code, record(t, fast))
+		}
+		correct := withClock(t, otherNode(t, env, "node2", minute.Add(5*time.Second)), clockoffset.Reading{OffsetSeconds: 0.2, MeasuredAt: minute.Add(-25 * time.Second)})
+		if code := Run(correct); code != 0 && code != ExitSkip {
+			t.Fatalf("true %s: correct node exit %d, record %+v", minute.Format(time.TimeOnly), code, record(t, correct))
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(env.SpecPath), "www", "ran.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]int{}
+	for _, k := range strings.Fields(string(b)) {
+		count[k[strings.LastIndexByte(k, '#')+1:]]++
+	}
+	for m := range 14 + 11 {
+		slot := trueNoon.Add(time.Duration(m) * time.Minute).Format(time.RFC3339)
+		if count[slot] != 1 {
+			t.Errorf("slot %s ran %d times, want once (runs: %v)", slot, count[slot], count)
+		}
+	}
+	st, _, _, err := readStamp(filepath.Join(locks, "cron-"+id+".slot"), trueNoon)
+	if err != nil || len(st.RanAhead) == 0 || len(st.RanAhead) > 12 {
+		t.Errorf("stamp %+v (%v): want the slots the fast node ran ahead, and no more than its skew's worth", st, err)
 	}
 }

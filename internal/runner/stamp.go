@@ -31,6 +31,73 @@ type Stamp struct {
 	// without a lease (a runner between lock and stamp, an operator's
 	// flock) is not mistaken for a dead node.
 	Released bool `json:"released,omitempty"`
+	// Clock is what the writer knew of its own clock (judgeClock:
+	// verified, off, unknown), for whoever reads the stamp.
+	Clock string `json:"clock,omitempty"`
+	// RanAhead are slots after Slot that already ran, early, on a node
+	// whose clock was ahead: a verified node that overwrote that node's
+	// stamp (it lay more than MaxSkew in the future) remembers its slot
+	// here, so the slot does not run a second time when it comes. Every
+	// writer carries the list on (mergeRanAhead).
+	RanAhead []RanAhead `json:"ran_ahead,omitempty"`
+}
+
+// RanAhead is one slot that ran ahead of time, and where.
+type RanAhead struct {
+	Slot time.Time `json:"slot"`
+	Node string    `json:"node"`
+}
+
+// Bounds of Stamp.RanAhead.
+const (
+	// ranAheadKeep: a verified writer drops entries older than this; no
+	// node contends for a slot that long after it (its fire window is
+	// RandomizedDelaySec + FireMargin).
+	ranAheadKeep = time.Hour
+	// ranAheadMax bounds the list, dropping the earliest: a node 11
+	// minutes fast leaves 11 entries for a job that fires every minute.
+	ranAheadMax = 128
+)
+
+// ranAhead returns the entry for slot, if it ran ahead of time.
+func (st Stamp) ranAhead(slot time.Time) *RanAhead {
+	for i := range st.RanAhead {
+		if st.RanAhead[i].Slot.Equal(slot) {
+			return &st.RanAhead[i]
+		}
+	}
+	return nil
+}
+
+// isLeaseOf reports whether the stamp is a runner's lease of a run of job
+// (not a corrupt or legacy stamp): its slot was stamped by a runner that
+// ran it (or, for a run-now lease, carried on from the stamp before).
+func (st Stamp) isLeaseOf(jobID string) bool {
+	return st.Holder != "" && !st.Slot.IsZero() && strings.HasPrefix(st.RunKey, jobID+"#")
+}
+
+// mergeRanAhead is the RanAhead list a new stamp carries: the old one's,
+// plus add (nil: none), sorted, without duplicates, bounded by
+// ranAheadMax. Only a writer whose clock is verified drops entries by age
+// (older than ranAheadKeep before its now): a fast writer's now would drop
+// slots that have not yet come.
+func mergeRanAhead(old []RanAhead, add *RanAhead, verified bool, now time.Time) []RanAhead {
+	out := slices.Clone(old)
+	if add != nil {
+		out = append(out, *add)
+	}
+	if verified {
+		out = slices.DeleteFunc(out, func(r RanAhead) bool { return r.Slot.Before(now.Add(-ranAheadKeep)) })
+	}
+	slices.SortFunc(out, func(a, b RanAhead) int { return a.Slot.Compare(b.Slot) })
+	out = slices.CompactFunc(out, func(a, b RanAhead) bool { return a.Slot.Equal(b.Slot) })
+	if len(out) > ranAheadMax {
+		out = out[len(out)-ranAheadMax:]
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 // readStamp loads the stamp. A missing stamp is ok=false; a stamp that
