@@ -64,17 +64,17 @@ func (m *Manager) runNowHooks() runNowHooks {
 func (m *Manager) RunNow(ctx context.Context, req wire.RunNowRequest) error {
 	unit := req.Unit
 	if !runkey.ValidRequest(req.Request) {
-		return fmt.Errorf("run now: request id %q is not valid", req.Request)
+		return fmt.Errorf("%w: request id %q is not valid", wire.ErrRunNowNotHere, req.Request)
 	}
 	if !strings.HasPrefix(unit, wire.UnitPrefix) || strings.ContainsAny(unit, "/\x00") {
-		return fmt.Errorf("run now: %q is not a cron unit", unit)
+		return fmt.Errorf("%w: %q is not a cron unit", wire.ErrRunNowNotHere, unit)
 	}
 	if _, err := os.Stat(filepath.Join(m.layout.UnitDir, unit+".service")); err != nil {
-		return fmt.Errorf("run now: %s is not on this node: %w", unit, err)
+		return fmt.Errorf("%w: %s is not on this node: %v", wire.ErrRunNowNotHere, unit, err)
 	}
 	spec, err := jobspec.Read(m.layout.specPath(unit))
 	if err != nil {
-		return fmt.Errorf("run now: %w", err)
+		return fmt.Errorf("%w: %s: %v", wire.ErrRunNowNotHere, unit, err)
 	}
 	h := m.runNowHooks()
 	if err := os.MkdirAll(h.dir, 0o755); err != nil {

@@ -199,3 +199,24 @@ func TestRunNowGivesUpBehindALongRun(t *testing.T) {
 		t.Errorf("started %d, merged %d: want no start into the running one", f.starts, f.merged)
 	}
 }
+
+// A node that does not have the unit, or cannot read its spec, fails the
+// request with wire.ErrRunNowNotHere, which the RunNow activity makes
+// final, so the core asks the next node at once instead of retrying here.
+func TestRunNowNotHere(t *testing.T) {
+	f := &fakeService{active: "inactive"}
+	m, spec, _ := runNowNode(t, f)
+	unit := wire.UnitName(spec.Tenant, spec.ID)
+	if err := m.RunNow(context.Background(), wire.RunNowRequest{Unit: "cron-acme-0b6f1d7c-3c8e-4a57-9e0a-000000000000", Request: "1"}); !errors.Is(err, wire.ErrRunNowNotHere) {
+		t.Errorf("unit not on the node: %v", err)
+	}
+	if err := os.WriteFile(m.layout.specPath(unit), []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.RunNow(context.Background(), wire.RunNowRequest{Unit: unit, Request: "1"}); !errors.Is(err, wire.ErrRunNowNotHere) {
+		t.Errorf("spec unreadable: %v", err)
+	}
+	if f.starts != 0 {
+		t.Errorf("started %d times", f.starts)
+	}
+}
