@@ -117,7 +117,7 @@ func TestRunNowDuringARunIsNotLost(t *testing.T) {
 	writeRequest(t, env.ManualDir, "99", t0) // written while the 12:00 run still runs
 	taken := func() bool {
 		t.Helper()
-		ok, err := RequestDecided(locks, id, "99")
+		ok, err := RequestDecided(locks, os.Getuid(), id, "99")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -148,13 +148,13 @@ func TestRunNowDuringARunIsNotLost(t *testing.T) {
 func TestRequestDecidedRefusesTrickFiles(t *testing.T) {
 	locks := t.TempDir()
 	stamp := filepath.Join(locks, "cron-"+id+".manual")
-	if ok, err := RequestDecided(locks, id, "5"); ok || err != nil {
+	if ok, err := RequestDecided(locks, os.Getuid(), id, "5"); ok || err != nil {
 		t.Fatalf("no stamp: %v %v", ok, err)
 	}
 	if err := mkfifo(stamp); err != nil {
 		t.Skip(err)
 	}
-	if _, err := RequestDecided(locks, id, "5"); err == nil {
+	if _, err := RequestDecided(locks, os.Getuid(), id, "5"); err == nil {
 		t.Error("a FIFO as the run-now stamp was read")
 	}
 	os.Remove(stamp)
@@ -163,14 +163,14 @@ func TestRequestDecidedRefusesTrickFiles(t *testing.T) {
 	if err := os.Symlink(target, stamp); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := RequestDecided(locks, id, "5"); ok || err == nil {
+	if ok, err := RequestDecided(locks, os.Getuid(), id, "5"); ok || err == nil {
 		t.Errorf("a symlinked run-now stamp was followed: %v %v", ok, err)
 	}
 	os.Remove(stamp)
 	if err := os.WriteFile(filepath.Join(locks, "cron-"+id+".skip.m5"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := RequestDecided(locks, id, "5"); !ok || err != nil {
+	if ok, err := RequestDecided(locks, os.Getuid(), id, "5"); !ok || err != nil {
 		t.Errorf("a request decided a skip is taken: %v %v", ok, err)
 	}
 }
@@ -237,5 +237,33 @@ func TestHeartbeatOfSlowEvictedHolderNeverRewindsAFutureStamp(t *testing.T) {
 		if err := renewLease(slow, stamp, lease); err == nil {
 			t.Errorf("stamp %q: the lease was written", content)
 		}
+	}
+}
+
+// The tenant owns the lock dir's parent, so it can put a symlink (or a
+// directory of another owner) where the lock dir was; root must not look
+// at files of fixed names wherever that points.
+func TestRequestDecidedRefusesAForeignLockDir(t *testing.T) {
+	base := t.TempDir()
+	elsewhere := filepath.Join(base, "root-only")
+	if err := os.Mkdir(elsewhere, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(elsewhere, "cron-"+id+".manual"), []byte(`["5"]`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	locks := filepath.Join(base, ".locks")
+	if err := os.Symlink(elsewhere, locks); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := RequestDecided(locks, os.Getuid(), id, "5"); ok || err == nil || !strings.Contains(err.Error(), "symlink") {
+		t.Errorf("symlinked lock dir: decided=%v err=%v", ok, err)
+	}
+	// Not the tenant's: the real directory, but owned by another uid.
+	if ok, err := RequestDecided(elsewhere, os.Getuid()+1, id, "5"); ok || err == nil || !strings.Contains(err.Error(), "owned by uid") {
+		t.Errorf("lock dir of another owner: decided=%v err=%v", ok, err)
+	}
+	if ok, err := RequestDecided(elsewhere, os.Getuid(), id, "5"); !ok || err != nil {
+		t.Errorf("the tenant's own lock dir: decided=%v err=%v", ok, err)
 	}
 }

@@ -271,16 +271,35 @@ func truncate(s string, n int) string {
 // RequestDecided reports whether a run of the shard decided run-now
 // request: it started it (the run-now stamp holds its id) or decided it a
 // skip behind a running run (its marker exists). The node agent asks it,
-// as root, to know whether a start of the job's service took the request;
-// the lock dir is the tenant's, so nothing in it is followed or waited on
-// (a symlink, a FIFO), and what it says can only be the tenant's own
-// request's loss.
-func RequestDecided(lockDir, jobID, request string) (bool, error) {
-	d := decision{Trigger: wire.TriggerManual, Request: request}
-	if seen, err := markerExists(lockDir, jobID, d); err != nil || seen {
-		return seen, err
+// as root, to know whether a start of the job's service took the request.
+// The lock dir is the tenant's, and so is its parent, where the tenant
+// could put a symlink or another directory in its place: the lock dir is
+// opened without following a link and must be owned by owner (the
+// tenant's uid), and its files are looked at through that descriptor,
+// never followed or waited on (a symlink, a FIFO), so what it says can
+// only be the tenant's own request's loss.
+func RequestDecided(lockDir string, owner int, jobID, request string) (bool, error) {
+	dfd, err := unix.Open(lockDir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false, fmt.Errorf("open lock dir %s (a symlink is refused): %w", lockDir, err)
 	}
-	b, err := readTenantFile(filepath.Join(lockDir, wire.ManualStampName(jobID)))
+	defer unix.Close(dfd)
+	var st unix.Stat_t
+	if err := unix.Fstat(dfd, &st); err != nil {
+		return false, fmt.Errorf("stat lock dir %s: %w", lockDir, err)
+	}
+	if owner < 0 || st.Uid != uint32(owner) {
+		return false, fmt.Errorf("lock dir %s is owned by uid %d, not the tenant's %d", lockDir, st.Uid, owner)
+	}
+	d := decision{Trigger: wire.TriggerManual, Request: request}
+	marker := wire.SkipMarkerPrefix(jobID) + markerToken(d)
+	switch err := unix.Fstatat(dfd, marker, &st, unix.AT_SYMLINK_NOFOLLOW); {
+	case err == nil:
+		return true, nil
+	case !errors.Is(err, unix.ENOENT):
+		return false, fmt.Errorf("skip marker %s: %w", filepath.Join(lockDir, marker), err)
+	}
+	b, err := readTenantFileAt(dfd, lockDir, wire.ManualStampName(jobID))
 	if err != nil || b == nil {
 		return false, err
 	}
@@ -295,10 +314,12 @@ func RequestDecided(lockDir, jobID, request string) (bool, error) {
 // the run-now stamp holds at most keepRequests short ids.
 const maxTenantFile = 64 << 10
 
-// readTenantFile reads a small regular file without following a symlink or
-// blocking on a FIFO; a missing file is nil.
-func readTenantFile(path string) ([]byte, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+// readTenantFileAt reads a small regular file name in the directory dfd
+// (dir names it in errors) without following a symlink or blocking on a
+// FIFO; a missing file is nil.
+func readTenantFileAt(dfd int, dir, name string) ([]byte, error) {
+	path := filepath.Join(dir, name)
+	fd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
 	if errors.Is(err, unix.ENOENT) {
 		return nil, nil
 	}
