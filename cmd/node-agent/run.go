@@ -213,4 +213,7 @@ func recordClockOffset(cfg nodeconf.Config, source string, sent, received time.T
 	if w := r.Warning(); w != "" {
 		log.Warn(w)
 	}
+	if refusal := clockRefusal(r); refusal != "" {
+		log.Error(refusal)
+	}
 }

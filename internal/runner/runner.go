@@ -117,7 +117,11 @@ func Run(env Env) int {
 		return 1
 	}
 	if why := clockForbidsRun(readClock(env), env.Now(), readBoot(env)); why != "" {
-		return platformError(env, rec, errors.New(why))
+		// Not an outcome of the slot (see KindClockRefused): loud here and
+		// in the agent, silent to the core. Exit 1 leaves the unit failed.
+		env.Log.Error("NOT RUNNING, this node's clock is wrong: "+why, "run_key", d.Key)
+		rec.Kind, rec.Reason = KindClockRefused, "node "+env.Node+": "+why
+		return finish(env, rec, 1)
 	}
 	return elect(env, spec, d, rec)
 }
