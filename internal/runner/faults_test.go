@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -127,15 +128,32 @@ func TestDeadLockHolderIsPlatformError(t *testing.T) {
 func TestRunnerHeartbeats(t *testing.T) {
 	env, locks := setup(t, "true")
 	stamp := filepath.Join(locks, "cron-"+id+".slot")
-	setCommand(t, env, "sleep 0.35; cat "+stamp+" > beat")
+	www := filepath.Join(filepath.Dir(locks), "www")
+	setCommand(t, env, "touch started; while [ ! -e beaten ]; do sleep 0.01; done; cat "+stamp+" > beat")
 	var n int
+	var mu sync.Mutex
 	base := env.Now()
-	env.Now = func() time.Time { n++; return base.Add(time.Duration(n) * time.Second) }
-	env.Heartbeat = 100 * time.Millisecond
-	if code := Run(env); code != 0 {
+	env.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); n++; return base.Add(time.Duration(n) * time.Second) }
+	beats := make(chan chan struct{})
+	env.beats = beats
+	exit := make(chan int, 1)
+	go func() { exit <- Run(env) }()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(www, "started")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the command never started")
+		}
+	}
+	ack := make(chan struct{})
+	beats <- ack
+	<-ack
+	os.WriteFile(filepath.Join(www, "beaten"), nil, 0o600)
+	if code := <-exit; code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	b, err := os.ReadFile(filepath.Join(filepath.Dir(locks), "www", "beat"))
+	b, err := os.ReadFile(filepath.Join(www, "beat"))
 	var during Stamp
 	if err != nil || json.Unmarshal(b, &during) != nil {
 		t.Fatalf("stamp during the run: %q %v", b, err)

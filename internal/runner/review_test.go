@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -191,16 +192,53 @@ func TestRequestDecidedRefusesTrickFiles(t *testing.T) {
 func TestHeartbeatNeverRewindsAnotherRunsStamp(t *testing.T) {
 	env, locks := setup(t, "true")
 	stamp := filepath.Join(locks, "cron-"+id+".slot")
+	www := filepath.Join(filepath.Dir(locks), "www")
 	taken := `{"slot":"2026-11-21T12:00:20Z","holder":"node2","run_key":"` + id + `#scheduled#2026-11-21T12:00:20Z","heartbeat":"2026-11-21T12:00:21Z"}`
+	// The command stands for the run: it waits for the test at each step.
 	// Node2 writes the way every runner does, whole (rename), between two
 	// heartbeats of the old holder (a beat that reads the stamp just before
 	// the rename and writes just after is the narrow race the docs name).
-	setCommand(t, env, "sleep 0.15; printf '%s\\n' '"+taken+"' > "+stamp+".new && mv "+stamp+".new "+stamp+"; sleep 0.35")
-	env.Heartbeat = 100 * time.Millisecond
-	if code := Run(env); code != 0 {
+	wait := func(f string) string { return "while [ ! -e " + f + " ]; do sleep 0.01; done; " }
+	setCommand(t, env, "touch started; "+wait("swap")+
+		"printf '%s\\n' '"+taken+"' > "+stamp+".new && mv "+stamp+".new "+stamp+"; touch swapped; "+wait("done"))
+	beats := make(chan chan struct{})
+	env.beats = beats
+	beat := func() {
+		ack := make(chan struct{})
+		beats <- ack
+		<-ack
+	}
+	await := func(f string) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			if _, err := os.Stat(filepath.Join(www, f)); err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the command never got to %s", f)
+			}
+		}
+	}
+	var base = env.Now()
+	var n time.Duration
+	var mu sync.Mutex
+	env.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); n++; return base.Add(n * time.Second) }
+	exit := make(chan int, 1)
+	go func() { exit <- Run(env) }()
+	await("started")
+	beat() // its own lease: renewed
+	if st, ok, _, _ := readStamp(stamp, base); !ok || st.Holder != "node1" || !st.Heartbeat.After(base.Add(time.Second)) {
+		t.Fatalf("stamp after a beat of its own run: %+v", st)
+	}
+	os.WriteFile(filepath.Join(www, "swap"), nil, 0o600)
+	await("swapped")
+	beat() // node2's lease now: not touched
+	beat()
+	os.WriteFile(filepath.Join(www, "done"), nil, 0o600) // the release follows
+	if code := <-exit; code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	st, ok, _, err := readStamp(stamp, env.Now())
+	st, ok, _, err := readStamp(stamp, base)
 	if err != nil || !ok || st.Holder != "node2" || !st.Slot.Equal(time.Date(2026, 11, 21, 12, 0, 20, 0, time.UTC)) {
 		t.Fatalf("stamp after the old holder ended: %+v (ok %v, err %v): want node2's lease for 12:00:20", st, ok, err)
 	}

@@ -51,6 +51,10 @@ type Env struct {
 	// Start is systemd's word on why the service started.
 	Start Start
 	Log   *slog.Logger
+	// beats, when set (tests), drives the heartbeat instead of the
+	// Heartbeat ticker: each value asks for one beat, and is closed once
+	// that beat is done.
+	beats <-chan chan struct{}
 }
 
 // Main runs one occurrence and returns the process exit status.
@@ -366,32 +370,48 @@ func renewLease(env Env, path string, lease Stamp) error {
 	return writeStamp(path, lease)
 }
 
-// startHeartbeat refreshes the lease in the stamp until the returned stop
-// is called (stop waits for a beat in progress), so other nodes can tell a
+// startHeartbeat refreshes the lease in the stamp every env.Heartbeat (or
+// at each of env.beats) until the returned stop is called (stop waits for
+// a beat in progress), so other nodes can tell a
 // live long run from a crashed holder whose flock CephFS keeps until it
 // evicts the session.
 func startHeartbeat(env Env, path string, lease Stamp) (stop func()) {
-	if env.Heartbeat <= 0 {
-		return func() {}
+	var t *time.Ticker
+	var tick <-chan time.Time // nil: never
+	if env.beats == nil {
+		if env.Heartbeat <= 0 {
+			return func() {}
+		}
+		t = time.NewTicker(env.Heartbeat)
+		tick = t.C
 	}
 	quit, stopped := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(stopped)
-		t := time.NewTicker(env.Heartbeat)
-		defer t.Stop()
 		for {
+			var ack chan struct{}
 			select {
 			case <-quit:
 				return
-			case <-t.C:
-				lease.Heartbeat = env.Now().UTC()
-				if err := renewLease(env, path, lease); err != nil {
-					env.Log.Warn("refresh lease", "err", err)
-				}
+			case <-tick:
+			case ack = <-env.beats: // nil: never
+			}
+			lease.Heartbeat = env.Now().UTC()
+			if err := renewLease(env, path, lease); err != nil {
+				env.Log.Warn("refresh lease", "err", err)
+			}
+			if ack != nil {
+				close(ack)
 			}
 		}
 	}()
-	return func() { close(quit); <-stopped }
+	return func() {
+		close(quit)
+		<-stopped
+		if t != nil {
+			t.Stop()
+		}
+	}
 }
 
 // shellArgs is the shell's whole argv. The command is not in it: argv is
