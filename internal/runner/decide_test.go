@@ -110,6 +110,9 @@ func TestClassifyBusy(t *testing.T) {
 		{"no stamp yet", slot, Stamp{}, false, KindOverlap, ""},
 		{"holder stopped heart-beating", slot, Stamp{Slot: prev, Holder: "node2", RunKey: "k-prev", Heartbeat: now.Add(-2 * time.Minute)}, true,
 			KindPlatformError, "lock holder node node2 stopped heart-beating at 2026-11-21T11:59:05Z"},
+		// The lock is held by a fast node's run whose stamp lies ahead (not
+		// ok), but this slot already ran there early: silent, no skip report.
+		{"slot ran ahead on a fast node", slot, Stamp{Slot: now.Add(11 * time.Minute), Holder: "fast", RanAhead: []RanAhead{{Slot: slot.Slot, Node: "fast"}}}, false, KindContention, ""},
 		{"same request held", manual, Stamp{Slot: prev, RunKey: "k-manual", Heartbeat: now}, true, KindContention, ""},
 		{"request behind a scheduled run", manual, Stamp{Slot: prev, RunKey: "k-slot", Heartbeat: now}, true, KindOverlap, ""},
 	} {
