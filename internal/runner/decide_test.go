@@ -210,7 +210,7 @@ func TestMergeRanAhead(t *testing.T) {
 	for _, tt := range []struct {
 		name     string
 		old      []RanAhead
-		add      *RanAhead
+		add      *RanAhead // mergeRanAhead takes any number, nil ones skipped
 		verified bool
 		want     []int
 	}{
@@ -222,7 +222,7 @@ func TestMergeRanAhead(t *testing.T) {
 		// that has not yet come, which would then run a second time.
 		{"an unverified writer drops nothing by age", []RanAhead{at(-61), at(11)}, nil, false, []int{-61, 11}},
 	} {
-		if got := slots(mergeRanAhead(tt.old, tt.add, tt.verified, now)); !slices.Equal(got, tt.want) {
+		if got := slots(mergeRanAhead(tt.old, tt.verified, now, tt.add, nil)); !slices.Equal(got, tt.want) {
 			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
 		}
 	}
@@ -230,7 +230,7 @@ func TestMergeRanAhead(t *testing.T) {
 	for m := range ranAheadMax + 5 {
 		many = append(many, at(m))
 	}
-	if got := mergeRanAhead(many, nil, false, now); len(got) != ranAheadMax || !got[0].Slot.Equal(at(5).Slot) {
+	if got := mergeRanAhead(many, false, now); len(got) != ranAheadMax || !got[0].Slot.Equal(at(5).Slot) {
 		t.Errorf("bounded list: %d entries from %v, want %d from the 5th", len(got), got[0].Slot, ranAheadMax)
 	}
 }

@@ -161,11 +161,15 @@ func won(env Env, spec jobspec.Spec, d decision, rec Record) int {
 	}
 	reading, boot := readClock(env), readBoot(env)
 	clock, _ := judgeClock(reading, env.Now(), boot, ClockVerifiedFresh)
+	// A verified node overwrote the stamp of a node whose clock was ahead,
+	// which had run this slot early: it does not run again.
+	var ranEarly *RanAhead
 	if d.Trigger == wire.TriggerScheduled {
-		if r := st.ranAhead(d.Slot); r != nil {
-			// A verified node overwrote the stamp of a node whose clock was
-			// ahead, which had run this slot early: it does not run again.
-			env.Log.Info("not running: slot "+d.Slot.Format(time.RFC3339)+" already ran ahead of time on node "+orUnknown(r.Node), "run_key", d.Key)
+		ranEarly = st.ranAhead(d.Slot)
+	}
+	if ranEarly != nil {
+		env.Log.Info("not running: slot "+d.Slot.Format(time.RFC3339)+" already ran ahead of time on node "+orUnknown(ranEarly.Node), "run_key", d.Key)
+		if d.Fallback == nil {
 			rec.Kind = KindContention
 			return finish(env, rec, ExitSkip)
 		}
@@ -182,7 +186,15 @@ func won(env Env, spec jobspec.Spec, d decision, rec Record) int {
 				st.Slot.UTC().Format(time.RFC3339), MaxSkew, orUnknown(st.Holder), orUnknown(st.Clock))
 		}
 	}
-	ranAhead := mergeRanAhead(st.RanAhead, remembered, clock == clockVerified, env.Now())
+	// A writer that cannot vouch for its clock (unknown: no fresh reading)
+	// may be running its slot early: it remembers its own slot as run, so
+	// a verified node never runs that slot again, however many of this
+	// writer's stamps came and went unseen.
+	var own *RanAhead
+	if d.Trigger == wire.TriggerScheduled && clock != clockVerified {
+		own = &RanAhead{Slot: d.Slot, Node: env.Node}
+	}
+	ranAhead := mergeRanAhead(st.RanAhead, clock == clockVerified, env.Now(), remembered, own)
 	if !ok {
 		st = Stamp{} // corrupt or ahead: only its RanAhead is kept
 	}
@@ -190,7 +202,7 @@ func won(env Env, spec jobspec.Spec, d decision, rec Record) int {
 		env.Log.Warn(warn, "run_key", d.Key)
 		rec.Warning = warn
 	}
-	if d.Trigger == wire.TriggerScheduled && ok && st.covers(d) {
+	if d.Trigger == wire.TriggerScheduled && ((ok && st.covers(d)) || ranEarly != nil) {
 		if d.Fallback == nil {
 			rec.Kind = KindContention
 			return finish(env, rec, ExitSkip)

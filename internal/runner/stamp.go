@@ -34,11 +34,13 @@ type Stamp struct {
 	// Clock is what the writer knew of its own clock (judgeClock:
 	// verified, off, unknown), for whoever reads the stamp.
 	Clock string `json:"clock,omitempty"`
-	// RanAhead are slots after Slot that already ran, early, on a node
-	// whose clock was ahead: a verified node that overwrote that node's
-	// stamp (it lay more than MaxSkew in the future) remembers its slot
-	// here, so the slot does not run a second time when it comes. Every
-	// writer carries the list on (mergeRanAhead).
+	// RanAhead are slots that ran on a node that could not vouch for its
+	// clock, which may have been ahead: each such writer lists its own
+	// slot, and a verified node that overwrites a runner's stamp lying more
+	// than MaxSkew in the future lists that stamp's slot. A slot in it does
+	// not run again when it comes (a verified node would otherwise run on
+	// time a slot a fast node already ran early). Every writer carries the
+	// list on (mergeRanAhead).
 	RanAhead []RanAhead `json:"ran_ahead,omitempty"`
 }
 
@@ -54,8 +56,9 @@ const (
 	// node contends for a slot that long after it (its fire window is
 	// RandomizedDelaySec + FireMargin).
 	ranAheadKeep = time.Hour
-	// ranAheadMax bounds the list, dropping the earliest: a node 11
-	// minutes fast leaves 11 entries for a job that fires every minute.
+	// ranAheadMax bounds the list, dropping the earliest: while verified
+	// nodes run, a minutely job keeps at most an hour's worth; with none
+	// (every agent cut off from the core) 128 minutes of slots.
 	ranAheadMax = 128
 )
 
@@ -77,14 +80,16 @@ func (st Stamp) isLeaseOf(jobID string) bool {
 }
 
 // mergeRanAhead is the RanAhead list a new stamp carries: the old one's,
-// plus add (nil: none), sorted, without duplicates, bounded by
+// plus adds (nil ones skipped), sorted, without duplicates, bounded by
 // ranAheadMax. Only a writer whose clock is verified drops entries by age
 // (older than ranAheadKeep before its now): a fast writer's now would drop
 // slots that have not yet come.
-func mergeRanAhead(old []RanAhead, add *RanAhead, verified bool, now time.Time) []RanAhead {
+func mergeRanAhead(old []RanAhead, verified bool, now time.Time, adds ...*RanAhead) []RanAhead {
 	out := slices.Clone(old)
-	if add != nil {
-		out = append(out, *add)
+	for _, a := range adds {
+		if a != nil {
+			out = append(out, *a)
+		}
 	}
 	if verified {
 		out = slices.DeleteFunc(out, func(r RanAhead) bool { return r.Slot.Before(now.Add(-ranAheadKeep)) })
