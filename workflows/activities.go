@@ -156,7 +156,8 @@ func (a *NodeActivities) Reconcile(ctx context.Context, jobs []wire.Job, snap wi
 // until a runner took the request, which lasts as long as a run of the job
 // already under way on the node (bounded by wire.RunNowTTL), so the
 // activity heartbeats meanwhile. A request no start took in time goes to
-// the next node, not again to this one.
+// the next node, not again to this one; so does a node that cannot serve
+// it at all (wire.ErrRunNowNotHere).
 func (a *NodeActivities) RunNow(ctx context.Context, req wire.RunNowRequest) error {
 	if err := trust.AdmitUnit(req.Unit); err != nil {
 		return notAdmitted(err)
@@ -164,8 +165,13 @@ func (a *NodeActivities) RunNow(ctx context.Context, req wire.RunNowRequest) err
 	stop := heartbeatWhile(ctx, RunNowHeartbeat/3)
 	defer stop()
 	err := a.Units.RunNow(ctx, req)
-	if errors.Is(err, wire.ErrRunNowNotTaken) {
+	switch {
+	case errors.Is(err, wire.ErrRunNowNotTaken):
 		return temporal.NewNonRetryableApplicationError(err.Error(), "RunNowNotTaken", err)
+	case errors.Is(err, wire.ErrRunNowNotHere):
+		// The unit is not on this node, or its spec unreadable: a retry
+		// fails the same way, so the next node is asked at once.
+		return temporal.NewNonRetryableApplicationError(err.Error(), "RunNowNotHere", err)
 	}
 	return err
 }

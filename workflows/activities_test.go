@@ -182,8 +182,9 @@ func TestNodeTasksPassSnapshotAndDeleteVersion(t *testing.T) {
 }
 
 // A request no start on the node took in time goes to the next node, not
-// to this one again (a retry would write it anew and wait again); any
-// other failure is retried.
+// to this one again (a retry would write it anew and wait again); so does
+// one the node cannot serve at all (the unit is not on it, its spec is
+// unreadable); any other failure is retried (a bounded number of times).
 func TestRunNowNotTakenIsFinalOnTheNode(t *testing.T) {
 	unit := "cron-acme-" + tenantJob.ID
 	for _, tt := range []struct {
@@ -193,6 +194,7 @@ func TestRunNowNotTakenIsFinalOnTheNode(t *testing.T) {
 		{nil, noError},
 		{fmt.Errorf("%w: behind a run", wire.ErrRunNowNotTaken), final},
 		{errors.New("D-Bus gone"), retried},
+		{fmt.Errorf("%w: cron-acme-x is not on this node", wire.ErrRunNowNotHere), final},
 	} {
 		a := &NodeActivities{Units: &fakeUnits{err: tt.err}, Admission: admitAll}
 		if got := classify(a.RunNow(context.Background(), wire.RunNowRequest{Unit: unit, Request: "1"})); got != tt.want {

@@ -137,16 +137,37 @@ func nodeCtx(ctx workflow.Context, nodeID string, timeout time.Duration) workflo
 // noticed in seconds, not at the end of the wait.
 const RunNowHeartbeat = 30 * time.Second
 
-// runNowCtx is nodeCtx for RunNow: the node may wait up to the request's
-// TTL before a start takes it.
-func runNowCtx(ctx workflow.Context, nodeID string, timeout time.Duration) workflow.Context {
-	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+// Bounds of the RunNow activity on one node, so a node that is down or
+// fails keeps the job's workflow (which applies no other change of the job
+// meanwhile) for a bounded time before the next node is asked.
+const (
+	// runNowStartWithin bounds how long RunNow waits for the node's worker
+	// to pick it up (a node that is down, or all its activity slots busy):
+	// at most this, and at most the node timeout given.
+	runNowStartWithin = time.Minute
+	// runNowAttempts bounds the tries on one node of an error that may
+	// pass (D-Bus restarting); an error that cannot pass is final at once
+	// (wire.ErrRunNowNotHere, wire.ErrRunNowNotTaken).
+	runNowAttempts = 3
+)
+
+// runNowOptions is nodeCtx's options for RunNow: the node may wait up to
+// the request's TTL before a start takes it (heart-beating meanwhile), but
+// it must pick the task up within runNowStartWithin, and an error is tried
+// at most runNowAttempts times.
+func runNowOptions(nodeID string, timeout time.Duration) workflow.ActivityOptions {
+	return workflow.ActivityOptions{
 		TaskQueue:              NodeTaskQueue(nodeID),
+		ScheduleToStartTimeout: min(timeout, runNowStartWithin),
 		ScheduleToCloseTimeout: timeout + wire.RunNowTTL,
 		StartToCloseTimeout:    wire.RunNowTTL + time.Minute,
 		HeartbeatTimeout:       RunNowHeartbeat,
-		RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: 10 * time.Second},
-	})
+		RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: 10 * time.Second, MaximumAttempts: runNowAttempts},
+	}
+}
+
+func runNowCtx(ctx workflow.Context, nodeID string, timeout time.Duration) workflow.Context {
+	return workflow.WithActivityOptions(ctx, runNowOptions(nodeID, timeout))
 }
 
 // provision applies the job's current state on all its nodes in parallel

@@ -271,3 +271,62 @@ func TestConvergeNodeDesiredSetAcrossVersions(t *testing.T) {
 		})
 	}
 }
+
+// RunNow on a node that cannot take it holds the job's workflow (no other
+// change of the job is applied meanwhile), so a failing node is left
+// quickly: an error that may pass is tried a bounded number of times, a
+// final one (the unit is not on the node) once, and the next node is
+// asked within seconds, not after the activity's whole deadline.
+func TestRunNowMovesOnFromAFailingNode(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		err   error
+		calls int // on node1
+	}{
+		{"unit not on the node (final)", temporal.NewNonRetryableApplicationError("run now: not possible on this node: cron-acme-x is not on this node", "RunNowNotHere", nil), 1},
+		{"an error that may pass", errors.New("dbus: connection closed"), runNowAttempts},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			env := newEnv(t)
+			env.OnActivity(core.LoadJob, mock.Anything, jobID).Return(plan(true, false, "node1", "node2"), nil)
+			env.OnActivity(node.ApplyJobs, mock.Anything, mock.Anything).Return(wire.NodeReport{}, nil)
+			env.OnActivity(core.SetJobStatus, mock.Anything, jobID, int64(7), wire.StatusActive, "", mock.Anything).Return(true, nil)
+			var first, reached time.Time
+			calls := 0
+			env.OnActivity(node.RunNow, mock.Anything, mock.Anything).Return(func(ctx context.Context, _ wire.RunNowRequest) error {
+				if activityTaskQueue(ctx) == NodeTaskQueue("id-node1") {
+					calls++
+					if first.IsZero() {
+						first = env.Now()
+					}
+					return tt.err
+				}
+				reached = env.Now()
+				return nil
+			})
+			signalAndRun(env, Change{TaskID: 42, Action: wire.ActionRunNow, Version: 7})
+			if err := env.GetWorkflowError(); err != nil {
+				t.Fatal(err)
+			}
+			if calls != tt.calls || reached.IsZero() || reached.Sub(first) > 30*time.Second {
+				t.Fatalf("%d attempts on node1, node2 asked %v after the first (zero: never): want %d attempts and node2 within seconds",
+					calls, reached.Sub(first), tt.calls)
+			}
+		})
+	}
+}
+
+// A node that is down never picks RunNow up: the workflow moves on after
+// ScheduleToStartTimeout, bounded by the node timeout and a minute, while
+// the node that does pick it up may wait the request's TTL.
+func TestRunNowOptions(t *testing.T) {
+	for _, timeout := range []time.Duration{time.Minute, 10 * time.Second, 5 * time.Minute} {
+		o := runNowOptions("id-node1", timeout)
+		if o.ScheduleToStartTimeout <= 0 || o.ScheduleToStartTimeout > min(timeout, time.Minute) {
+			t.Errorf("node timeout %v: ScheduleToStartTimeout %v", timeout, o.ScheduleToStartTimeout)
+		}
+		if o.ScheduleToCloseTimeout < wire.RunNowTTL || o.HeartbeatTimeout != RunNowHeartbeat || o.RetryPolicy.MaximumAttempts != runNowAttempts {
+			t.Errorf("node timeout %v: options %+v", timeout, o)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hostcron/hostcron/internal/clockoffset"
+	"github.com/hostcron/hostcron/internal/runner"
 )
 
 // showClockOffset prints the daemon's last clock reading for `state`, on
@@ -25,4 +26,18 @@ func showClockOffset(configPath string, w io.Writer) {
 	if warn := r.Warning(); warn != "" {
 		fmt.Fprintln(w, warn)
 	}
+	if refusal := clockRefusal(r); refusal != "" {
+		fmt.Fprintln(w, refusal)
+	}
+}
+
+// clockRefusal says, for a reading more than runner.MaxSkew off, that the
+// runner refuses every cron run on this node: it reports no outcome for
+// them (runner.KindClockRefused), so the agent is where an operator sees it.
+func clockRefusal(r clockoffset.Reading) string {
+	if r.Offset().Abs() <= runner.MaxSkew {
+		return ""
+	}
+	return fmt.Sprintf("ERROR: this node's clock is %s off the core API's, more than %s: cron-run refuses every run on this node until NTP fixes it (the slots run on the other nodes of the shard, or are recorded lost)",
+		r.Offset(), runner.MaxSkew)
 }

@@ -196,6 +196,13 @@ func recordClockOffset(cfg nodeconf.Config, source string, sent, received time.T
 		return
 	}
 	r := clockoffset.Reading{OffsetSeconds: off.Seconds(), MeasuredAt: received.UTC(), Source: source}
+	// CLOCK_BOOTTIME read right after received, on the same moment: the
+	// runner ages the reading by it and sees a step of the wall clock since.
+	if boot, err := clockoffset.CurrentBoot(); err != nil {
+		log.Warn("clock offset saved without boot time: the runner will not trust it to verify the clock", "err", err)
+	} else {
+		r.BootID, r.Boottime = boot.ID, boot.Time
+	}
 	if err := clockoffset.Write(cfg.StateDir, r); err != nil {
 		log.Warn("clock offset not saved", "err", err)
 	}
@@ -206,5 +213,8 @@ func recordClockOffset(cfg nodeconf.Config, source string, sent, received time.T
 	}
 	if w := r.Warning(); w != "" {
 		log.Warn(w)
+	}
+	if refusal := clockRefusal(r); refusal != "" {
+		log.Error(refusal)
 	}
 }

@@ -11,7 +11,10 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/hostcron/hostcron/internal/atomicfile"
 )
@@ -28,6 +31,36 @@ type Reading struct {
 	OffsetSeconds float64   `json:"offset_seconds"`
 	MeasuredAt    time.Time `json:"measured_at"`
 	Source        string    `json:"source"` // the request measured against
+	// BootID and Boottime are the kernel's boot id and CLOCK_BOOTTIME at
+	// MeasuredAt. The runner judges the reading's age by CLOCK_BOOTTIME
+	// (which no clock step moves and which counts suspend), and sees a
+	// step of the wall clock since the measurement as wall time and boot
+	// time elapsed apart. A reading without them (an older agent) or from
+	// another boot is not trusted to verify the clock.
+	BootID   string        `json:"boot_id,omitempty"`
+	Boottime time.Duration `json:"boottime_ns,omitempty"`
+}
+
+// Boot is the kernel's boot id and CLOCK_BOOTTIME at one moment.
+type Boot struct {
+	ID   string
+	Time time.Duration
+}
+
+// bootIDFile names this boot of the kernel.
+const bootIDFile = "/proc/sys/kernel/random/boot_id"
+
+// CurrentBoot reads the boot id and CLOCK_BOOTTIME now.
+func CurrentBoot() (Boot, error) {
+	b, err := os.ReadFile(bootIDFile)
+	if err != nil {
+		return Boot{}, fmt.Errorf("boot id: %w", err)
+	}
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		return Boot{}, fmt.Errorf("CLOCK_BOOTTIME: %w", err)
+	}
+	return Boot{ID: strings.TrimSpace(string(b)), Time: time.Duration(ts.Nano())}, nil
 }
 
 // Offset is the reading as a duration.

@@ -46,3 +46,24 @@ func TestWriteReadWarn(t *testing.T) {
 		t.Errorf("warning under 2 s: %q", w)
 	}
 }
+
+// The reading carries the boot id and CLOCK_BOOTTIME the runner ages it
+// by; both come from this kernel.
+func TestCurrentBoot(t *testing.T) {
+	a, err := CurrentBoot()
+	if err != nil {
+		t.Skip(err) // no /proc
+	}
+	b, _ := CurrentBoot()
+	if a.ID == "" || a.ID != b.ID || a.Time <= 0 || b.Time < a.Time {
+		t.Fatalf("boots %+v then %+v", a, b)
+	}
+	dir := t.TempDir()
+	r := Reading{OffsetSeconds: 0.3, MeasuredAt: time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC), BootID: a.ID, Boottime: a.Time}
+	if err := Write(dir, r); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Read(dir); err != nil || got != r {
+		t.Fatalf("read %+v %v, want %+v", got, err, r)
+	}
+}

@@ -36,6 +36,9 @@ func TestClassify(t *testing.T) {
 		{"oom by cgroup counter", Service{Result: "exit-code", ExitStatus: "137", OOMKills: 1}, ran(nil, "SIGKILL"), true, "oom"},
 		{"setup error", Service{Result: "exit-code", ExitStatus: "1"}, runner.Record{Kind: runner.KindSetupError, RunKey: "k", Slot: slot, Reason: "lock dir missing"}, true, "failed"},
 		{"late fire", Service{Result: "success", ExitStatus: "75"}, runner.Record{Kind: runner.KindLateFire, RunKey: "k", Slot: slot}, true, ""},
+		// A node whose clock is known wrong did not contend: no outcome of
+		// any slot, never replacing another node's record of it.
+		{"clock refused", Service{Result: "success", ExitCode: "exited", ExitStatus: "75"}, runner.Record{Kind: runner.KindClockRefused, RunKey: "k", Slot: slot, Reason: "node n1: clock 11m0s off"}, true, ""},
 		{"slot before not-before", Service{Result: "success", ExitStatus: "75"}, runner.Record{Kind: runner.KindNotBefore, RunKey: "k", Slot: slot}, true, ""},
 		{"overlap another node reports", Service{Result: "success", ExitStatus: "75"}, runner.Record{Kind: runner.KindOverlapSeen, RunKey: "k", Slot: slot}, true, ""},
 		{"shared storage failed", Service{Result: "exit-code", ExitCode: "exited", ExitStatus: "76"}, runner.Record{Kind: runner.KindPlatformError, RunKey: "k", Slot: slot, Reason: "node n1: lock dir missing"}, true, "platform_error"},

@@ -33,9 +33,21 @@ const (
 	// be measured before the runner trusts it enough to overwrite a stamp
 	// from the future: the measurement is good to about a second.
 	ClockVerified = 10 * time.Second
-	// ClockFresh is how old that measurement may be (the agent measures
-	// every minute; this rides out a core API outage of a few minutes).
+	// ClockVerifiedFresh is how old (by CLOCK_BOOTTIME) that measurement
+	// may be for the runner to overwrite a stamp from the future on its
+	// word: the agent measures every minute, and the shorter the window,
+	// the less a clock can have gone wrong since unseen.
+	ClockVerifiedFresh = 2 * time.Minute
+	// ClockFresh is how old a measurement may be for a clock measured
+	// more than MaxSkew off to keep the node from running (clockForbidsRun):
+	// that only holds back a node, so it rides out a core API outage of a
+	// few minutes.
 	ClockFresh = 15 * time.Minute
+	// ClockStepTolerance is how far wall time and CLOCK_BOOTTIME may have
+	// elapsed apart since the measurement before the runner takes it as a
+	// step of the clock (the reading then no longer describes it). NTP
+	// slews at most 500 ppm: 0.45 s in 15 minutes.
+	ClockStepTolerance = 2 * time.Second
 )
 
 // Start is what systemd tells the service about why it started
@@ -114,7 +126,7 @@ type busy struct {
 // whether the previous run is still running (overlap).
 func classifyBusy(d decision, st Stamp, haveStamp bool, now time.Time) busy {
 	switch {
-	case haveStamp && st.covers(d):
+	case haveStamp && st.covers(d), d.Trigger == wire.TriggerScheduled && st.ranAhead(d.Slot) != nil:
 		return busy{Kind: KindContention}
 	case haveStamp && !st.Released && !st.Heartbeat.IsZero() && now.Sub(st.Heartbeat) > LeaseTTL:
 		return busy{Kind: KindPlatformError, Reason: fmt.Sprintf("lock holder node %s stopped heart-beating at %s (run %s)",
@@ -124,12 +136,13 @@ func classifyBusy(d decision, st Stamp, haveStamp bool, now time.Time) busy {
 	}
 }
 
-// covers reports whether the stamp shows d as started (or a later slot).
+// covers reports whether the stamp shows d as started (or a later slot),
+// or as run ahead of time on a fast node (RanAhead).
 func (st Stamp) covers(d decision) bool {
 	if d.Trigger == wire.TriggerManual {
 		return st.RunKey == d.Key
 	}
-	return !st.Slot.Before(d.Slot)
+	return !st.Slot.Before(d.Slot) || st.ranAhead(d.Slot) != nil
 }
 
 func orUnknown(s string) string {
@@ -148,19 +161,54 @@ func aheadOf(st Stamp, now time.Time) bool { return st.Slot.After(now.Add(MaxSke
 type clockState int
 
 const (
-	clockUnknown  clockState = iota // no reading, a stale one, or one from this clock's future
+	clockUnknown  clockState = iota // no reading, a stale one, one of another boot, or the clock stepped since
 	clockVerified                   // fresh and within ClockVerified of the core's
 	clockOff                        // fresh and further off
 )
 
-// judgeClock classifies reading (nil: none) at now, and describes it.
-func judgeClock(reading *clockoffset.Reading, now time.Time) (clockState, string) {
+func (c clockState) String() string {
+	switch c {
+	case clockVerified:
+		return "verified"
+	case clockOff:
+		return "off"
+	}
+	return "unknown"
+}
+
+// judgeClock classifies reading (nil: none) at now, when it may be at most
+// fresh old, and describes it. boot is the kernel's boot id and
+// CLOCK_BOOTTIME now (nil: unreadable). The reading's age is boot time
+// elapsed since it, never wall time: the wall clock is what the reading
+// vouches for, and a clock stepped back (or a VM resumed with its old
+// time) would make an old reading look young. Wall time and boot time
+// elapsed apart by more than ClockStepTolerance means the clock was stepped
+// since the measurement, so the measured offset no longer holds; a reading
+// of another boot (or without boot time, from an older agent) says nothing
+// of this clock either. All of these are unknown.
+func judgeClock(reading *clockoffset.Reading, now time.Time, boot *clockoffset.Boot, fresh time.Duration) (clockState, string) {
 	if reading == nil {
 		return clockUnknown, "this node's clock offset against the core API is not measured"
 	}
 	measured := reading.MeasuredAt.UTC().Format(time.RFC3339)
-	if age := now.Sub(reading.MeasuredAt); age < 0 || age > ClockFresh {
-		return clockUnknown, fmt.Sprintf("this node's clock offset against the core API was last measured at %s, not within %s", measured, ClockFresh)
+	switch {
+	case reading.BootID == "":
+		return clockUnknown, fmt.Sprintf("this node's clock offset against the core API (measured %s) carries no boot time (an older node agent)", measured)
+	case boot == nil:
+		return clockUnknown, "this node's boot time is unreadable, so its clock offset reading cannot be aged"
+	case reading.BootID != boot.ID:
+		return clockUnknown, fmt.Sprintf("this node's clock offset against the core API was measured (%s) before the node's last boot", measured)
+	}
+	age := boot.Time - reading.Boottime
+	if age < 0 {
+		return clockUnknown, fmt.Sprintf("this node's clock offset reading (measured %s) lies in its boot time's future", measured)
+	}
+	if step := now.Sub(reading.MeasuredAt) - age; step.Abs() > ClockStepTolerance {
+		return clockUnknown, fmt.Sprintf("this node's clock was stepped by %s since its offset against the core API was measured (%s, %s ago by boot time)",
+			step.Round(time.Second), measured, age.Round(time.Second))
+	}
+	if age > fresh {
+		return clockUnknown, fmt.Sprintf("this node's clock offset against the core API was last measured at %s (%s ago), not within %s", measured, age.Round(time.Second), fresh)
 	}
 	desc := fmt.Sprintf("this node's clock is %s off the core API's (core minus node, measured %s)", reading.Offset(), measured)
 	if reading.Offset().Abs() > ClockVerified {
@@ -169,14 +217,14 @@ func judgeClock(reading *clockoffset.Reading, now time.Time) (clockState, string
 	return clockVerified, desc
 }
 
-// clockForbidsRun names why a node must not run anything: a fresh reading
-// puts its clock more than MaxSkew off, so it names slots minutes away
-// from the true ones (a fast node would run them early and its stamps
-// would silence the correct nodes). "" lets it run; without a fresh
-// reading it runs (the core API may just be down), and only the stamp
-// rules below fail closed.
-func clockForbidsRun(reading *clockoffset.Reading, now time.Time) string {
-	st, desc := judgeClock(reading, now)
+// clockForbidsRun names why a node must not run anything: a reading at
+// most ClockFresh old puts its clock more than MaxSkew off, so it names
+// slots minutes away from the true ones (a fast node would run them early
+// and its stamps would silence the correct nodes). "" lets it run; without
+// a fresh reading it runs (the core API may just be down), and only the
+// stamp rules below fail closed.
+func clockForbidsRun(reading *clockoffset.Reading, now time.Time, boot *clockoffset.Boot) string {
+	st, desc := judgeClock(reading, now, boot, ClockFresh)
 	if st != clockOff || reading.Offset().Abs() <= MaxSkew {
 		return ""
 	}
@@ -185,20 +233,28 @@ func clockForbidsRun(reading *clockoffset.Reading, now time.Time) string {
 
 // futureStamp is what the lock holder does with a stamp aheadOf its clock.
 type futureStamp struct {
-	Overwrite bool   // the stamp is corrupt: overwrite it and run
+	Overwrite bool   // the stamp is corrupt, or a fast node's: overwrite it and run
 	Reason    string // why not, naming the clock: a platform error
+	// Remember: the stamp is a runner's lease, so its slot ran (early, on
+	// a fast node): the overwriting stamp keeps it in RanAhead, and that
+	// slot does not run again when it comes.
+	Remember bool
 }
 
 // judgeFutureStamp decides between the two ways a stamp can lie ahead: a
 // corrupt stamp (or one a fast-clock node wrote), which must not silence
 // the job, and a correct stamp read by a slow-clock node, which must not
 // be rewound (a correct node would then run that slot again). Only a
-// clock the agent measured recently, and found close to the core's,
-// tells them apart; a clock measured off, or not measured, never
-// overwrites and never runs (fail closed, never the tenant's failure).
-// reading is nil when there is none.
-func judgeFutureStamp(st Stamp, reading *clockoffset.Reading, now time.Time) futureStamp {
-	state, desc := judgeClock(reading, now)
+// clock the agent measured recently (ClockVerifiedFresh by boot time, no
+// step since) and found close to the core's tells them apart; a clock
+// measured off, or not measured, never overwrites and never runs (fail
+// closed, never the tenant's failure). reading is nil when there is none,
+// boot when it is unreadable. A stamp that is a lease of a run of this job
+// (a holder and a run key of jobID) was written by a runner whose clock
+// was ahead, and its slot ran then: it is remembered (Remember), so a
+// verified node that overwrites it does not run that slot a second time.
+func judgeFutureStamp(st Stamp, jobID string, reading *clockoffset.Reading, now time.Time, boot *clockoffset.Boot) futureStamp {
+	state, desc := judgeClock(reading, now, boot, ClockVerifiedFresh)
 	stamp := st.Slot.UTC().Format(time.RFC3339)
 	switch state {
 	case clockUnknown:
@@ -207,5 +263,5 @@ func judgeFutureStamp(st Stamp, reading *clockoffset.Reading, now time.Time) fut
 	case clockOff:
 		return futureStamp{Reason: fmt.Sprintf("%s: the slot stamp naming %s may be correct; not overwriting it, not running (fix NTP)", desc, stamp)}
 	}
-	return futureStamp{Overwrite: true}
+	return futureStamp{Overwrite: true, Remember: st.isLeaseOf(jobID)}
 }

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -109,6 +110,9 @@ func TestClassifyBusy(t *testing.T) {
 		{"no stamp yet", slot, Stamp{}, false, KindOverlap, ""},
 		{"holder stopped heart-beating", slot, Stamp{Slot: prev, Holder: "node2", RunKey: "k-prev", Heartbeat: now.Add(-2 * time.Minute)}, true,
 			KindPlatformError, "lock holder node node2 stopped heart-beating at 2026-11-21T11:59:05Z"},
+		// The lock is held by a fast node's run whose stamp lies ahead (not
+		// ok), but this slot already ran there early: silent, no skip report.
+		{"slot ran ahead on a fast node", slot, Stamp{Slot: now.Add(11 * time.Minute), Holder: "fast", RanAhead: []RanAhead{{Slot: slot.Slot, Node: "fast"}}}, false, KindContention, ""},
 		{"same request held", manual, Stamp{Slot: prev, RunKey: "k-manual", Heartbeat: now}, true, KindContention, ""},
 		{"request behind a scheduled run", manual, Stamp{Slot: prev, RunKey: "k-slot", Heartbeat: now}, true, KindOverlap, ""},
 	} {
@@ -119,30 +123,72 @@ func TestClassifyBusy(t *testing.T) {
 	}
 }
 
+func TestJudgeClock(t *testing.T) {
+	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	boot := &clockoffset.Boot{ID: "b", Time: 100 * time.Hour}
+	// reading measured `wall` before now by the wall clock and `elapsed`
+	// before now by boot time.
+	reading := func(offset, wall, elapsed time.Duration) *clockoffset.Reading {
+		return &clockoffset.Reading{OffsetSeconds: offset.Seconds(), MeasuredAt: now.Add(-wall), BootID: "b", Boottime: boot.Time - elapsed}
+	}
+	for _, tt := range []struct {
+		name    string
+		reading *clockoffset.Reading
+		boot    *clockoffset.Boot
+		fresh   time.Duration
+		want    clockState
+		why     string
+	}{
+		{"in sync, young", reading(time.Second, time.Minute, time.Minute), boot, ClockVerifiedFresh, clockVerified, "1s off"},
+		{"off, young", reading(time.Minute, time.Minute, time.Minute), boot, ClockVerifiedFresh, clockOff, "1m0s off"},
+		{"none", nil, boot, ClockFresh, clockUnknown, "not measured"},
+		{"aged by boot time, not by the wall clock", reading(0, time.Minute, 3*time.Minute), boot, ClockFresh, clockUnknown, "stepped by -2m0s"},
+		{"stepped forward", reading(0, 5*time.Minute, time.Minute), boot, ClockFresh, clockUnknown, "stepped by 4m0s"},
+		{"slewed within the tolerance", reading(0, time.Minute+ClockStepTolerance, time.Minute), boot, ClockVerifiedFresh, clockVerified, ""},
+		{"just beyond the tolerance", reading(0, time.Minute+ClockStepTolerance+time.Millisecond, time.Minute), boot, ClockVerifiedFresh, clockUnknown, "stepped"},
+		{"too old to verify", reading(0, ClockVerifiedFresh+time.Second, ClockVerifiedFresh+time.Second), boot, ClockVerifiedFresh, clockUnknown, "not within 2m0s"},
+		{"young enough to forbid", reading(time.Hour, ClockVerifiedFresh+time.Second, ClockVerifiedFresh+time.Second), boot, ClockFresh, clockOff, "1h0m0s off"},
+		{"another boot", &clockoffset.Reading{MeasuredAt: now.Add(-time.Minute), BootID: "a", Boottime: time.Hour}, boot, ClockFresh, clockUnknown, "before the node's last boot"},
+		{"older agent", &clockoffset.Reading{MeasuredAt: now.Add(-time.Minute)}, boot, ClockFresh, clockUnknown, "no boot time"},
+		{"boot time unreadable", reading(0, time.Minute, time.Minute), nil, ClockFresh, clockUnknown, "boot time is unreadable"},
+		{"from boot time's future", reading(0, -time.Minute, -time.Minute), boot, ClockFresh, clockUnknown, "future"},
+	} {
+		got, why := judgeClock(tt.reading, now, tt.boot, tt.fresh)
+		if got != tt.want || !strings.Contains(why, tt.why) {
+			t.Errorf("%s: %v %q, want %v %q", tt.name, got, why, tt.want, tt.why)
+		}
+	}
+}
+
 func TestJudgeFutureStamp(t *testing.T) {
 	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
-	st := Stamp{Slot: now.Add(11 * time.Minute)}
+	boot := &clockoffset.Boot{ID: "b", Time: 100 * time.Hour}
+	corrupt := Stamp{Slot: now.Add(11 * time.Minute)}
+	lease := Stamp{Slot: now.Add(11 * time.Minute), Holder: "fast", RunKey: id + "#scheduled#2026-11-21T12:11:00Z", Clock: "unknown"}
 	reading := func(offset time.Duration, age time.Duration) *clockoffset.Reading {
-		return &clockoffset.Reading{OffsetSeconds: offset.Seconds(), MeasuredAt: now.Add(-age)}
+		return &clockoffset.Reading{OffsetSeconds: offset.Seconds(), MeasuredAt: now.Add(-age), BootID: "b", Boottime: boot.Time - age}
 	}
 	for _, tt := range []struct {
 		name      string
+		st        Stamp
 		reading   *clockoffset.Reading
 		overwrite bool
+		remember  bool
 		reason    string
 	}{
-		{"verified clock: the stamp is corrupt", reading(400*time.Millisecond, time.Minute), true, ""},
-		{"verified at the bounds", reading(-ClockVerified, ClockFresh), true, ""},
-		{"never measured: fail closed", nil, false, "not measured"},
-		{"measurement stale", reading(0, ClockFresh+time.Second), false, "last measured at 2026-11-21T11:44:59Z, not within 15m0s"},
-		{"measured in the future (the clock jumped back since)", reading(0, -time.Minute), false, "not within"},
-		{"slow clock: the stamp may be correct", reading(11*time.Minute, time.Minute), false, "this node's clock is 11m0s off the core API's"},
-		{"slightly off, beyond verified", reading(-ClockVerified-time.Second, time.Minute), false, "-11s off"},
+		{"verified clock: the stamp is corrupt", corrupt, reading(400*time.Millisecond, time.Minute), true, false, ""},
+		{"verified clock: a fast node's lease, its slot ran", lease, reading(400*time.Millisecond, time.Minute), true, true, ""},
+		{"another job's lease is not this job's run", Stamp{Slot: lease.Slot, Holder: "x", RunKey: "other#scheduled#2026-11-21T12:11:00Z"}, reading(0, time.Minute), true, false, ""},
+		{"verified at the bounds", corrupt, reading(-ClockVerified, ClockVerifiedFresh), true, false, ""},
+		{"never measured: fail closed", corrupt, nil, false, false, "not measured"},
+		{"measurement too old to verify", lease, reading(0, ClockVerifiedFresh+time.Second), false, false, "last measured at 2026-11-21T11:57:59Z (2m1s ago), not within 2m0s"},
+		{"slow clock: the stamp may be correct", corrupt, reading(11*time.Minute, time.Minute), false, false, "this node's clock is 11m0s off the core API's"},
+		{"slightly off, beyond verified", corrupt, reading(-ClockVerified-time.Second, time.Minute), false, false, "-11s off"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			v := judgeFutureStamp(st, tt.reading, now)
-			if v.Overwrite != tt.overwrite || !strings.Contains(v.Reason, tt.reason) {
-				t.Fatalf("%+v, want overwrite=%v, reason with %q", v, tt.overwrite, tt.reason)
+			v := judgeFutureStamp(tt.st, id, tt.reading, now, boot)
+			if v.Overwrite != tt.overwrite || v.Remember != tt.remember || !strings.Contains(v.Reason, tt.reason) {
+				t.Fatalf("%+v, want overwrite=%v remember=%v, reason with %q", v, tt.overwrite, tt.remember, tt.reason)
 			}
 			if !v.Overwrite && !strings.Contains(v.Reason, "2026-11-21T12:11:00Z") {
 				t.Errorf("reason %q does not name the stamp", v.Reason)
@@ -151,10 +197,49 @@ func TestJudgeFutureStamp(t *testing.T) {
 	}
 }
 
+func TestMergeRanAhead(t *testing.T) {
+	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	at := func(m int) RanAhead { return RanAhead{Slot: now.Add(time.Duration(m) * time.Minute), Node: "fast"} }
+	slots := func(rs []RanAhead) []int {
+		var out []int
+		for _, r := range rs {
+			out = append(out, int(r.Slot.Sub(now)/time.Minute))
+		}
+		return out
+	}
+	for _, tt := range []struct {
+		name     string
+		old      []RanAhead
+		add      *RanAhead // mergeRanAhead takes any number, nil ones skipped
+		verified bool
+		want     []int
+	}{
+		{"none", nil, nil, true, nil},
+		{"adds, sorted", []RanAhead{at(12)}, &RanAhead{Slot: at(11).Slot, Node: "fast"}, false, []int{11, 12}},
+		{"no duplicates", []RanAhead{at(11)}, &RanAhead{Slot: at(11).Slot}, false, []int{11}},
+		{"a verified writer drops what is an hour past", []RanAhead{at(-61), at(-59), at(11)}, nil, true, []int{-59, 11}},
+		// A fast writer's now lies ahead: dropping by it could drop a slot
+		// that has not yet come, which would then run a second time.
+		{"an unverified writer drops nothing by age", []RanAhead{at(-61), at(11)}, nil, false, []int{-61, 11}},
+	} {
+		if got := slots(mergeRanAhead(tt.old, tt.verified, now, tt.add, nil)); !slices.Equal(got, tt.want) {
+			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
+		}
+	}
+	var many []RanAhead
+	for m := range ranAheadMax + 5 {
+		many = append(many, at(m))
+	}
+	if got := mergeRanAhead(many, false, now); len(got) != ranAheadMax || !got[0].Slot.Equal(at(5).Slot) {
+		t.Errorf("bounded list: %d entries from %v, want %d from the 5th", len(got), got[0].Slot, ranAheadMax)
+	}
+}
+
 func TestClockForbidsRun(t *testing.T) {
 	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	boot := &clockoffset.Boot{ID: "b", Time: 100 * time.Hour}
 	reading := func(offset, age time.Duration) *clockoffset.Reading {
-		return &clockoffset.Reading{OffsetSeconds: offset.Seconds(), MeasuredAt: now.Add(-age)}
+		return &clockoffset.Reading{OffsetSeconds: offset.Seconds(), MeasuredAt: now.Add(-age), BootID: "b", Boottime: boot.Time - age}
 	}
 	for _, tt := range []struct {
 		name    string
@@ -166,9 +251,12 @@ func TestClockForbidsRun(t *testing.T) {
 		{"off, within MaxSkew: runs, only future stamps are not overwritten", reading(5*time.Minute, time.Minute), ""},
 		{"fast by more than MaxSkew", reading(-11*time.Minute, time.Minute), "this node's clock is -11m0s off the core API's"},
 		{"slow by more than MaxSkew", reading(11*time.Minute, time.Minute), "11m0s off"},
+		{"slow, measured 10 minutes ago: still forbids", reading(11*time.Minute, 10*time.Minute), "11m0s off"},
 		{"far off but stale: unknown, runs", reading(11*time.Minute, ClockFresh+time.Second), ""},
+		// NTP stepped it right since: the reading no longer holds.
+		{"far off, stepped since: unknown, runs", &clockoffset.Reading{OffsetSeconds: 660, MeasuredAt: now.Add(-12 * time.Minute), BootID: "b", Boottime: boot.Time - time.Minute}, ""},
 	} {
-		if got := clockForbidsRun(tt.reading, now); (tt.why == "") != (got == "") || !strings.Contains(got, tt.why) {
+		if got := clockForbidsRun(tt.reading, now, boot); (tt.why == "") != (got == "") || !strings.Contains(got, tt.why) {
 			t.Errorf("%s: %q, want %q", tt.name, got, tt.why)
 		}
 	}

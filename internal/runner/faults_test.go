@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,6 +34,7 @@ func ran(t *testing.T, env Env) bool {
 // its own runtime dir, name and clock.
 func otherNode(t *testing.T, env Env, name string, now time.Time) Env {
 	env.RuntimeDir, env.Node, env.Now = t.TempDir(), name, func() time.Time { return now }
+	env.ClockFile, env.Boot = "", nil // its own agent, its own kernel
 	return env
 }
 
@@ -126,15 +128,32 @@ func TestDeadLockHolderIsPlatformError(t *testing.T) {
 func TestRunnerHeartbeats(t *testing.T) {
 	env, locks := setup(t, "true")
 	stamp := filepath.Join(locks, "cron-"+id+".slot")
-	setCommand(t, env, "sleep 0.35; cat "+stamp+" > beat")
+	www := filepath.Join(filepath.Dir(locks), "www")
+	setCommand(t, env, "touch started; while [ ! -e beaten ]; do sleep 0.01; done; cat "+stamp+" > beat")
 	var n int
+	var mu sync.Mutex
 	base := env.Now()
-	env.Now = func() time.Time { n++; return base.Add(time.Duration(n) * time.Second) }
-	env.Heartbeat = 100 * time.Millisecond
-	if code := Run(env); code != 0 {
+	env.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); n++; return base.Add(time.Duration(n) * time.Second) }
+	beats := make(chan chan struct{})
+	env.beats = beats
+	exit := make(chan int, 1)
+	go func() { exit <- Run(env) }()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(www, "started")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the command never started")
+		}
+	}
+	ack := make(chan struct{})
+	beats <- ack
+	<-ack
+	os.WriteFile(filepath.Join(www, "beaten"), nil, 0o600)
+	if code := <-exit; code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	b, err := os.ReadFile(filepath.Join(filepath.Dir(locks), "www", "beat"))
+	b, err := os.ReadFile(filepath.Join(www, "beat"))
 	var during Stamp
 	if err != nil || json.Unmarshal(b, &during) != nil {
 		t.Fatalf("stamp during the run: %q %v", b, err)
@@ -161,9 +180,26 @@ func setCommand(t *testing.T, env Env, command string) {
 	}
 }
 
-// withClock gives env the agent's clock measurement r.
+// bootEpoch is when the test nodes' kernels booted, by true time.
+var bootEpoch = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+
+// testBoot is the boot id of the test nodes' kernels.
+const testBoot = "b00t-1"
+
+// withClock gives env the agent's clock measurement r. Unless r carries
+// its boot time, it was taken by env's clock with no step since: the boot
+// clock elapses with env's clock (bootAt sets one that does not).
 func withClock(t *testing.T, env Env, r clockoffset.Reading) Env {
 	t.Helper()
+	if r.BootID == "" {
+		r.BootID, r.Boottime = testBoot, r.MeasuredAt.Sub(bootEpoch)
+	}
+	if env.Boot == nil {
+		now := env.Now
+		env.Boot = func() (clockoffset.Boot, error) {
+			return clockoffset.Boot{ID: testBoot, Time: now().Sub(bootEpoch)}, nil
+		}
+	}
 	env.ClockFile = filepath.Join(t.TempDir(), "clock-offset.json")
 	if err := clockoffset.WriteFile(env.ClockFile, r); err != nil {
 		t.Fatal(err)
@@ -171,19 +207,32 @@ func withClock(t *testing.T, env Env, r clockoffset.Reading) Env {
 	return env
 }
 
+// bootAt gives env a boot clock that reads trueNow (less bootEpoch): the
+// node's wall clock may have been stepped, its boot clock was not.
+func bootAt(env Env, trueNow time.Time) Env {
+	env.Boot = func() (clockoffset.Boot, error) {
+		return clockoffset.Boot{ID: testBoot, Time: trueNow.Sub(bootEpoch)}, nil
+	}
+	return env
+}
+
 // A node whose agent measured its clock 11 minutes fast names the slot of
 // 12:11 at (true) 12:00: running it would run it early, and its stamp
 // would silence the correct nodes until then. It runs nothing, stamps
-// nothing and reports a platform error naming its clock.
+// nothing and reports nothing (its record, silent, names its clock; the
+// journal and the agent say it loudly).
 func TestFastClockNodeDoesNotRun(t *testing.T) {
 	trueNow := time.Date(2026, 11, 21, 12, 0, 2, 0, time.UTC)
 	fast, locks := setupWith(t, "touch ran", "0 * * * * *", trueNow.Add(11*time.Minute))
 	fast = withClock(t, fast, clockoffset.Reading{OffsetSeconds: -660, MeasuredAt: fast.Now().Add(-time.Minute)})
-	if code := Run(fast); code != ExitPlatformError || ran(t, fast) {
+	if code := Run(fast); code != ExitSkip || ran(t, fast) {
 		t.Fatalf("exit %d, ran %v: a node with a clock known 11 minutes off ran", code, ran(t, fast))
 	}
-	if r := record(t, fast); r.Kind != KindPlatformError || !strings.Contains(r.Reason, "-11m0s off the core API's") {
-		t.Errorf("record %+v", r)
+	// Not an outcome of a slot: its key names 12:11, which the core
+	// refuses (more than 5 minutes ahead), and a slow node's key would be
+	// a correct node's, whose record it must never replace. Silent.
+	if r := record(t, fast); r.Kind != KindClockRefused || !Silent(r.Kind) || !strings.Contains(r.Reason, "-11m0s off the core API's") {
+		t.Errorf("record %+v: want a silent clock refusal naming the offset", r)
 	}
 	if _, err := os.Stat(filepath.Join(locks, "cron-"+id+".slot")); err == nil {
 		t.Error("the fast node stamped its slot")

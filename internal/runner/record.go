@@ -28,6 +28,13 @@ const (
 	KindLateFire = "late_fire"
 	// KindNotBefore: the slot lies before the job's NotBefore: silent.
 	KindNotBefore = "not_before"
+	// KindClockRefused: the agent measured this node's clock more than
+	// MaxSkew off, so the node did not contend for the slot (the slot it
+	// names is not the true one). Not an outcome of any slot: its key may
+	// be a slot minutes ahead (refused by the core) or a correct node's
+	// (whose record it must never replace). Silent (exit ExitSkip); the
+	// journal and the agent (log, `node-agent state`) say it loudly.
+	KindClockRefused = "clock_refused"
 	// KindPlatformError: shared storage or the node failed the run:
 	// reported as platform_error, never counted against the tenant.
 	KindPlatformError = "platform_error"
@@ -36,7 +43,7 @@ const (
 // Silent reports whether a record of kind k is reported by no one: the
 // run belongs to another node, or is no run at all.
 func Silent(k string) bool {
-	return k == KindContention || k == KindOverlapSeen || k == KindLateFire || k == KindNotBefore
+	return k == KindContention || k == KindOverlapSeen || k == KindLateFire || k == KindNotBefore || k == KindClockRefused
 }
 
 // ExitSkip is the exit status of a run that did not run the command; the

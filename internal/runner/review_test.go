@@ -1,9 +1,12 @@
 package runner
 
 import (
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -45,11 +48,27 @@ func TestSlowClockNodeDoesNotRewindStamp(t *testing.T) {
 	for _, tt := range []struct {
 		name    string
 		reading *clockoffset.Reading // the slow node's; nil: never measured
+		trueNow bool                 // its boot clock reads true time (its wall clock was stepped, not its boot clock)
 		reason  string
 	}{
-		{"clock not measured", nil, "not measured"},
-		{"clock measured 11 minutes behind", &clockoffset.Reading{OffsetSeconds: 660, MeasuredAt: now.Add(-11*time.Minute - 30*time.Second)}, "11m0s off the core API's"},
-		{"measurement stale", &clockoffset.Reading{OffsetSeconds: 0, MeasuredAt: now.Add(-11*time.Minute - ClockFresh - time.Second)}, "not within 15m0s"},
+		{"clock not measured", nil, false, "not measured"},
+		{"clock measured 11 minutes behind", &clockoffset.Reading{OffsetSeconds: 660, MeasuredAt: now.Add(-11*time.Minute - 30*time.Second)}, false, "11m0s off the core API's"},
+		{"measurement stale", &clockoffset.Reading{OffsetSeconds: 0, MeasuredAt: now.Add(-11*time.Minute - ClockVerifiedFresh - time.Second)}, false, "not within 2m0s"},
+		// Measured in sync at true 11:46, then the agent stopped measuring
+		// and the clock was stepped 11 minutes back (or the VM resumed
+		// after an 11-minute pause with its old time): by its own clock the
+		// reading is 3 minutes old and 0 s off. Boot time says 14 minutes,
+		// and a step of -11 minutes since.
+		{"clock stepped back after an in-sync reading", &clockoffset.Reading{OffsetSeconds: 0, MeasuredAt: time.Date(2026, 11, 21, 11, 46, 0, 0, time.UTC),
+			BootID: testBoot, Boottime: time.Date(2026, 11, 21, 11, 46, 0, 0, time.UTC).Sub(bootEpoch)}, true, "stepped by -11m0s"},
+		// The same step right after a measurement 30 s before: young by
+		// any clock, but the step shows.
+		{"clock stepped back right after an in-sync reading", &clockoffset.Reading{OffsetSeconds: 0, MeasuredAt: now.Add(-30 * time.Second),
+			BootID: testBoot, Boottime: now.Add(-30 * time.Second).Sub(bootEpoch)}, true, "stepped by -11m0s"},
+		{"reading of an earlier boot", &clockoffset.Reading{OffsetSeconds: 0, MeasuredAt: now.Add(-11*time.Minute - 30*time.Second),
+			BootID: "earlier", Boottime: time.Hour}, false, "before the node's last boot"},
+		{"reading of an older agent (no boot time)", &clockoffset.Reading{OffsetSeconds: 0, MeasuredAt: now.Add(-11*time.Minute - 30*time.Second),
+			BootID: "", Boottime: 0}, false, "no boot time"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			env, _ := setupWith(t, "echo x >> ran", "0 * * * * *", now) // node1 runs 12:00 at 12:00:02
@@ -57,14 +76,30 @@ func TestSlowClockNodeDoesNotRewindStamp(t *testing.T) {
 				t.Fatalf("exit %d", code)
 			}
 			slow := otherNode(t, env, "slow", now.Add(-11*time.Minute)) // its clock says 11:49:02: fires 11:49
+			if tt.trueNow {
+				slow = bootAt(slow, now)
+			}
 			if tt.reading != nil {
 				slow = withClock(t, slow, *tt.reading)
+				if tt.reading.BootID == "" && tt.name == "reading of an older agent (no boot time)" {
+					if err := clockoffset.WriteFile(slow.ClockFile, *tt.reading); err != nil { // as written, without boot time
+						t.Fatal(err)
+					}
+				}
 			}
-			if code := Run(slow); code != ExitPlatformError {
-				t.Errorf("slow node exit %d, want %d (platform error)", code, ExitPlatformError)
+			// A clock measured more than MaxSkew off does not contend at all
+			// (silent, exit ExitSkip: its key, 11:49, may be a correct
+			// node's record); one it cannot vouch for fails closed at the
+			// stamp (a platform error, exit ExitPlatformError).
+			want, wantExit := KindPlatformError, ExitPlatformError
+			if strings.Contains(tt.name, "measured 11 minutes behind") {
+				want, wantExit = KindClockRefused, ExitSkip
 			}
-			if r := record(t, slow); r.Kind != KindPlatformError || !strings.Contains(r.Reason, tt.reason) || !strings.Contains(r.Reason, "node slow") {
-				t.Errorf("slow node record %+v: want a platform error naming its clock (%q)", r, tt.reason)
+			if code := Run(slow); code != wantExit {
+				t.Errorf("slow node exit %d, want %d", code, wantExit)
+			}
+			if r := record(t, slow); r.Kind != want || !strings.Contains(r.Reason, tt.reason) || !strings.Contains(r.Reason, "node slow") {
+				t.Errorf("slow node record %+v: want %s naming its clock (%q)", r, want, tt.reason)
 			}
 			late := otherNode(t, env, "node2", now.Add(10*time.Second)) // correct clock, larger random delay
 			if code := Run(late); code != ExitSkip {
@@ -91,7 +126,7 @@ func TestRunNowDuringARunIsNotLost(t *testing.T) {
 	writeRequest(t, env.ManualDir, "99", t0) // written while the 12:00 run still runs
 	taken := func() bool {
 		t.Helper()
-		ok, err := RequestDecided(locks, id, "99")
+		ok, err := RequestDecided(locks, os.Getuid(), id, "99")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,13 +157,13 @@ func TestRunNowDuringARunIsNotLost(t *testing.T) {
 func TestRequestDecidedRefusesTrickFiles(t *testing.T) {
 	locks := t.TempDir()
 	stamp := filepath.Join(locks, "cron-"+id+".manual")
-	if ok, err := RequestDecided(locks, id, "5"); ok || err != nil {
+	if ok, err := RequestDecided(locks, os.Getuid(), id, "5"); ok || err != nil {
 		t.Fatalf("no stamp: %v %v", ok, err)
 	}
 	if err := mkfifo(stamp); err != nil {
 		t.Skip(err)
 	}
-	if _, err := RequestDecided(locks, id, "5"); err == nil {
+	if _, err := RequestDecided(locks, os.Getuid(), id, "5"); err == nil {
 		t.Error("a FIFO as the run-now stamp was read")
 	}
 	os.Remove(stamp)
@@ -137,14 +172,14 @@ func TestRequestDecidedRefusesTrickFiles(t *testing.T) {
 	if err := os.Symlink(target, stamp); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := RequestDecided(locks, id, "5"); ok || err == nil {
+	if ok, err := RequestDecided(locks, os.Getuid(), id, "5"); ok || err == nil {
 		t.Errorf("a symlinked run-now stamp was followed: %v %v", ok, err)
 	}
 	os.Remove(stamp)
 	if err := os.WriteFile(filepath.Join(locks, "cron-"+id+".skip.m5"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := RequestDecided(locks, id, "5"); !ok || err != nil {
+	if ok, err := RequestDecided(locks, os.Getuid(), id, "5"); !ok || err != nil {
 		t.Errorf("a request decided a skip is taken: %v %v", ok, err)
 	}
 }
@@ -158,16 +193,53 @@ func TestRequestDecidedRefusesTrickFiles(t *testing.T) {
 func TestHeartbeatNeverRewindsAnotherRunsStamp(t *testing.T) {
 	env, locks := setup(t, "true")
 	stamp := filepath.Join(locks, "cron-"+id+".slot")
+	www := filepath.Join(filepath.Dir(locks), "www")
 	taken := `{"slot":"2026-11-21T12:00:20Z","holder":"node2","run_key":"` + id + `#scheduled#2026-11-21T12:00:20Z","heartbeat":"2026-11-21T12:00:21Z"}`
+	// The command stands for the run: it waits for the test at each step.
 	// Node2 writes the way every runner does, whole (rename), between two
 	// heartbeats of the old holder (a beat that reads the stamp just before
 	// the rename and writes just after is the narrow race the docs name).
-	setCommand(t, env, "sleep 0.15; printf '%s\\n' '"+taken+"' > "+stamp+".new && mv "+stamp+".new "+stamp+"; sleep 0.35")
-	env.Heartbeat = 100 * time.Millisecond
-	if code := Run(env); code != 0 {
+	wait := func(f string) string { return "while [ ! -e " + f + " ]; do sleep 0.01; done; " }
+	setCommand(t, env, "touch started; "+wait("swap")+
+		"printf '%s\\n' '"+taken+"' > "+stamp+".new && mv "+stamp+".new "+stamp+"; touch swapped; "+wait("done"))
+	beats := make(chan chan struct{})
+	env.beats = beats
+	beat := func() {
+		ack := make(chan struct{})
+		beats <- ack
+		<-ack
+	}
+	await := func(f string) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			if _, err := os.Stat(filepath.Join(www, f)); err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the command never got to %s", f)
+			}
+		}
+	}
+	var base = env.Now()
+	var n time.Duration
+	var mu sync.Mutex
+	env.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); n++; return base.Add(n * time.Second) }
+	exit := make(chan int, 1)
+	go func() { exit <- Run(env) }()
+	await("started")
+	beat() // its own lease: renewed
+	if st, ok, _, _ := readStamp(stamp, base); !ok || st.Holder != "node1" || !st.Heartbeat.After(base.Add(time.Second)) {
+		t.Fatalf("stamp after a beat of its own run: %+v", st)
+	}
+	os.WriteFile(filepath.Join(www, "swap"), nil, 0o600)
+	await("swapped")
+	beat() // node2's lease now: not touched
+	beat()
+	os.WriteFile(filepath.Join(www, "done"), nil, 0o600) // the release follows
+	if code := <-exit; code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	st, ok, _, err := readStamp(stamp, env.Now())
+	st, ok, _, err := readStamp(stamp, base)
 	if err != nil || !ok || st.Holder != "node2" || !st.Slot.Equal(time.Date(2026, 11, 21, 12, 0, 20, 0, time.UTC)) {
 		t.Fatalf("stamp after the old holder ended: %+v (ok %v, err %v): want node2's lease for 12:00:20", st, ok, err)
 	}
@@ -175,5 +247,69 @@ func TestHeartbeatNeverRewindsAnotherRunsStamp(t *testing.T) {
 	setCommand(t, env, "touch ran")
 	if Run(next); ran(t, next) {
 		t.Fatal("12:00:20 ran again after the stamp was rewound")
+	}
+}
+
+// A holder CephFS evicted and that reconnected, whose clock is more than
+// MaxSkew slow, reads the new holder's stamp as "in the future": its
+// heartbeat or release must still not write its own (older) lease over
+// it, which would rewind the stamp so the new holder's slot runs again.
+// Only a stamp that names this very run is renewed.
+func TestHeartbeatOfSlowEvictedHolderNeverRewindsAFutureStamp(t *testing.T) {
+	now := time.Date(2026, 11, 21, 12, 0, 2, 0, time.UTC)
+	env, locks := setupWith(t, "true", "0 * * * * *", now)
+	stamp := filepath.Join(locks, "cron-"+id+".slot")
+	// correct node2 took over and runs 12:00
+	taken := Stamp{Slot: now.Truncate(time.Minute), Holder: "node2", RunKey: id + "#scheduled#2026-11-21T12:00:00Z", Heartbeat: now}
+	if err := writeStamp(stamp, taken); err != nil {
+		t.Fatal(err)
+	}
+	slow := otherNode(t, env, "slow", now.Add(-11*time.Minute))
+	slow.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	lease := Stamp{Slot: time.Date(2026, 11, 21, 11, 49, 0, 0, time.UTC), Holder: "slow", RunKey: id + "#scheduled#2026-11-21T11:49:00Z", Heartbeat: slow.Now()}
+	if err := renewLease(slow, stamp, lease); err == nil {
+		t.Error("the heartbeat of a run whose stamp was taken over succeeded")
+	}
+	release(slow, stamp, lease)
+	if st, ok, _, _ := readStamp(stamp, now); !ok || st.Holder != "node2" || !st.Slot.Equal(taken.Slot) {
+		t.Fatalf("stamp %+v after the slow holder's heartbeat and release: want node2's", st)
+	}
+	// Nor does it write over a stamp that is gone or corrupt: neither is its own.
+	for _, content := range []string{"", "garbage"} {
+		os.Remove(stamp)
+		if content != "" {
+			os.WriteFile(stamp, []byte(content), 0o600)
+		}
+		if err := renewLease(slow, stamp, lease); err == nil {
+			t.Errorf("stamp %q: the lease was written", content)
+		}
+	}
+}
+
+// The tenant owns the lock dir's parent, so it can put a symlink (or a
+// directory of another owner) where the lock dir was; root must not look
+// at files of fixed names wherever that points.
+func TestRequestDecidedRefusesAForeignLockDir(t *testing.T) {
+	base := t.TempDir()
+	elsewhere := filepath.Join(base, "root-only")
+	if err := os.Mkdir(elsewhere, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(elsewhere, "cron-"+id+".manual"), []byte(`["5"]`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	locks := filepath.Join(base, ".locks")
+	if err := os.Symlink(elsewhere, locks); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := RequestDecided(locks, os.Getuid(), id, "5"); ok || err == nil || !strings.Contains(err.Error(), "symlink") {
+		t.Errorf("symlinked lock dir: decided=%v err=%v", ok, err)
+	}
+	// Not the tenant's: the real directory, but owned by another uid.
+	if ok, err := RequestDecided(elsewhere, os.Getuid()+1, id, "5"); ok || err == nil || !strings.Contains(err.Error(), "owned by uid") {
+		t.Errorf("lock dir of another owner: decided=%v err=%v", ok, err)
+	}
+	if ok, err := RequestDecided(elsewhere, os.Getuid(), id, "5"); !ok || err != nil {
+		t.Errorf("the tenant's own lock dir: decided=%v err=%v", ok, err)
 	}
 }

@@ -45,9 +45,16 @@ type Env struct {
 	// ClockFile is the agent's latest measurement of this node's clock
 	// (wire.ClockOffsetFile); "" is none.
 	ClockFile string
+	// Boot reads the kernel's boot id and CLOCK_BOOTTIME, which age the
+	// clock reading (judgeClock); nil or an error: the reading is unknown.
+	Boot func() (clockoffset.Boot, error)
 	// Start is systemd's word on why the service started.
 	Start Start
 	Log   *slog.Logger
+	// beats, when set (tests), drives the heartbeat instead of the
+	// Heartbeat ticker: each value asks for one beat, and is closed once
+	// that beat is done.
+	beats <-chan chan struct{}
 }
 
 // Main runs one occurrence and returns the process exit status.
@@ -69,6 +76,7 @@ func Main() int {
 		KernelMemoryLimit: kernelEnforcesMemory(),
 		ManualDir:         wire.RunNowDir,
 		ClockFile:         wire.ClockOffsetFile,
+		Boot:              clockoffset.CurrentBoot,
 		Start:             startFromEnv(),
 		Log:               slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "cron-run"),
 	}
@@ -117,8 +125,15 @@ func Run(env Env) int {
 		env.Log.Error("cannot write the run record, not contending for the run (another node runs it)", "run_key", d.Key, "err", err)
 		return ExitPlatformError
 	}
-	if why := clockForbidsRun(readClock(env), env.Now()); why != "" {
-		return platformError(env, rec, errors.New(why))
+	if why := clockForbidsRun(readClock(env), env.Now(), readBoot(env)); why != "" {
+		// Not an outcome of the slot (see KindClockRefused): loud here and
+		// in the agent, silent to the core. It exits ExitSkip, the status
+		// of a run not run here: cron-outcome believes a silent record only
+		// with that status (outcome.HoldToSystemd), and any other status
+		// would make the refusal the tenant's failure.
+		env.Log.Error("NOT RUNNING, this node's clock is wrong: "+why, "run_key", d.Key)
+		rec.Kind, rec.Reason = KindClockRefused, "node "+env.Node+": "+why
+		return finish(env, rec, ExitSkip)
 	}
 	return elect(env, spec, d, rec)
 }
@@ -152,19 +167,50 @@ func won(env Env, spec jobspec.Spec, d decision, rec Record) int {
 	if err != nil {
 		return platformError(env, rec, fmt.Errorf("%w (not running: fail closed)", err))
 	}
-	if !ok && aheadOf(st, env.Now()) {
-		if v := judgeFutureStamp(st, readClock(env), env.Now()); !v.Overwrite {
-			return platformError(env, rec, errors.New(v.Reason))
+	reading, boot := readClock(env), readBoot(env)
+	clock, _ := judgeClock(reading, env.Now(), boot, ClockVerifiedFresh)
+	// A verified node overwrote the stamp of a node whose clock was ahead,
+	// which had run this slot early: it does not run again.
+	var ranEarly *RanAhead
+	if d.Trigger == wire.TriggerScheduled {
+		ranEarly = st.ranAhead(d.Slot)
+	}
+	if ranEarly != nil {
+		env.Log.Info("not running: slot "+d.Slot.Format(time.RFC3339)+" already ran ahead of time on node "+orUnknown(ranEarly.Node), "run_key", d.Key)
+		if d.Fallback == nil {
+			rec.Kind = KindContention
+			return finish(env, rec, ExitSkip)
 		}
 	}
+	var remembered *RanAhead
+	if !ok && aheadOf(st, env.Now()) {
+		v := judgeFutureStamp(st, spec.ID, reading, env.Now(), boot)
+		if !v.Overwrite {
+			return platformError(env, rec, errors.New(v.Reason))
+		}
+		if v.Remember {
+			remembered = &RanAhead{Slot: st.Slot.UTC(), Node: st.Holder}
+			warn = fmt.Sprintf("slot stamp names %s, more than %s ahead of this node's verified clock, written by node %s (its clock %s): overwritten; that slot ran there early and is remembered as run",
+				st.Slot.UTC().Format(time.RFC3339), MaxSkew, orUnknown(st.Holder), orUnknown(st.Clock))
+		}
+	}
+	// A writer that cannot vouch for its clock (unknown: no fresh reading)
+	// may be running its slot early: it remembers its own slot as run, so
+	// a verified node never runs that slot again, however many of this
+	// writer's stamps came and went unseen.
+	var own *RanAhead
+	if d.Trigger == wire.TriggerScheduled && clock != clockVerified {
+		own = &RanAhead{Slot: d.Slot, Node: env.Node}
+	}
+	ranAhead := mergeRanAhead(st.RanAhead, clock == clockVerified, env.Now(), remembered, own)
 	if !ok {
-		st = Stamp{} // corrupt: nothing in it is kept
+		st = Stamp{} // corrupt or ahead: only its RanAhead is kept
 	}
 	if warn != "" {
 		env.Log.Warn(warn, "run_key", d.Key)
 		rec.Warning = warn
 	}
-	if d.Trigger == wire.TriggerScheduled && ok && st.covers(d) {
+	if d.Trigger == wire.TriggerScheduled && ((ok && st.covers(d)) || ranEarly != nil) {
 		if d.Fallback == nil {
 			rec.Kind = KindContention
 			return finish(env, rec, ExitSkip)
@@ -198,7 +244,7 @@ func won(env Env, spec jobspec.Spec, d decision, rec Record) int {
 			return finish(env, rec, ExitSkip)
 		}
 	}
-	lease := Stamp{Slot: st.Slot, Holder: env.Node, RunKey: d.Key, Heartbeat: env.Now().UTC()}
+	lease := Stamp{Slot: st.Slot, Holder: env.Node, RunKey: d.Key, Heartbeat: env.Now().UTC(), Clock: clock.String(), RanAhead: ranAhead}
 	if d.Trigger == wire.TriggerScheduled {
 		lease.Slot = d.Slot
 	}
@@ -227,6 +273,20 @@ func readClock(env Env) *clockoffset.Reading {
 		return nil
 	}
 	return &r
+}
+
+// readBoot returns the kernel's boot id and CLOCK_BOOTTIME, or nil when
+// they cannot be read (the clock reading is then unknown).
+func readBoot(env Env) *clockoffset.Boot {
+	if env.Boot == nil {
+		return nil
+	}
+	b, err := env.Boot()
+	if err != nil {
+		env.Log.Warn("boot time unreadable", "err", err)
+		return nil
+	}
+	return &b
 }
 
 // claimRequest records a run-now request as started; done reports that it
@@ -310,48 +370,68 @@ func release(env Env, path string, lease Stamp) {
 }
 
 // renewLease writes lease over the stamp only while the stamp still names
-// this run. CephFS evicts an unresponsive client and gives its flock to
-// another node; a client that reconnects (recover_session=clean) still
-// runs its command, and writing its lease back would rewind the stamp
-// below the slot the new holder stamped, so that slot could run again.
+// this run: same holder, run key and slot. CephFS evicts an unresponsive
+// client and gives its flock to another node; a client that reconnects
+// (recover_session=clean) still runs its command, and writing its lease
+// back would rewind the stamp below the slot the new holder stamped, so
+// that slot could run again. Any other stamp is not this run's to touch:
+// a later one (whatever this node's clock makes of it: one more than
+// MaxSkew ahead is still another run's), a corrupt one, or none.
 // (A narrow read-then-write race remains; the flock no longer guards it.)
 func renewLease(env Env, path string, lease Stamp) error {
-	st, ok, _, err := readStamp(path, env.Now())
+	st, _, _, err := readStamp(path, env.Now())
 	if err != nil {
 		return err
 	}
-	if ok && (st.RunKey != lease.RunKey || st.Slot.After(lease.Slot)) {
-		return fmt.Errorf("lease taken over by node %s (run %s): lock lost, not writing", orUnknown(st.Holder), orUnknown(st.RunKey))
+	if st.Holder != lease.Holder || st.RunKey != lease.RunKey || !st.Slot.Equal(lease.Slot) {
+		return fmt.Errorf("slot stamp no longer names this run (it names node %s, run %s, slot %s): lock lost, not writing",
+			orUnknown(st.Holder), orUnknown(st.RunKey), st.Slot.UTC().Format(time.RFC3339))
 	}
 	return writeStamp(path, lease)
 }
 
-// startHeartbeat refreshes the lease in the stamp until the returned stop
-// is called (stop waits for a beat in progress), so other nodes can tell a
+// startHeartbeat refreshes the lease in the stamp every env.Heartbeat (or
+// at each of env.beats) until the returned stop is called (stop waits for
+// a beat in progress), so other nodes can tell a
 // live long run from a crashed holder whose flock CephFS keeps until it
 // evicts the session.
 func startHeartbeat(env Env, path string, lease Stamp) (stop func()) {
-	if env.Heartbeat <= 0 {
-		return func() {}
+	var t *time.Ticker
+	var tick <-chan time.Time // nil: never
+	if env.beats == nil {
+		if env.Heartbeat <= 0 {
+			return func() {}
+		}
+		t = time.NewTicker(env.Heartbeat)
+		tick = t.C
 	}
 	quit, stopped := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(stopped)
-		t := time.NewTicker(env.Heartbeat)
-		defer t.Stop()
 		for {
+			var ack chan struct{}
 			select {
 			case <-quit:
 				return
-			case <-t.C:
-				lease.Heartbeat = env.Now().UTC()
-				if err := renewLease(env, path, lease); err != nil {
-					env.Log.Warn("refresh lease", "err", err)
-				}
+			case <-tick:
+			case ack = <-env.beats: // nil: never
+			}
+			lease.Heartbeat = env.Now().UTC()
+			if err := renewLease(env, path, lease); err != nil {
+				env.Log.Warn("refresh lease", "err", err)
+			}
+			if ack != nil {
+				close(ack)
 			}
 		}
 	}()
-	return func() { close(quit); <-stopped }
+	return func() {
+		close(quit)
+		<-stopped
+		if t != nil {
+			t.Stop()
+		}
+	}
 }
 
 // shellArgs is the shell's whole argv. The command is not in it: argv is

@@ -31,6 +31,78 @@ type Stamp struct {
 	// without a lease (a runner between lock and stamp, an operator's
 	// flock) is not mistaken for a dead node.
 	Released bool `json:"released,omitempty"`
+	// Clock is what the writer knew of its own clock (judgeClock:
+	// verified, off, unknown), for whoever reads the stamp.
+	Clock string `json:"clock,omitempty"`
+	// RanAhead are slots that ran on a node that could not vouch for its
+	// clock, which may have been ahead: each such writer lists its own
+	// slot, and a verified node that overwrites a runner's stamp lying more
+	// than MaxSkew in the future lists that stamp's slot. A slot in it does
+	// not run again when it comes (a verified node would otherwise run on
+	// time a slot a fast node already ran early). Every writer carries the
+	// list on (mergeRanAhead).
+	RanAhead []RanAhead `json:"ran_ahead,omitempty"`
+}
+
+// RanAhead is one slot that ran ahead of time, and where.
+type RanAhead struct {
+	Slot time.Time `json:"slot"`
+	Node string    `json:"node"`
+}
+
+// Bounds of Stamp.RanAhead.
+const (
+	// ranAheadKeep: a verified writer drops entries older than this; no
+	// node contends for a slot that long after it (its fire window is
+	// RandomizedDelaySec + FireMargin).
+	ranAheadKeep = time.Hour
+	// ranAheadMax bounds the list, dropping the earliest: while verified
+	// nodes run, a minutely job keeps at most an hour's worth; with none
+	// (every agent cut off from the core) 128 minutes of slots.
+	ranAheadMax = 128
+)
+
+// ranAhead returns the entry for slot, if it ran ahead of time.
+func (st Stamp) ranAhead(slot time.Time) *RanAhead {
+	for i := range st.RanAhead {
+		if st.RanAhead[i].Slot.Equal(slot) {
+			return &st.RanAhead[i]
+		}
+	}
+	return nil
+}
+
+// isLeaseOf reports whether the stamp is a runner's lease of a run of job
+// (not a corrupt or legacy stamp): its slot was stamped by a runner that
+// ran it (or, for a run-now lease, carried on from the stamp before).
+func (st Stamp) isLeaseOf(jobID string) bool {
+	return st.Holder != "" && !st.Slot.IsZero() && strings.HasPrefix(st.RunKey, jobID+"#")
+}
+
+// mergeRanAhead is the RanAhead list a new stamp carries: the old one's,
+// plus adds (nil ones skipped), sorted, without duplicates, bounded by
+// ranAheadMax. Only a writer whose clock is verified drops entries by age
+// (older than ranAheadKeep before its now): a fast writer's now would drop
+// slots that have not yet come.
+func mergeRanAhead(old []RanAhead, verified bool, now time.Time, adds ...*RanAhead) []RanAhead {
+	out := slices.Clone(old)
+	for _, a := range adds {
+		if a != nil {
+			out = append(out, *a)
+		}
+	}
+	if verified {
+		out = slices.DeleteFunc(out, func(r RanAhead) bool { return r.Slot.Before(now.Add(-ranAheadKeep)) })
+	}
+	slices.SortFunc(out, func(a, b RanAhead) int { return a.Slot.Compare(b.Slot) })
+	out = slices.CompactFunc(out, func(a, b RanAhead) bool { return a.Slot.Equal(b.Slot) })
+	if len(out) > ranAheadMax {
+		out = out[len(out)-ranAheadMax:]
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 // readStamp loads the stamp. A missing stamp is ok=false; a stamp that
@@ -204,16 +276,35 @@ func truncate(s string, n int) string {
 // RequestDecided reports whether a run of the shard decided run-now
 // request: it started it (the run-now stamp holds its id) or decided it a
 // skip behind a running run (its marker exists). The node agent asks it,
-// as root, to know whether a start of the job's service took the request;
-// the lock dir is the tenant's, so nothing in it is followed or waited on
-// (a symlink, a FIFO), and what it says can only be the tenant's own
-// request's loss.
-func RequestDecided(lockDir, jobID, request string) (bool, error) {
-	d := decision{Trigger: wire.TriggerManual, Request: request}
-	if seen, err := markerExists(lockDir, jobID, d); err != nil || seen {
-		return seen, err
+// as root, to know whether a start of the job's service took the request.
+// The lock dir is the tenant's, and so is its parent, where the tenant
+// could put a symlink or another directory in its place: the lock dir is
+// opened without following a link and must be owned by owner (the
+// tenant's uid), and its files are looked at through that descriptor,
+// never followed or waited on (a symlink, a FIFO), so what it says can
+// only be the tenant's own request's loss.
+func RequestDecided(lockDir string, owner int, jobID, request string) (bool, error) {
+	dfd, err := unix.Open(lockDir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false, fmt.Errorf("open lock dir %s (a symlink is refused): %w", lockDir, err)
 	}
-	b, err := readTenantFile(filepath.Join(lockDir, wire.ManualStampName(jobID)))
+	defer unix.Close(dfd)
+	var st unix.Stat_t
+	if err := unix.Fstat(dfd, &st); err != nil {
+		return false, fmt.Errorf("stat lock dir %s: %w", lockDir, err)
+	}
+	if owner < 0 || st.Uid != uint32(owner) {
+		return false, fmt.Errorf("lock dir %s is owned by uid %d, not the tenant's %d", lockDir, st.Uid, owner)
+	}
+	d := decision{Trigger: wire.TriggerManual, Request: request}
+	marker := wire.SkipMarkerPrefix(jobID) + markerToken(d)
+	switch err := unix.Fstatat(dfd, marker, &st, unix.AT_SYMLINK_NOFOLLOW); {
+	case err == nil:
+		return true, nil
+	case !errors.Is(err, unix.ENOENT):
+		return false, fmt.Errorf("skip marker %s: %w", filepath.Join(lockDir, marker), err)
+	}
+	b, err := readTenantFileAt(dfd, lockDir, wire.ManualStampName(jobID))
 	if err != nil || b == nil {
 		return false, err
 	}
@@ -228,10 +319,12 @@ func RequestDecided(lockDir, jobID, request string) (bool, error) {
 // the run-now stamp holds at most keepRequests short ids.
 const maxTenantFile = 64 << 10
 
-// readTenantFile reads a small regular file without following a symlink or
-// blocking on a FIFO; a missing file is nil.
-func readTenantFile(path string) ([]byte, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+// readTenantFileAt reads a small regular file name in the directory dfd
+// (dir names it in errors) without following a symlink or blocking on a
+// FIFO; a missing file is nil.
+func readTenantFileAt(dfd int, dir, name string) ([]byte, error) {
+	path := filepath.Join(dir, name)
+	fd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
 	if errors.Is(err, unix.ENOENT) {
 		return nil, nil
 	}

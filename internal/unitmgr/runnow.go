@@ -2,9 +2,12 @@ package unitmgr
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -34,13 +37,19 @@ const (
 	// dir full) is reported by its runner; trying forever would only
 	// repeat that report.
 	maxRunNowStarts = 3
+	// storageWait bounds one look at the shard's stamps (RequestDecided):
+	// shared storage that does not answer in it is hung, and the request
+	// goes to the next node rather than the activity heart-beating on.
+	storageWait = 10 * time.Second
 )
 
 // runNowHooks are what tests replace.
 type runNowHooks struct {
-	dir     string        // wire.RunNowDir
-	poll    time.Duration // how often the service is looked at
-	decided func(lockDir, jobID, request string) (bool, error)
+	dir         string        // wire.RunNowDir
+	poll        time.Duration // how often the service is looked at
+	storageWait time.Duration // storageWait
+	decided     func(lockDir string, owner int, jobID, request string) (bool, error)
+	owner       func(unitFile string) (int, error) // the uid the unit runs as
 }
 
 func (m *Manager) runNowHooks() runNowHooks {
@@ -51,8 +60,14 @@ func (m *Manager) runNowHooks() runNowHooks {
 	if h.poll == 0 {
 		h.poll = time.Second
 	}
+	if h.storageWait == 0 {
+		h.storageWait = storageWait
+	}
 	if h.decided == nil {
 		h.decided = runner.RequestDecided
+	}
+	if h.owner == nil {
+		h.owner = unitUID
 	}
 	return h
 }
@@ -64,19 +79,24 @@ func (m *Manager) runNowHooks() runNowHooks {
 func (m *Manager) RunNow(ctx context.Context, req wire.RunNowRequest) error {
 	unit := req.Unit
 	if !runkey.ValidRequest(req.Request) {
-		return fmt.Errorf("run now: request id %q is not valid", req.Request)
+		return fmt.Errorf("%w: request id %q is not valid", wire.ErrRunNowNotHere, req.Request)
 	}
 	if !strings.HasPrefix(unit, wire.UnitPrefix) || strings.ContainsAny(unit, "/\x00") {
-		return fmt.Errorf("run now: %q is not a cron unit", unit)
+		return fmt.Errorf("%w: %q is not a cron unit", wire.ErrRunNowNotHere, unit)
 	}
-	if _, err := os.Stat(filepath.Join(m.layout.UnitDir, unit+".service")); err != nil {
-		return fmt.Errorf("run now: %s is not on this node: %w", unit, err)
+	unitFile := filepath.Join(m.layout.UnitDir, unit+".service")
+	if _, err := os.Stat(unitFile); err != nil {
+		return fmt.Errorf("%w: %s is not on this node: %v", wire.ErrRunNowNotHere, unit, err)
 	}
 	spec, err := jobspec.Read(m.layout.specPath(unit))
 	if err != nil {
-		return fmt.Errorf("run now: %w", err)
+		return fmt.Errorf("%w: %s: %v", wire.ErrRunNowNotHere, unit, err)
 	}
 	h := m.runNowHooks()
+	owner, err := h.owner(unitFile)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", wire.ErrRunNowNotHere, unit, err)
+	}
 	if err := os.MkdirAll(h.dir, 0o755); err != nil {
 		return fmt.Errorf("run now: %w", err)
 	}
@@ -85,14 +105,17 @@ func (m *Manager) RunNow(ctx context.Context, req wire.RunNowRequest) error {
 	if _, err := writeIfChanged(filepath.Join(h.dir, unit), []byte(body), 0o644); err != nil {
 		return fmt.Errorf("run now: %w", err)
 	}
-	return m.serveRequest(ctx, h, unit+extService, spec, req.Request, at)
+	return m.serveRequest(ctx, h, unit+extService, spec, owner, req.Request, at)
 }
 
 // serveRequest starts the service until a runner took the request.
-func (m *Manager) serveRequest(ctx context.Context, h runNowHooks, service string, spec jobspec.Spec, request string, at time.Time) error {
+func (m *Manager) serveRequest(ctx context.Context, h runNowHooks, service string, spec jobspec.Spec, owner int, request string, at time.Time) error {
 	var st runNowState
 	for {
-		obs := m.observeRunNow(ctx, h, service, spec, request, at)
+		obs, err := m.observeRunNow(ctx, h, service, spec, owner, request, at)
+		if err != nil {
+			return err
+		}
 		step := nextRunNow(obs, st)
 		switch step.Action {
 		case runNowDone:
@@ -116,20 +139,72 @@ func (m *Manager) serveRequest(ctx context.Context, h runNowHooks, service strin
 
 // observeRunNow reads what nextRunNow decides on. A property or stamp that
 // cannot be read reads as "not yet": the next poll tries again, and the
-// TTL bounds it all.
-func (m *Manager) observeRunNow(ctx context.Context, h runNowHooks, service string, spec jobspec.Spec, request string, at time.Time) runNowObs {
+// TTL bounds it all. Shared storage that does not answer within
+// storageWait is an error: the request goes to the next node.
+func (m *Manager) observeRunNow(ctx context.Context, h runNowHooks, service string, spec jobspec.Spec, owner int, request string, at time.Time) (runNowObs, error) {
 	obs := runNowObs{Age: m.now().Sub(at)}
-	var err error
-	if obs.Decided, err = h.decided(spec.LockDir, spec.ID, request); err != nil {
+	decided, err := decidedWithin(ctx, h, spec, owner, request)
+	switch {
+	case errors.Is(err, errStorageHung):
+		return obs, fmt.Errorf("%w: %s: %v", wire.ErrRunNowNotTaken, service, err)
+	case err != nil:
 		m.log.Warn("run now: cannot tell whether the request was taken", "unit", service, "err", err)
 	}
+	obs.Decided = decided
 	if v, err := m.sys.UnitProperty(ctx, service, "", "ActiveState"); err == nil {
 		obs.Active, _ = v.(string)
 	}
 	if v, err := m.sys.UnitProperty(ctx, service, "", "InactiveEnterTimestampMonotonic"); err == nil {
 		obs.InactiveSince, _ = v.(uint64)
 	}
-	return obs
+	return obs, nil
+}
+
+var errStorageHung = errors.New("shared storage hung")
+
+// decidedWithin asks h.decided, giving up after h.storageWait: a read of a
+// hung network mount does not return (nor can it be interrupted), so it
+// runs in a goroutine that is left behind when the wait ends. The caller
+// then ends the request on this node, so at most one such read is left
+// per request.
+func decidedWithin(ctx context.Context, h runNowHooks, spec jobspec.Spec, owner int, request string) (bool, error) {
+	type result struct {
+		ok  bool
+		err error
+	}
+	ch := make(chan result, 1) // the late answer of a left read goes nowhere
+	go func() {
+		ok, err := h.decided(spec.LockDir, owner, spec.ID, request)
+		ch <- result{ok, err}
+	}()
+	t := time.NewTimer(h.storageWait)
+	defer t.Stop()
+	select {
+	case r := <-ch:
+		return r.ok, r.err
+	case <-t.C:
+		return false, fmt.Errorf("%w: lock dir %s did not answer within %s", errStorageHung, spec.LockDir, h.storageWait)
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+}
+
+// unitUID is the uid of the unit's User=, whose lock dir it is.
+func unitUID(unitFile string) (int, error) {
+	b, err := os.ReadFile(unitFile)
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(b)) {
+		if name, ok := strings.CutPrefix(strings.TrimSpace(line), "User="); ok {
+			u, err := user.Lookup(name)
+			if err != nil {
+				return 0, fmt.Errorf("the unit's user %q: %w", name, err)
+			}
+			return strconv.Atoi(u.Uid)
+		}
+	}
+	return 0, fmt.Errorf("%s names no User=", unitFile)
 }
 
 // runNowObs is what the agent sees of a pending request and its service.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -127,7 +128,11 @@ func runNowNode(t *testing.T, f *fakeService) (*Manager, jobspec.Spec, func(byTi
 	if err := os.WriteFile(filepath.Join(specDir, unit+".json"), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(unitDir, unit+".service"), nil, 0o644); err != nil {
+	me, err := user.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(unitDir, unit+".service"), []byte("[Service]\nUser="+me.Username+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	paths := units.DefaultPaths
@@ -197,5 +202,80 @@ func TestRunNowGivesUpBehindALongRun(t *testing.T) {
 	}
 	if f.starts != 0 || f.merged != 0 {
 		t.Errorf("started %d, merged %d: want no start into the running one", f.starts, f.merged)
+	}
+}
+
+// A node that does not have the unit, or cannot read its spec, fails the
+// request with wire.ErrRunNowNotHere, which the RunNow activity makes
+// final, so the core asks the next node at once instead of retrying here.
+func TestRunNowNotHere(t *testing.T) {
+	f := &fakeService{active: "inactive"}
+	m, spec, _ := runNowNode(t, f)
+	unit := wire.UnitName(spec.Tenant, spec.ID)
+	if err := m.RunNow(context.Background(), wire.RunNowRequest{Unit: "cron-acme-0b6f1d7c-3c8e-4a57-9e0a-000000000000", Request: "1"}); !errors.Is(err, wire.ErrRunNowNotHere) {
+		t.Errorf("unit not on the node: %v", err)
+	}
+	if err := os.WriteFile(m.layout.specPath(unit), []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.RunNow(context.Background(), wire.RunNowRequest{Unit: unit, Request: "1"}); !errors.Is(err, wire.ErrRunNowNotHere) {
+		t.Errorf("spec unreadable: %v", err)
+	}
+	if f.starts != 0 {
+		t.Errorf("started %d times", f.starts)
+	}
+}
+
+// A look at the shard's stamps on a hung network mount never returns. The
+// agent does not wait for it (heart-beating on, hiding the hang for the
+// request's whole TTL): after storageWait it gives the request up on this
+// node, so the core asks the next one; the stuck read is left behind, one
+// per request.
+func TestRunNowOnHungStorageGivesUp(t *testing.T) {
+	f := &fakeService{active: "inactive"}
+	m, spec, _ := runNowNode(t, f)
+	hang := make(chan struct{})
+	defer close(hang)
+	var calls int
+	var mu sync.Mutex
+	m.runNow.storageWait = 50 * time.Millisecond
+	m.runNow.decided = func(string, int, string, string) (bool, error) {
+		mu.Lock()
+		calls++
+		mu.Unlock()
+		<-hang
+		return false, nil
+	}
+	start := time.Now()
+	err := m.RunNow(context.Background(), wire.RunNowRequest{Unit: wire.UnitName(spec.Tenant, spec.ID), Request: "3"})
+	if !errors.Is(err, wire.ErrRunNowNotTaken) || !strings.Contains(err.Error(), "did not answer within 50ms") {
+		t.Fatalf("err %v: want ErrRunNowNotTaken naming the hung lock dir", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("gave up after %v", d)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if calls != 1 {
+		t.Errorf("%d reads of the hung storage, want 1", calls)
+	}
+}
+
+// The lock dir the agent reads is the one the unit's user owns: a unit
+// without User= names no tenant, and the request is not served here.
+func TestRunNowOwnerFromTheUnit(t *testing.T) {
+	f := &fakeService{active: "inactive"}
+	m, spec, _ := runNowNode(t, f)
+	unit := wire.UnitName(spec.Tenant, spec.ID)
+	var owner int = -1
+	m.runNow.decided = func(_ string, uid int, _, _ string) (bool, error) { owner = uid; return true, nil }
+	if err := m.RunNow(context.Background(), wire.RunNowRequest{Unit: unit, Request: "4"}); err != nil || owner != os.Getuid() {
+		t.Fatalf("err %v, owner %d: want the unit's user's uid %d", err, owner, os.Getuid())
+	}
+	if err := os.WriteFile(filepath.Join(m.layout.UnitDir, unit+".service"), []byte("[Service]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.RunNow(context.Background(), wire.RunNowRequest{Unit: unit, Request: "4"}); !errors.Is(err, wire.ErrRunNowNotHere) {
+		t.Fatalf("unit without User=: %v", err)
 	}
 }

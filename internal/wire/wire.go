@@ -216,6 +216,11 @@ type RunNowRequest struct {
 // the lock makes it an overlap skip, reported), never to this one again.
 var ErrRunNowNotTaken = errors.New("run now: request not taken on this node")
 
+// ErrRunNowNotHere: the node cannot serve a run-now request at all (the
+// unit is not on it, its spec is unreadable, the request is malformed): a
+// retry would fail the same way, so the core asks the next node at once.
+var ErrRunNowNotHere = errors.New("run now: not possible on this node")
+
 // RunNowTTL is how long a run-now request waits on a node for its start:
 // the runner drops an older one, and the node agent waits at most this
 // long for a run of the job on its node to end before it gives the
