@@ -498,3 +498,108 @@ func TestReplacingFailureNeverLifts(t *testing.T) {
 		t.Errorf("after a third failure: %+v; want 3 failures, still auto_disabled", got)
 	}
 }
+
+// A job created on a shard without nodes is not active: nothing runs it.
+// It is failed, a retry accepts it, and a node's announce re-queues it;
+// the provisioning that puts it on the node starts its sweep.
+func TestJobOnAShardWithoutNodesWaitsForANode(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	_, err := f.st.DeleteNode(ctx, f.node.ID)
+	must(t, err)
+	j, _, err := f.st.CreateJob(ctx, f.tenant, store.JobFields{WebrootID: f.webroot, Schedule: "* * * * *", Timezone: "UTC",
+		Command: "true", Enabled: true, TimeoutSeconds: 60, MaxMemoryMB: 64, MaxFailures: 5}, nil)
+	must(t, err)
+	provision := func(status wire.Status, took int) store.CronJob {
+		t.Helper()
+		ok, err := f.st.SetProvisioned(ctx, j.ID, f.get(j.ID).Version, status, "", took)
+		if err != nil || !ok {
+			t.Fatalf("SetProvisioned: %v %v", ok, err)
+		}
+		return f.get(j.ID)
+	}
+	sweptNull := func() bool {
+		var null bool
+		must(t, f.st.Pool().QueryRow(ctx, `SELECT swept_until IS NULL FROM cron_jobs WHERE id = $1`, j.ID).Scan(&null))
+		return null
+	}
+	// The workflow found no node: "active", no node took it.
+	if got := provision(wire.StatusActive, 0); got.Status != wire.StatusFailed || got.StatusMessage != store.NoNodeMessage {
+		t.Fatalf("no node: %s %q, want failed %q", got.Status, got.StatusMessage, store.NoNodeMessage)
+	}
+	if !sweptNull() {
+		t.Fatal("the sweep of a job no node has started")
+	}
+	if _, err := f.st.RetryJob(ctx, j.ID, 0); err != nil {
+		t.Fatalf("retry of a job no node has: %v", err)
+	}
+	provision(wire.StatusActive, 0)
+
+	sh, err := f.st.GetShard(ctx, f.node.ShardID)
+	must(t, err)
+	n2, _, err := f.st.CreateNode(ctx, sh.ID, "node2")
+	must(t, err)
+	requeued, err := f.st.AnnounceNode(ctx, n2.ID)
+	must(t, err)
+	if got := f.get(j.ID); requeued != 1 || got.Status != wire.StatusPending {
+		t.Fatalf("announce re-queued %d, job %s; want 1, pending", requeued, got.Status)
+	}
+	if n := f.count(`SELECT count(*) FROM cron_job_tasks WHERE cron_job_id = $1 AND action = 'retry' AND version = $2`,
+		j.ID, f.get(j.ID).Version); n != 1 {
+		t.Fatalf("%d retry tasks queued at the new version, want 1", n)
+	}
+	if got := provision(wire.StatusActive, 1); got.Status != wire.StatusActive || sweptNull() {
+		t.Errorf("after the node took it: %s, swept NULL %v; want active and swept", got.Status, sweptNull())
+	}
+	// A second announce (the agent restarts) finds nothing failed.
+	if requeued, err := f.st.AnnounceNode(ctx, n2.ID); err != nil || requeued != 0 {
+		t.Errorf("second announce re-queued %d (%v), want 0", requeued, err)
+	}
+}
+
+// A job whose provisioning no node took (a one-node shard whose agent
+// restarted meanwhile) reaches the node by its converge, which writes no
+// verdict. The node's first report of the current version starts the
+// sweep at that run's slot: slots the node then misses are lost, none
+// before it is. A report of an older version starts nothing.
+func TestOutcomeStartsTheSweepOfAJobNoVerdictPutOnANode(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	j, _, err := f.st.CreateJob(ctx, f.tenant, store.JobFields{WebrootID: f.webroot, Schedule: "* * * * *", Timezone: "UTC",
+		Command: "true", Enabled: true, TimeoutSeconds: 60, MaxMemoryMB: 64, MaxFailures: 5}, nil)
+	must(t, err)
+	_, err = f.st.Pool().Exec(ctx, `UPDATE cron_jobs SET not_before = now() - interval '2 hours' WHERE id = $1`, j.ID)
+	must(t, err)
+	ok, err := f.st.SetProvisioned(ctx, j.ID, j.Version, wire.StatusFailed, "not provisioned on node1: restarting", 0)
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	j = f.get(j.ID)
+	lost := func() int {
+		return f.count(`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1 AND result = 'lost'`, j.ID)
+	}
+
+	// A run of an older version (the node had only that) starts nothing.
+	old := j
+	old.Version--
+	f.outcome(old, time.Now().Add(-90*time.Minute).Truncate(time.Minute), wire.ResultSuccess)
+	_, err = f.st.SweepLostRuns(ctx, time.Now().Add(time.Hour), time.Minute)
+	must(t, err)
+	if n := lost(); n != 0 {
+		t.Fatalf("%d lost runs after a report of an older version only", n)
+	}
+
+	slot := time.Now().Add(-time.Hour).Truncate(time.Minute)
+	f.outcome(j, slot, wire.ResultExitCode)
+	for h := 1; h <= 3; h++ {
+		_, err := f.st.SweepLostRuns(ctx, time.Now().Add(time.Duration(h)*time.Hour), time.Minute)
+		must(t, err)
+	}
+	if n := lost(); n < 3*60 {
+		t.Errorf("%d lost runs in the 4 hours after the node's report, want every unreported slot since", n)
+	}
+	if n := f.count(`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1 AND result = 'lost' AND scheduled_at <= $2`,
+		j.ID, slot); n != 0 {
+		t.Errorf("%d lost runs at or before the slot the node first reported", n)
+	}
+}

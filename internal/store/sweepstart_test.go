@@ -34,3 +34,58 @@ func TestSweepAfterProvisioning(t *testing.T) {
 		})
 	}
 }
+
+func TestProvisionedVerdict(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		status      wire.Status
+		took, nodes int
+		wantStatus  wire.Status
+		wantNoNode  bool
+		wantTook    int
+	}{
+		{"every node took it", wire.StatusActive, 3, 3, wire.StatusActive, false, 3},
+		{"a shard without nodes: no node runs it, failed", wire.StatusActive, 0, 0, wire.StatusFailed, true, 0},
+		{"a worker from before took (decoded 0): active meant every node", wire.StatusActive, 0, 2, wire.StatusActive, false, 2},
+		{"failed on every node stays failed", wire.StatusFailed, 0, 2, wire.StatusFailed, false, 0},
+		{"failed on some nodes stays failed", wire.StatusFailed, 1, 2, wire.StatusFailed, false, 1},
+		{"disabled without nodes: nothing runs anyway", wire.StatusDisabled, 0, 0, wire.StatusDisabled, false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status, msg, took := provisionedVerdict(tc.status, "as reported", tc.took, tc.nodes)
+			if status != tc.wantStatus || took != tc.wantTook || (msg == NoNodeMessage) != tc.wantNoNode {
+				t.Errorf("got %s %q took %d, want %s (no-node message %v) took %d", status, msg, took, tc.wantStatus, tc.wantNoNode, tc.wantTook)
+			}
+			// An active job runs on a node, so its sweep has started.
+			if status == wire.StatusActive && sweepAfterProvisioning(nil, status, took, time.Now()) == nil {
+				t.Errorf("active with the sweep not started")
+			}
+		})
+	}
+}
+
+func TestSweepAfterOutcome(t *testing.T) {
+	now := time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC)
+	slot := now.Add(-10 * time.Minute)
+	earlier := now.Add(-time.Hour)
+	later := now.Add(time.Minute)
+	for _, tc := range []struct {
+		name         string
+		swept        *time.Time
+		version, cur int64
+		slot         time.Time
+		want         *time.Time
+	}{
+		{"a run of the current version starts the sweep at its slot", nil, 4, 4, slot, &slot},
+		{"a slot a node claims in the future: now at the latest", nil, 4, 4, later, &now},
+		{"a run of an older version proves nothing of the current schedule", nil, 3, 4, slot, nil},
+		{"a started sweep goes on where it was", &earlier, 4, 4, slot, &earlier},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := sweepAfterOutcome(tc.swept, tc.version, tc.cur, tc.slot, now)
+			if (got == nil) != (tc.want == nil) || got != nil && !got.Equal(*tc.want) {
+				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
