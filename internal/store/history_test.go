@@ -343,6 +343,57 @@ func TestSweepSkipsABadRow(t *testing.T) {
 	}
 }
 
+// A job whose row another transaction holds past the leader session's
+// lock_timeout is skipped and reported (its transaction rolled back), and
+// the sweep goes on with the others: it used to commit the aborted
+// transaction and end the whole round.
+func TestSweepSkipsAJobLockedPastTheLockTimeout(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	locked, free := f.job(0), f.job(0)
+	from := time.Now().UTC().Truncate(time.Minute).Add(-time.Hour)
+	f.sweepFrom(locked.ID, from)
+	f.sweepFrom(free.ID, from)
+	tx, err := f.st.Pool().Begin(ctx)
+	must(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, `SELECT 1 FROM cron_jobs WHERE id = $1 FOR UPDATE`, locked.ID)
+	must(t, err)
+	l, err := f.st.TryLead(ctx, store.HousekeepingLeader, store.LeaderConfig{Keepalive: 100 * time.Millisecond,
+		ConfirmTimeout: 100 * time.Millisecond, LockTimeout: 300 * time.Millisecond})
+	if err != nil || l == nil {
+		t.Fatal(l, err)
+	}
+	defer l.Release(ctx)
+	var rep store.SweepReport
+	err = l.Do(ctx, func(ctx context.Context, c store.Chores) error {
+		var e error
+		rep, e = c.SweepLostRuns(ctx, from.Add(10*time.Minute), time.Minute)
+		return e
+	})
+	if err != nil {
+		t.Fatalf("one locked job row ended the sweep: %v", err)
+	}
+	if len(rep.Skipped) != 1 || rep.Skipped[0].ID != locked.ID {
+		t.Errorf("skipped: %+v, want the locked job", rep.Skipped)
+	}
+	if n := f.count(`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1`, free.ID); n == 0 || n != rep.Lost {
+		t.Errorf("free job: %d lost rows, report %d", n, rep.Lost)
+	}
+	// The lead's session is usable after the rolled-back job: a later
+	// duty runs, and once the lock is gone the skipped job is swept.
+	must(t, tx.Rollback(ctx))
+	err = l.Do(ctx, func(ctx context.Context, c store.Chores) error {
+		var e error
+		rep, e = c.SweepLostRuns(ctx, from.Add(10*time.Minute), time.Minute)
+		return e
+	})
+	must(t, err)
+	if n := f.count(`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1`, locked.ID); n == 0 || len(rep.Skipped) != 0 {
+		t.Errorf("after the lock: %d lost rows of the once-locked job, skipped %+v", n, rep.Skipped)
+	}
+}
+
 // not_before moves at create, enable and schedule or time zone changes,
 // not at command-only edits, and reaches the desired job.
 func TestNotBefore(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/hostcron/hostcron/internal/runkey"
 	"github.com/hostcron/hostcron/internal/schedule"
@@ -37,8 +38,10 @@ var errBadSchedule = errors.New("stored schedule does not parse")
 // than timeout + grace ago and for which no node reported anything, as a
 // "lost" run. A node that died mid-run never reports, so this is how such
 // a run shows up in history. Lost runs are not the tenant's failures: they
-// never touch the failure counter. A job whose schedule no longer parses
-// is skipped and reported, not an end of the sweep.
+// never touch the failure counter. Each job is swept in a transaction of
+// its own; a job whose schedule no longer parses, or whose row stays
+// locked past lock_timeout (or a statement past statement_timeout), is
+// skipped and reported (skipJob), not an end of the sweep.
 func (s *Store) SweepLostRuns(ctx context.Context, now time.Time, grace time.Duration) (SweepReport, error) {
 	return Chores{s.pool}.SweepLostRuns(ctx, now, grace)
 }
@@ -60,7 +63,7 @@ func (c Chores) SweepLostRuns(ctx context.Context, now time.Time, grace time.Dur
 	}
 	for _, id := range ids {
 		n, err := c.sweepJob(ctx, id, now, grace)
-		if errors.Is(err, errBadSchedule) {
+		if skipJob(ctx, err) {
 			rep.Skipped = append(rep.Skipped, SkippedJob{ID: id, Err: err})
 			continue
 		}
@@ -71,6 +74,29 @@ func (c Chores) SweepLostRuns(ctx context.Context, now time.Time, grace time.Dur
 	}
 	return rep, nil
 }
+
+// skipJob reports whether the sweep leaves a job out for err and goes on
+// with the others: its stored schedule does not parse, or its row stayed
+// locked past the session's lock_timeout (a long transaction of another
+// replica) or a statement of it ran past statement_timeout. The job's
+// own transaction was rolled back; the next sweep looks at it again. A
+// cancelled or expired context is never a skip: it ends the sweep.
+func skipJob(ctx context.Context, err error) bool {
+	if err == nil || ctx.Err() != nil {
+		return false
+	}
+	if errors.Is(err, errBadSchedule) {
+		return true
+	}
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == pgLockNotAvailable || pe.Code == pgQueryCanceled)
+}
+
+// SQLSTATEs of a lock_timeout and of a statement_timeout.
+const (
+	pgLockNotAvailable = "55P03"
+	pgQueryCanceled    = "57014"
+)
 
 // sweepJob records the lost slots of one job. Slots start at swept_until
 // (set when a node first had the job's current schedule; NULL until then,
@@ -83,8 +109,14 @@ func (c Chores) sweepJob(ctx context.Context, id string, now time.Time, grace ti
 		var sweptUntil *time.Time
 		job, err := scanJob(tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM cron_jobs
 			WHERE id = $1 AND enabled AND status IN ($2, $3) FOR UPDATE`, id, wire.StatusActive, wire.StatusFailed))
-		if err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
 			return nil // changed since listed; the next sweep looks again
+		}
+		if err != nil {
+			// A lock timeout aborted the transaction: returning nil
+			// would commit it (and fail). It is rolled back; skipJob
+			// decides whether the sweep goes on.
+			return fmt.Errorf("sweep %s: lock job: %w", id, err)
 		}
 		if err := tx.QueryRow(ctx, `SELECT swept_until FROM cron_jobs WHERE id = $1`, id).Scan(&sweptUntil); err != nil {
 			return fmt.Errorf("sweep %s: %w", id, err)

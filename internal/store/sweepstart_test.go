@@ -1,8 +1,13 @@
 package store
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/hostcron/hostcron/internal/wire"
 )
@@ -85,6 +90,33 @@ func TestSweepAfterOutcome(t *testing.T) {
 			got := sweepAfterOutcome(tc.swept, tc.version, tc.cur, tc.slot, now)
 			if (got == nil) != (tc.want == nil) || got != nil && !got.Equal(*tc.want) {
 				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestSkipJob(t *testing.T) {
+	lockTimeout := fmt.Errorf("sweep j: lock job: %w", &pgconn.PgError{Code: "55P03", Message: "canceling statement due to lock timeout"})
+	statementTimeout := fmt.Errorf("sweep j: %w", &pgconn.PgError{Code: "57014", Message: "canceling statement due to statement timeout"})
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		err  error
+		want bool
+	}{
+		{"swept", context.Background(), nil, false},
+		{"a schedule that does not parse", context.Background(), fmt.Errorf("sweep j: %w", errBadSchedule), true},
+		{"a row locked past lock_timeout", context.Background(), lockTimeout, true},
+		{"a statement past statement_timeout", context.Background(), statementTimeout, true},
+		{"another database error ends the sweep", context.Background(), &pgconn.PgError{Code: "08006"}, false},
+		{"a broken connection ends the sweep", context.Background(), errors.New("conn closed"), false},
+		{"a cancelled duty ends the sweep, whatever the error", cancelled, statementTimeout, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := skipJob(tc.ctx, tc.err); got != tc.want {
+				t.Errorf("skipJob = %v, want %v", got, tc.want)
 			}
 		})
 	}
