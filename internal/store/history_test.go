@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"os"
 	"testing"
 	"time"
 
@@ -652,5 +653,86 @@ func TestOutcomeStartsTheSweepOfAJobNoVerdictPutOnANode(t *testing.T) {
 	if n := f.count(`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1 AND result = 'lost' AND scheduled_at <= $2`,
 		j.ID, slot); n != 0 {
 		t.Errorf("%d lost runs at or before the slot the node first reported", n)
+	}
+}
+
+// oldReplicaProvisioned is the verdict of a replica from before migration
+// 005 (a5faaec's SetProvisioned, verbatim), still running in a rolling
+// deploy: it keeps a NULL swept_until it finds.
+func (f *fixture) oldReplicaProvisioned(j store.CronJob, status wire.Status) {
+	f.t.Helper()
+	tag, err := f.st.Pool().Exec(context.Background(), `
+		UPDATE cron_jobs SET status = $3, status_message = $4, updated_at = now(),
+		       swept_until = CASE WHEN $3 IN ($5, $7) AND not_before >= swept_until THEN now() ELSE swept_until END
+		WHERE id = $1 AND version = $2 AND status = $6`,
+		j.ID, j.Version, status, "", wire.StatusActive, wire.StatusPending, wire.StatusFailed)
+	must(f.t, err)
+	if tag.RowsAffected() != 1 {
+		f.t.Fatal("not provisioned")
+	}
+}
+
+// Rolling deploy across migration 005: a job this version created (NULL
+// swept_until) that an old replica's verdict made active is swept from
+// that verdict, as the old replica's rule had it; one on a shard without
+// nodes is not (nothing runs it).
+func TestJobAnOldReplicaMadeActiveIsSwept(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	newJob := func() store.CronJob {
+		j, _, err := f.st.CreateJob(ctx, f.tenant, store.JobFields{WebrootID: f.webroot, Schedule: "* * * * *", Timezone: "UTC",
+			Command: "true", Enabled: true, TimeoutSeconds: 60, MaxMemoryMB: 64, MaxFailures: 5}, nil)
+		must(t, err)
+		_, err = f.st.Pool().Exec(ctx, `UPDATE cron_jobs SET not_before = now() - interval '1 hour' WHERE id = $1`, j.ID)
+		must(t, err)
+		return j
+	}
+	j := newJob()
+	verdict := time.Now()
+	f.oldReplicaProvisioned(j, wire.StatusActive)
+	rep, err := f.st.SweepLostRuns(ctx, verdict.Add(time.Hour), time.Minute)
+	must(t, err)
+	if rep.Lost < 50 {
+		t.Errorf("%d lost runs in the hour after an old replica made the job active, want about 58", rep.Lost)
+	}
+	if n := f.count(`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1 AND scheduled_at < $2`, j.ID, verdict.Add(-time.Second)); n != 0 {
+		t.Errorf("%d lost runs before the old replica's verdict", n)
+	}
+
+	// The same on a shard without nodes: not swept.
+	_, err = f.st.DeleteNode(ctx, f.node.ID)
+	must(t, err)
+	k := newJob()
+	f.oldReplicaProvisioned(k, wire.StatusActive)
+	_, err = f.st.SweepLostRuns(ctx, time.Now().Add(time.Hour), time.Minute)
+	must(t, err)
+	if n := f.count(`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1`, k.ID); n != 0 {
+		t.Errorf("%d lost runs of a job on a shard without nodes", n)
+	}
+}
+
+// Migration 006 provisions again the jobs 005's code left active with a
+// NULL swept_until (a provisioning no node took), so a verdict of the
+// current rules decides where their sweep starts.
+func TestMigration006RequeuesActiveJobsNoNodeTook(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	stuck := f.job(0)
+	fine := f.job(0)
+	_, err := f.st.Pool().Exec(ctx, `UPDATE cron_jobs SET swept_until = NULL WHERE id = $1`, stuck.ID)
+	must(t, err)
+	sql, err := os.ReadFile("migrations/006_sweep_old_writers.sql")
+	must(t, err)
+	_, err = f.st.Pool().Exec(ctx, string(sql))
+	must(t, err)
+	if got := f.get(stuck.ID); got.Status != wire.StatusPending || got.Version != stuck.Version+1 {
+		t.Errorf("active job with NULL swept_until: %s v%d, want pending v%d", got.Status, got.Version, stuck.Version+1)
+	}
+	if n := f.count(`SELECT count(*) FROM cron_job_tasks WHERE cron_job_id = $1 AND action = 'retry' AND version = $2`,
+		stuck.ID, stuck.Version+1); n != 1 {
+		t.Errorf("%d retry tasks, want 1", n)
+	}
+	if got := f.get(fine.ID); got.Status != wire.StatusActive || got.Version != fine.Version {
+		t.Errorf("a swept active job was touched: %s v%d", got.Status, got.Version)
 	}
 }

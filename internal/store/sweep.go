@@ -50,9 +50,11 @@ func (s *Store) SweepLostRuns(ctx context.Context, now time.Time, grace time.Dur
 func (c Chores) SweepLostRuns(ctx context.Context, now time.Time, grace time.Duration) (SweepReport, error) {
 	var rep SweepReport
 	// A NULL swept_until (no node has the current schedule yet) never
-	// compares true: such a job is not listed.
+	// compares true: such a job is not listed, unless an old replica made
+	// it active (sweepFrom decides).
 	rows, err := c.db.Query(ctx, `SELECT id FROM cron_jobs WHERE enabled AND status IN ($3, $4)
-		AND swept_until < $1::timestamptz - make_interval(secs => timeout_seconds) - $2::interval`,
+		AND coalesce(swept_until, CASE WHEN status = $3 THEN updated_at END)
+		    < $1::timestamptz - make_interval(secs => timeout_seconds) - $2::interval`,
 		now, grace, wire.StatusActive, wire.StatusFailed)
 	if err != nil {
 		return rep, fmt.Errorf("sweep: list jobs: %w", err)
@@ -98,11 +100,12 @@ const (
 	pgQueryCanceled    = "57014"
 )
 
-// sweepJob records the lost slots of one job. Slots start at swept_until
-// (set when a node first had the job's current schedule; NULL until then,
-// and the job is not swept) or not_before, whichever is later. A lost record is keyed by the slot's run key, so a slot has
-// one row whatever the job's version, and a slot a node reported (or an
-// earlier sweep recorded) is left alone.
+// sweepJob records the lost slots of one job. Slots start where sweepFrom
+// says (swept_until, set when a node first had the job's current schedule;
+// NULL until then, and the job is not swept; never before not_before). A
+// lost record is keyed by the slot's run key, so a slot has one row
+// whatever the job's version, and a slot a node reported (or an earlier
+// sweep recorded) is left alone.
 func (c Chores) sweepJob(ctx context.Context, id string, now time.Time, grace time.Duration) (int, error) {
 	lost := 0
 	err := pgx.BeginFunc(ctx, c.db, func(tx pgx.Tx) error {
@@ -118,10 +121,16 @@ func (c Chores) sweepJob(ctx context.Context, id string, now time.Time, grace ti
 			// decides whether the sweep goes on.
 			return fmt.Errorf("sweep %s: lock job: %w", id, err)
 		}
-		if err := tx.QueryRow(ctx, `SELECT swept_until FROM cron_jobs WHERE id = $1`, id).Scan(&sweptUntil); err != nil {
+		var verdictAt time.Time
+		var shardHasNode bool
+		if err := tx.QueryRow(ctx, `SELECT j.swept_until, j.updated_at,
+			       EXISTS (SELECT 1 FROM nodes n WHERE n.shard_id = t.shard_id AND NOT n.draining)
+			FROM cron_jobs j JOIN tenants t ON t.id = j.tenant_id WHERE j.id = $1`, id).
+			Scan(&sweptUntil, &verdictAt, &shardHasNode); err != nil {
 			return fmt.Errorf("sweep %s: %w", id, err)
 		}
-		if sweptUntil == nil {
+		at, ok := sweepFrom(sweptUntil, job.Status, verdictAt, job.NotBefore, shardHasNode)
+		if !ok {
 			return nil // no node has the job's current schedule yet
 		}
 		sched, err := schedule.ParseWithSeconds(job.Schedule, job.Timezone)
@@ -129,10 +138,6 @@ func (c Chores) sweepJob(ctx context.Context, id string, now time.Time, grace ti
 			return fmt.Errorf("sweep %s: %w: %v", id, errBadSchedule, err)
 		}
 		cutoff := now.Add(-time.Duration(job.TimeoutSeconds)*time.Second - grace)
-		at := *sweptUntil
-		if job.NotBefore.After(at) {
-			at = job.NotBefore
-		}
 		reason := fmt.Sprintf("no node reported an outcome within timeout + %s; the node running it may have died", grace)
 		caughtUp := false // every slot up to cutoff was looked at
 		for n := 0; n < maxLostPerSweep; n++ {
@@ -161,6 +166,36 @@ func (c Chores) sweepJob(ctx context.Context, id string, now time.Time, grace ti
 		return wrap(err, "sweep: advance")
 	})
 	return lost, err
+}
+
+// sweepFrom is where the sweep of a job looks for slots after (ok false:
+// nowhere yet), from swept (swept_until), the job's status, when it last
+// changed (updated_at: for an active job, its provisioning verdict), its
+// not_before and whether its shard has a node that is not draining:
+//   - a sweep that started goes on from where it stood;
+//   - NULL means no node has the job's current schedule yet, and the job is
+//     not swept; but an active job that is NULL was made active by a
+//     replica from before NULL existed (a rolling deploy across migration
+//     005: its verdict keeps a NULL it finds), which meant that every node
+//     took it, so it is swept from that verdict, as that replica's own
+//     rule had it; unless its shard has no node (nothing runs it). This
+//     version never leaves an active job NULL (provisionedVerdict).
+//
+// Never before not_before: the runner refuses earlier slots.
+func sweepFrom(swept *time.Time, status wire.Status, verdictAt, notBefore time.Time, shardHasNode bool) (time.Time, bool) {
+	var from time.Time
+	switch {
+	case swept != nil:
+		from = *swept
+	case status == wire.StatusActive && shardHasNode:
+		from = verdictAt
+	default:
+		return time.Time{}, false
+	}
+	if notBefore.After(from) {
+		from = notBefore
+	}
+	return from, true
 }
 
 // DeleteRunsBefore removes run history older than cutoff, in batches so a

@@ -121,3 +121,32 @@ func TestSkipJob(t *testing.T) {
 		})
 	}
 }
+
+func TestSweepFrom(t *testing.T) {
+	swept := time.Date(2026, 11, 22, 8, 0, 0, 0, time.UTC)
+	verdict := swept.Add(10 * time.Minute)
+	notBefore := swept.Add(-time.Hour)
+	for _, tc := range []struct {
+		name      string
+		swept     *time.Time
+		status    wire.Status
+		notBefore time.Time
+		hasNode   bool
+		want      time.Time
+		wantOK    bool
+	}{
+		{"a started sweep goes on", &swept, wire.StatusActive, notBefore, true, swept, true},
+		{"never before not_before", &swept, wire.StatusFailed, verdict.Add(time.Hour), true, verdict.Add(time.Hour), true},
+		{"no node has the current schedule: not swept", nil, wire.StatusFailed, notBefore, true, time.Time{}, false},
+		{"pending: not swept", nil, wire.StatusPending, notBefore, true, time.Time{}, false},
+		{"active by an old replica: from its verdict", nil, wire.StatusActive, notBefore, true, verdict, true},
+		{"active by an old replica on a shard without nodes: nothing runs it", nil, wire.StatusActive, notBefore, false, time.Time{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := sweepFrom(tc.swept, tc.status, verdict, tc.notBefore, tc.hasNode)
+			if ok != tc.wantOK || !got.Equal(tc.want) {
+				t.Errorf("got %v %v, want %v %v", got, ok, tc.want, tc.wantOK)
+			}
+		})
+	}
+}
