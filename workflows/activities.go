@@ -53,9 +53,12 @@ func (a *CoreActivities) LoadJob(ctx context.Context, jobID string) (JobPlan, er
 
 // SetJobStatus records provisioning's verdict for a version; it changes
 // nothing if the job moved on meanwhile. took is how many nodes have the
-// version: the lost-run sweep never counts a slot no node had. (A task
-// scheduled by a workflow worker older than the argument decodes it as
-// 0: the sweep then starts at the job's next provisioning, never early.)
+// version: the lost-run sweep never counts a slot no node had, and a job
+// no node took is stored failed, not active (store.provisionedVerdict).
+// (A task scheduled by a workflow worker older than the argument decodes
+// it as 0: its active on a shard with nodes means every node took it; a
+// failed starts the sweep at the job's next provisioning or first
+// reported run, never early.)
 func (a *CoreActivities) SetJobStatus(ctx context.Context, jobID string, version int64, status wire.Status, message string, took int) (bool, error) {
 	return a.Store.SetProvisioned(ctx, jobID, version, status, message, took)
 }

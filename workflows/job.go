@@ -173,7 +173,8 @@ func runNowCtx(ctx workflow.Context, nodeID string, timeout time.Duration) workf
 // provision applies the job's current state on all its nodes in parallel
 // and records the verdict: active or disabled once every node has it,
 // failed (naming the nodes) otherwise, with how many nodes took it (the
-// lost-run sweep starts only once one has). A deleted job's row goes once every
+// lost-run sweep starts only once one has; an active verdict no node took,
+// on a shard without nodes, is stored failed). A deleted job's row goes once every
 // node was asked; nodes that missed it drop the units when they converge.
 func provision(ctx workflow.Context, in JobInput) error {
 	var plan JobPlan

@@ -7,11 +7,17 @@ import (
 )
 
 // announce is called by a node agent when it starts: the core records the
-// node as seen and converges it to its shard's desired state.
+// node as seen, re-queues provisioning of the shard's failed jobs (they
+// may have failed because this node was down, or because the shard had no
+// node) and converges it to its shard's desired state.
 func (s *Server) announce(c echo.Context) error {
 	n := nodeOf(c)
-	if err := s.store.TouchNode(c.Request().Context(), n.ID); err != nil {
+	requeued, err := s.store.AnnounceNode(c.Request().Context(), n.ID)
+	if err != nil {
 		return err
+	}
+	if requeued > 0 {
+		s.log.Info("node announced; failed jobs of its shard re-queued", "node", n.Name, "requeued_jobs", requeued)
 	}
 	if s.cfg.Converger == nil {
 		return &apiError{http.StatusServiceUnavailable, ProblemDetail{Code: "unavailable", Message: "no workflow engine configured"}}

@@ -233,10 +233,28 @@ func (s *Store) GetNode(ctx context.Context, id string) (Node, error) {
 	return n, notFound(err, "get node")
 }
 
-// TouchNode records that a node announced itself.
-func (s *Store) TouchNode(ctx context.Context, id string) error {
-	_, err := s.pool.Exec(ctx, `UPDATE nodes SET last_seen_at = now() WHERE id = $1`, id)
-	return wrap(err, "touch node")
+// AnnounceNode records that a node announced itself (its agent started)
+// and re-queues provisioning of its shard's failed jobs: a job that failed
+// because this node was down or restarting, or because the shard had no
+// node yet, reaches every node and becomes active, and its lost-run sweep
+// starts with the verdict. It returns how many jobs it re-queued.
+func (s *Store) AnnounceNode(ctx context.Context, id string) (int, error) {
+	var requeued int
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var shardID string
+		var draining bool
+		err := tx.QueryRow(ctx, `UPDATE nodes SET last_seen_at = now() WHERE id = $1 RETURNING shard_id, draining`, id).
+			Scan(&shardID, &draining)
+		if err != nil {
+			return notFound(err, "announce node")
+		}
+		if draining {
+			return nil // provisioning does not go to it
+		}
+		requeued, err = requeueFailed(ctx, tx, shardID)
+		return err
+	})
+	return requeued, err
 }
 
 // ShardIDs lists every shard.

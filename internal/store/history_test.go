@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"os"
 	"testing"
 	"time"
 
@@ -343,6 +344,57 @@ func TestSweepSkipsABadRow(t *testing.T) {
 	}
 }
 
+// A job whose row another transaction holds past the leader session's
+// lock_timeout is skipped and reported (its transaction rolled back), and
+// the sweep goes on with the others: it used to commit the aborted
+// transaction and end the whole round.
+func TestSweepSkipsAJobLockedPastTheLockTimeout(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	locked, free := f.job(0), f.job(0)
+	from := time.Now().UTC().Truncate(time.Minute).Add(-time.Hour)
+	f.sweepFrom(locked.ID, from)
+	f.sweepFrom(free.ID, from)
+	tx, err := f.st.Pool().Begin(ctx)
+	must(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, `SELECT 1 FROM cron_jobs WHERE id = $1 FOR UPDATE`, locked.ID)
+	must(t, err)
+	l, err := f.st.TryLead(ctx, store.HousekeepingLeader, store.LeaderConfig{Keepalive: 100 * time.Millisecond,
+		ConfirmTimeout: 100 * time.Millisecond, LockTimeout: 300 * time.Millisecond})
+	if err != nil || l == nil {
+		t.Fatal(l, err)
+	}
+	defer l.Release(ctx)
+	var rep store.SweepReport
+	err = l.Do(ctx, func(ctx context.Context, c store.Chores) error {
+		var e error
+		rep, e = c.SweepLostRuns(ctx, from.Add(10*time.Minute), time.Minute)
+		return e
+	})
+	if err != nil {
+		t.Fatalf("one locked job row ended the sweep: %v", err)
+	}
+	if len(rep.Skipped) != 1 || rep.Skipped[0].ID != locked.ID {
+		t.Errorf("skipped: %+v, want the locked job", rep.Skipped)
+	}
+	if n := f.count(`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1`, free.ID); n == 0 || n != rep.Lost {
+		t.Errorf("free job: %d lost rows, report %d", n, rep.Lost)
+	}
+	// The lead's session is usable after the rolled-back job: a later
+	// duty runs, and once the lock is gone the skipped job is swept.
+	must(t, tx.Rollback(ctx))
+	err = l.Do(ctx, func(ctx context.Context, c store.Chores) error {
+		var e error
+		rep, e = c.SweepLostRuns(ctx, from.Add(10*time.Minute), time.Minute)
+		return e
+	})
+	must(t, err)
+	if n := f.count(`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1`, locked.ID); n == 0 || len(rep.Skipped) != 0 {
+		t.Errorf("after the lock: %d lost rows of the once-locked job, skipped %+v", n, rep.Skipped)
+	}
+}
+
 // not_before moves at create, enable and schedule or time zone changes,
 // not at command-only edits, and reaches the desired job.
 func TestNotBefore(t *testing.T) {
@@ -496,5 +548,191 @@ func TestReplacingFailureNeverLifts(t *testing.T) {
 	}
 	if got := f.get(j.ID); got.Enabled || got.Status != wire.StatusAutoDisabled || got.ConsecutiveFailures != 3 {
 		t.Errorf("after a third failure: %+v; want 3 failures, still auto_disabled", got)
+	}
+}
+
+// A job created on a shard without nodes is not active: nothing runs it.
+// It is failed, a retry accepts it, and a node's announce re-queues it;
+// the provisioning that puts it on the node starts its sweep.
+func TestJobOnAShardWithoutNodesWaitsForANode(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	_, err := f.st.DeleteNode(ctx, f.node.ID)
+	must(t, err)
+	j, _, err := f.st.CreateJob(ctx, f.tenant, store.JobFields{WebrootID: f.webroot, Schedule: "* * * * *", Timezone: "UTC",
+		Command: "true", Enabled: true, TimeoutSeconds: 60, MaxMemoryMB: 64, MaxFailures: 5}, nil)
+	must(t, err)
+	provision := func(status wire.Status, took int) store.CronJob {
+		t.Helper()
+		ok, err := f.st.SetProvisioned(ctx, j.ID, f.get(j.ID).Version, status, "", took)
+		if err != nil || !ok {
+			t.Fatalf("SetProvisioned: %v %v", ok, err)
+		}
+		return f.get(j.ID)
+	}
+	sweptNull := func() bool {
+		var null bool
+		must(t, f.st.Pool().QueryRow(ctx, `SELECT swept_until IS NULL FROM cron_jobs WHERE id = $1`, j.ID).Scan(&null))
+		return null
+	}
+	// The workflow found no node: "active", no node took it.
+	if got := provision(wire.StatusActive, 0); got.Status != wire.StatusFailed || got.StatusMessage != store.NoNodeMessage {
+		t.Fatalf("no node: %s %q, want failed %q", got.Status, got.StatusMessage, store.NoNodeMessage)
+	}
+	if !sweptNull() {
+		t.Fatal("the sweep of a job no node has started")
+	}
+	if _, err := f.st.RetryJob(ctx, j.ID, 0); err != nil {
+		t.Fatalf("retry of a job no node has: %v", err)
+	}
+	provision(wire.StatusActive, 0)
+
+	sh, err := f.st.GetShard(ctx, f.node.ShardID)
+	must(t, err)
+	n2, _, err := f.st.CreateNode(ctx, sh.ID, "node2")
+	must(t, err)
+	requeued, err := f.st.AnnounceNode(ctx, n2.ID)
+	must(t, err)
+	if got := f.get(j.ID); requeued != 1 || got.Status != wire.StatusPending {
+		t.Fatalf("announce re-queued %d, job %s; want 1, pending", requeued, got.Status)
+	}
+	if n := f.count(`SELECT count(*) FROM cron_job_tasks WHERE cron_job_id = $1 AND action = 'retry' AND version = $2`,
+		j.ID, f.get(j.ID).Version); n != 1 {
+		t.Fatalf("%d retry tasks queued at the new version, want 1", n)
+	}
+	if got := provision(wire.StatusActive, 1); got.Status != wire.StatusActive || sweptNull() {
+		t.Errorf("after the node took it: %s, swept NULL %v; want active and swept", got.Status, sweptNull())
+	}
+	// A second announce (the agent restarts) finds nothing failed.
+	if requeued, err := f.st.AnnounceNode(ctx, n2.ID); err != nil || requeued != 0 {
+		t.Errorf("second announce re-queued %d (%v), want 0", requeued, err)
+	}
+}
+
+// A job whose provisioning no node took (a one-node shard whose agent
+// restarted meanwhile) reaches the node by its converge, which writes no
+// verdict. The node's first report of the current version starts the
+// sweep at that run's slot: slots the node then misses are lost, none
+// before it is. A report of an older version starts nothing.
+func TestOutcomeStartsTheSweepOfAJobNoVerdictPutOnANode(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	j, _, err := f.st.CreateJob(ctx, f.tenant, store.JobFields{WebrootID: f.webroot, Schedule: "* * * * *", Timezone: "UTC",
+		Command: "true", Enabled: true, TimeoutSeconds: 60, MaxMemoryMB: 64, MaxFailures: 5}, nil)
+	must(t, err)
+	_, err = f.st.Pool().Exec(ctx, `UPDATE cron_jobs SET not_before = now() - interval '2 hours' WHERE id = $1`, j.ID)
+	must(t, err)
+	ok, err := f.st.SetProvisioned(ctx, j.ID, j.Version, wire.StatusFailed, "not provisioned on node1: restarting", 0)
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	j = f.get(j.ID)
+	lost := func() int {
+		return f.count(`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1 AND result = 'lost'`, j.ID)
+	}
+
+	// A run of an older version (the node had only that) starts nothing.
+	old := j
+	old.Version--
+	f.outcome(old, time.Now().Add(-90*time.Minute).Truncate(time.Minute), wire.ResultSuccess)
+	_, err = f.st.SweepLostRuns(ctx, time.Now().Add(time.Hour), time.Minute)
+	must(t, err)
+	if n := lost(); n != 0 {
+		t.Fatalf("%d lost runs after a report of an older version only", n)
+	}
+
+	slot := time.Now().Add(-time.Hour).Truncate(time.Minute)
+	f.outcome(j, slot, wire.ResultExitCode)
+	for h := 1; h <= 3; h++ {
+		_, err := f.st.SweepLostRuns(ctx, time.Now().Add(time.Duration(h)*time.Hour), time.Minute)
+		must(t, err)
+	}
+	if n := lost(); n < 3*60 {
+		t.Errorf("%d lost runs in the 4 hours after the node's report, want every unreported slot since", n)
+	}
+	if n := f.count(`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1 AND result = 'lost' AND scheduled_at <= $2`,
+		j.ID, slot); n != 0 {
+		t.Errorf("%d lost runs at or before the slot the node first reported", n)
+	}
+}
+
+// oldReplicaProvisioned is the verdict of a replica from before migration
+// 005 (a5faaec's SetProvisioned, verbatim), still running in a rolling
+// deploy: it keeps a NULL swept_until it finds.
+func (f *fixture) oldReplicaProvisioned(j store.CronJob, status wire.Status) {
+	f.t.Helper()
+	tag, err := f.st.Pool().Exec(context.Background(), `
+		UPDATE cron_jobs SET status = $3, status_message = $4, updated_at = now(),
+		       swept_until = CASE WHEN $3 IN ($5, $7) AND not_before >= swept_until THEN now() ELSE swept_until END
+		WHERE id = $1 AND version = $2 AND status = $6`,
+		j.ID, j.Version, status, "", wire.StatusActive, wire.StatusPending, wire.StatusFailed)
+	must(f.t, err)
+	if tag.RowsAffected() != 1 {
+		f.t.Fatal("not provisioned")
+	}
+}
+
+// Rolling deploy across migration 005: a job this version created (NULL
+// swept_until) that an old replica's verdict made active is swept from
+// that verdict, as the old replica's rule had it; one on a shard without
+// nodes is not (nothing runs it).
+func TestJobAnOldReplicaMadeActiveIsSwept(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	newJob := func() store.CronJob {
+		j, _, err := f.st.CreateJob(ctx, f.tenant, store.JobFields{WebrootID: f.webroot, Schedule: "* * * * *", Timezone: "UTC",
+			Command: "true", Enabled: true, TimeoutSeconds: 60, MaxMemoryMB: 64, MaxFailures: 5}, nil)
+		must(t, err)
+		_, err = f.st.Pool().Exec(ctx, `UPDATE cron_jobs SET not_before = now() - interval '1 hour' WHERE id = $1`, j.ID)
+		must(t, err)
+		return j
+	}
+	j := newJob()
+	verdict := time.Now()
+	f.oldReplicaProvisioned(j, wire.StatusActive)
+	rep, err := f.st.SweepLostRuns(ctx, verdict.Add(time.Hour), time.Minute)
+	must(t, err)
+	if rep.Lost < 50 {
+		t.Errorf("%d lost runs in the hour after an old replica made the job active, want about 58", rep.Lost)
+	}
+	if n := f.count(`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1 AND scheduled_at < $2`, j.ID, verdict.Add(-time.Second)); n != 0 {
+		t.Errorf("%d lost runs before the old replica's verdict", n)
+	}
+
+	// The same on a shard without nodes: not swept.
+	_, err = f.st.DeleteNode(ctx, f.node.ID)
+	must(t, err)
+	k := newJob()
+	f.oldReplicaProvisioned(k, wire.StatusActive)
+	_, err = f.st.SweepLostRuns(ctx, time.Now().Add(time.Hour), time.Minute)
+	must(t, err)
+	if n := f.count(`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1`, k.ID); n != 0 {
+		t.Errorf("%d lost runs of a job on a shard without nodes", n)
+	}
+}
+
+// Migration 006 provisions again the jobs 005's code left active with a
+// NULL swept_until (a provisioning no node took), so a verdict of the
+// current rules decides where their sweep starts.
+func TestMigration006RequeuesActiveJobsNoNodeTook(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	stuck := f.job(0)
+	fine := f.job(0)
+	_, err := f.st.Pool().Exec(ctx, `UPDATE cron_jobs SET swept_until = NULL WHERE id = $1`, stuck.ID)
+	must(t, err)
+	sql, err := os.ReadFile("migrations/006_sweep_old_writers.sql")
+	must(t, err)
+	_, err = f.st.Pool().Exec(ctx, string(sql))
+	must(t, err)
+	if got := f.get(stuck.ID); got.Status != wire.StatusPending || got.Version != stuck.Version+1 {
+		t.Errorf("active job with NULL swept_until: %s v%d, want pending v%d", got.Status, got.Version, stuck.Version+1)
+	}
+	if n := f.count(`SELECT count(*) FROM cron_job_tasks WHERE cron_job_id = $1 AND action = 'retry' AND version = $2`,
+		stuck.ID, stuck.Version+1); n != 1 {
+		t.Errorf("%d retry tasks, want 1", n)
+	}
+	if got := f.get(fine.ID); got.Status != wire.StatusActive || got.Version != fine.Version {
+		t.Errorf("a swept active job was touched: %s v%d", got.Status, got.Version)
 	}
 }

@@ -408,21 +408,27 @@ func (s *Store) RunNow(ctx context.Context, id string, ifVersion int64) (CronJob
 // status, a message, and took, how many of the shard's nodes have this
 // version. It changes nothing if the job has moved on (another version) or
 // left pending, so a slow workflow cannot overwrite a newer state such as
-// auto_disabled. Where the lost-run sweep stands afterwards is
+// auto_disabled. The verdict stored is provisionedVerdict's (a job no node
+// took is never active) and where the lost-run sweep stands afterwards is
 // sweepAfterProvisioning's decision.
 func (s *Store) SetProvisioned(ctx context.Context, id string, version int64, status wire.Status, message string, took int) (bool, error) {
 	set := false
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var swept *time.Time
 		var now time.Time
-		err := tx.QueryRow(ctx, `SELECT swept_until, now() FROM cron_jobs WHERE id = $1 AND version = $2 AND status = $3 FOR UPDATE`,
-			id, version, wire.StatusPending).Scan(&swept, &now)
+		var nodes int
+		err := tx.QueryRow(ctx, `SELECT j.swept_until, now(),
+			       (SELECT count(*) FROM nodes n WHERE n.shard_id = t.shard_id AND NOT n.draining)
+			FROM cron_jobs j JOIN tenants t ON t.id = j.tenant_id
+			WHERE j.id = $1 AND j.version = $2 AND j.status = $3 FOR UPDATE OF j`,
+			id, version, wire.StatusPending).Scan(&swept, &now, &nodes)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil // moved on, or gone
 		}
 		if err != nil {
 			return fmt.Errorf("set provisioned: %w", err)
 		}
+		status, message, took = provisionedVerdict(status, message, took, nodes)
 		_, err = tx.Exec(ctx, `UPDATE cron_jobs SET status = $2, status_message = $3, updated_at = now(), swept_until = $4 WHERE id = $1`,
 			id, status, message, sweepAfterProvisioning(swept, status, took, now))
 		if err != nil {
@@ -432,6 +438,32 @@ func (s *Store) SetProvisioned(ctx context.Context, id string, version int64, st
 		return nil
 	})
 	return set, err
+}
+
+// NoNodeMessage is the status message of a job that is enabled but on no
+// node because its shard has none (or only draining ones).
+const NoNodeMessage = "not provisioned on any node: the shard has no node that is not draining; " +
+	"it is provisioned again when a node announces itself"
+
+// provisionedVerdict is the verdict stored for a provisioning the workflow
+// reported as status with took nodes having the version; nodes is how many
+// of the shard's nodes are not draining now. An active job is one that
+// runs, so a job no node took is never active:
+//   - active with took 0 and no node: the shard has none, nothing runs it;
+//     it is failed (NoNodeMessage), which a node's announce re-queues
+//     (requeueFailed) and a retry accepts;
+//   - active with took 0 on a shard that has nodes: a workflow worker from
+//     before SetJobStatus had took (it decodes as 0); active meant every
+//     node took it, so took is the node count;
+//   - anything else stands as reported.
+func provisionedVerdict(status wire.Status, message string, took, nodes int) (wire.Status, string, int) {
+	if status != wire.StatusActive || took > 0 {
+		return status, message, took
+	}
+	if nodes == 0 {
+		return wire.StatusFailed, NoNodeMessage, 0
+	}
+	return status, message, nodes
 }
 
 // sweepAfterProvisioning decides where the lost-run sweep of a job stands
@@ -446,7 +478,8 @@ func (s *Store) SetProvisioned(ctx context.Context, id string, version int64, st
 //     keeps the schedule (a command edit, a retry) the nodes ran these
 //     slots all along, even if none took the new version;
 //   - if no node took it (every node failed, or the shard has none), a
-//     sweep that had not started stays off: nothing runs the schedule.
+//     sweep that had not started stays off: nothing runs the schedule
+//     (until a node reports a run of it: sweepAfterOutcome).
 func sweepAfterProvisioning(swept *time.Time, status wire.Status, took int, now time.Time) *time.Time {
 	runs := status == wire.StatusActive || status == wire.StatusFailed
 	if swept != nil || took <= 0 || !runs {

@@ -100,6 +100,12 @@ type Leader struct {
 // replica that vanished from the network within about half a minute.
 func (s *Store) TryLead(ctx context.Context, key LeaderKey, cfg LeaderConfig) (*Leader, error) {
 	cfg = cfg.withDefaults()
+	// Taking the lead never waits long: a pool with no free connection or
+	// a PostgreSQL that does not answer fails the attempt within
+	// LockTimeout (pg_try_advisory_lock itself never waits), and the next
+	// tick tries again.
+	ctx, cancelTry := context.WithTimeout(ctx, cfg.LockTimeout)
+	defer cancelTry()
 	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("lead: acquire connection: %w", err)

@@ -218,3 +218,25 @@ func TestNoDutyOnTwoReplicasAtOnce(t *testing.T) {
 		t.Errorf("the scenario did not exercise takeovers: %d kills, %d leads, %d duties", kills, took, duties.Load())
 	}
 }
+
+// Taking the lead is bounded: with no free connection in the pool the
+// attempt fails within LockTimeout instead of holding up the replica's
+// housekeeping tick.
+func TestTryLeadIsBounded(t *testing.T) {
+	db := pgtest.NewDB(t)
+	st, err := store.Open(context.Background(), db.DSN, 1)
+	must(t, err)
+	t.Cleanup(st.Close)
+	busy, err := st.Pool().Acquire(context.Background())
+	must(t, err)
+	defer busy.Release()
+	start := time.Now()
+	l, err := st.TryLead(context.Background(), store.HousekeepingLeader, store.LeaderConfig{LockTimeout: 300 * time.Millisecond})
+	if err == nil {
+		l.Release(context.Background())
+		t.Fatal("took the lead without a connection")
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("TryLead gave up after %s, want about the 300 ms lock timeout", took)
+	}
+}

@@ -90,6 +90,9 @@ func (s *Store) RecordOutcome(ctx context.Context, node Node, jobID string, o Ou
 		if err := writeRun(ctx, tx, node, jobID, o, step); err != nil {
 			return err
 		}
+		if err := startSweepOnOutcome(ctx, tx, job, o); err != nil {
+			return err
+		}
 		res.Replaced = step == replaceRun
 		var st autoDisableStep
 		res.Job, st, err = recount(ctx, tx, job, res.Replaced)
@@ -97,6 +100,47 @@ func (s *Store) RecordOutcome(ctx context.Context, node Node, jobID string, o Ou
 		return err
 	})
 	return res, err
+}
+
+// startSweepOnOutcome starts the lost-run sweep of a job a node reported a
+// run of (sweepAfterOutcome), inside tx, which holds the job's row.
+func startSweepOnOutcome(ctx context.Context, tx pgx.Tx, job CronJob, o Outcome) error {
+	var swept *time.Time
+	var now time.Time
+	if err := tx.QueryRow(ctx, `SELECT swept_until, now() FROM cron_jobs WHERE id = $1`, job.ID).Scan(&swept, &now); err != nil {
+		return fmt.Errorf("outcome: read sweep: %w", err)
+	}
+	from := sweepAfterOutcome(swept, o.Version, job.Version, o.ScheduledAt, now)
+	if from == swept {
+		return nil
+	}
+	_, err := tx.Exec(ctx, `UPDATE cron_jobs SET swept_until = $2 WHERE id = $1`, job.ID, *from)
+	return wrap(err, "outcome: start sweep")
+}
+
+// sweepAfterOutcome decides where the lost-run sweep of a job stands after
+// a node reported a run of version of the job at slot (swept is where it
+// stood; jobVersion the job's current version). A result of any kind for
+// the current version proves that a node has the current schedule, however
+// it got there (a converge, a provisioning whose verdict said no node took
+// it), so a sweep that had not started starts:
+//   - at the run's slot: the timers do not catch up (Persistent=no), so the
+//     node had the schedule when the slot fired; slots before it are never
+//     counted, and the slots after it are the node's;
+//   - never later than now, whatever slot a node claims.
+//
+// A run of an older version proves nothing about the current schedule
+// (a schedule change may have come since), and a sweep that had started
+// goes on where it was.
+func sweepAfterOutcome(swept *time.Time, version, jobVersion int64, slot, now time.Time) *time.Time {
+	if swept != nil || version != jobVersion {
+		return swept
+	}
+	from := slot
+	if from.After(now) {
+		from = now
+	}
+	return &from
 }
 
 // storedResult is the result recorded under a run key, nil if none.

@@ -1,8 +1,13 @@
 package store
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/hostcron/hostcron/internal/wire"
 )
@@ -30,6 +35,117 @@ func TestSweepAfterProvisioning(t *testing.T) {
 			got := sweepAfterProvisioning(tc.swept, tc.status, tc.took, now)
 			if (got == nil) != (tc.want == nil) || got != nil && !got.Equal(*tc.want) {
 				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestProvisionedVerdict(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		status      wire.Status
+		took, nodes int
+		wantStatus  wire.Status
+		wantNoNode  bool
+		wantTook    int
+	}{
+		{"every node took it", wire.StatusActive, 3, 3, wire.StatusActive, false, 3},
+		{"a shard without nodes: no node runs it, failed", wire.StatusActive, 0, 0, wire.StatusFailed, true, 0},
+		{"a worker from before took (decoded 0): active meant every node", wire.StatusActive, 0, 2, wire.StatusActive, false, 2},
+		{"failed on every node stays failed", wire.StatusFailed, 0, 2, wire.StatusFailed, false, 0},
+		{"failed on some nodes stays failed", wire.StatusFailed, 1, 2, wire.StatusFailed, false, 1},
+		{"disabled without nodes: nothing runs anyway", wire.StatusDisabled, 0, 0, wire.StatusDisabled, false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status, msg, took := provisionedVerdict(tc.status, "as reported", tc.took, tc.nodes)
+			if status != tc.wantStatus || took != tc.wantTook || (msg == NoNodeMessage) != tc.wantNoNode {
+				t.Errorf("got %s %q took %d, want %s (no-node message %v) took %d", status, msg, took, tc.wantStatus, tc.wantNoNode, tc.wantTook)
+			}
+			// An active job runs on a node, so its sweep has started.
+			if status == wire.StatusActive && sweepAfterProvisioning(nil, status, took, time.Now()) == nil {
+				t.Errorf("active with the sweep not started")
+			}
+		})
+	}
+}
+
+func TestSweepAfterOutcome(t *testing.T) {
+	now := time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC)
+	slot := now.Add(-10 * time.Minute)
+	earlier := now.Add(-time.Hour)
+	later := now.Add(time.Minute)
+	for _, tc := range []struct {
+		name         string
+		swept        *time.Time
+		version, cur int64
+		slot         time.Time
+		want         *time.Time
+	}{
+		{"a run of the current version starts the sweep at its slot", nil, 4, 4, slot, &slot},
+		{"a slot a node claims in the future: now at the latest", nil, 4, 4, later, &now},
+		{"a run of an older version proves nothing of the current schedule", nil, 3, 4, slot, nil},
+		{"a started sweep goes on where it was", &earlier, 4, 4, slot, &earlier},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := sweepAfterOutcome(tc.swept, tc.version, tc.cur, tc.slot, now)
+			if (got == nil) != (tc.want == nil) || got != nil && !got.Equal(*tc.want) {
+				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestSkipJob(t *testing.T) {
+	lockTimeout := fmt.Errorf("sweep j: lock job: %w", &pgconn.PgError{Code: "55P03", Message: "canceling statement due to lock timeout"})
+	statementTimeout := fmt.Errorf("sweep j: %w", &pgconn.PgError{Code: "57014", Message: "canceling statement due to statement timeout"})
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		err  error
+		want bool
+	}{
+		{"swept", context.Background(), nil, false},
+		{"a schedule that does not parse", context.Background(), fmt.Errorf("sweep j: %w", errBadSchedule), true},
+		{"a row locked past lock_timeout", context.Background(), lockTimeout, true},
+		{"a statement past statement_timeout", context.Background(), statementTimeout, true},
+		{"another database error ends the sweep", context.Background(), &pgconn.PgError{Code: "08006"}, false},
+		{"a broken connection ends the sweep", context.Background(), errors.New("conn closed"), false},
+		{"a cancelled duty ends the sweep, whatever the error", cancelled, statementTimeout, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := skipJob(tc.ctx, tc.err); got != tc.want {
+				t.Errorf("skipJob = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestSweepFrom(t *testing.T) {
+	swept := time.Date(2026, 11, 22, 8, 0, 0, 0, time.UTC)
+	verdict := swept.Add(10 * time.Minute)
+	notBefore := swept.Add(-time.Hour)
+	for _, tc := range []struct {
+		name      string
+		swept     *time.Time
+		status    wire.Status
+		notBefore time.Time
+		hasNode   bool
+		want      time.Time
+		wantOK    bool
+	}{
+		{"a started sweep goes on", &swept, wire.StatusActive, notBefore, true, swept, true},
+		{"never before not_before", &swept, wire.StatusFailed, verdict.Add(time.Hour), true, verdict.Add(time.Hour), true},
+		{"no node has the current schedule: not swept", nil, wire.StatusFailed, notBefore, true, time.Time{}, false},
+		{"pending: not swept", nil, wire.StatusPending, notBefore, true, time.Time{}, false},
+		{"active by an old replica: from its verdict", nil, wire.StatusActive, notBefore, true, verdict, true},
+		{"active by an old replica on a shard without nodes: nothing runs it", nil, wire.StatusActive, notBefore, false, time.Time{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := sweepFrom(tc.swept, tc.status, verdict, tc.notBefore, tc.hasNode)
+			if ok != tc.wantOK || !got.Equal(tc.want) {
+				t.Errorf("got %v %v, want %v %v", got, ok, tc.want, tc.wantOK)
 			}
 		})
 	}
