@@ -23,6 +23,8 @@ func TestScheduleChangeDuringRunReports(t *testing.T) {
 	const node = "node1"
 	job := c.NewJob(t, "acme", "*/10 * * * * *", "sleep 8", 30, 64, 5)
 	c.Agent(t, node, []wire.Job{job}, nil, "apply")
+	// The tests after this one count the units on the nodes.
+	t.Cleanup(func() { c.Agent(t, node, nil, nil, "remove", job.UnitName()) })
 	service := job.UnitName() + ".service"
 	show := func(prop string) string {
 		out, err := c.Exec(node, nil, "systemctl", "show", "-P", prop, service)
@@ -69,6 +71,8 @@ func TestRunNowDuringARunRuns(t *testing.T) {
 	const node = "node2"
 	job := c.NewJob(t, "acme", "*/10 * * * * *", "sleep 6", 30, 64, 5)
 	c.Agent(t, node, []wire.Job{job}, nil, "apply")
+	// The tests after this one count the units on the nodes.
+	t.Cleanup(func() { c.Agent(t, node, nil, nil, "remove", job.UnitName()) })
 	service := job.UnitName() + ".service"
 	deadline := time.Now().Add(30 * time.Second)
 	for {
