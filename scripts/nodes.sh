@@ -20,14 +20,16 @@
 set -euo pipefail
 
 CACHE=${HOSTCRON_CACHE:-/var/cache/hostcron}
-ROOTFS=$CACHE/rootfs-bookworm-v2
+ROOTFS=$CACHE/rootfs-bookworm-v3
 NODES_DIR=${NODES_DIR:-/run/hostcron-nodes}
 SHARED=${SHARED:-$NODES_DIR/shared}
 BOOT_TIMEOUT=${BOOT_TIMEOUT:-60}
 # Packages every node needs: systemd and D-Bus, tzdata for OnCalendar zones,
 # util-linux for flock/nsenter, ca-certificates for the agent's TLS,
-# faketime and iptables for the fault tier (clock skew, dropped traffic).
-PACKAGES=systemd,systemd-sysv,dbus,util-linux,tzdata,ca-certificates,procps,faketime,iptables
+# faketime and iptables for the fault tier (clock skew, dropped traffic),
+# php8.2-cli (pulls php8.2-opcache) for the PHP workload under the hardened
+# unit (tests/e2e/workload_test.go). Changing this list: bump the cache key.
+PACKAGES=systemd,systemd-sysv,dbus,util-linux,tzdata,ca-certificates,procps,faketime,iptables,php8.2-cli
 if [ -f /sys/fs/cgroup/unified/cgroup.procs ]; then   # hybrid host
   CG1=/sys/fs/cgroup/systemd; CG2=/sys/fs/cgroup/unified
   V1_CONTROLLERS="memory pids"

@@ -1,7 +1,11 @@
 package runner
 
 import (
+	"bufio"
+	"bytes"
+	"errors"
 	"os"
+	"path"
 	"strconv"
 	"strings"
 	"syscall"
@@ -11,9 +15,14 @@ import (
 // The unit's MemoryMax= is the limit. Where the kernel cannot enforce it
 // for the unit (a node whose memory controller is a read-only cgroup v1
 // hierarchy, as in systemd-nspawn on a hybrid host), the runner enforces
-// it itself: it samples the resident memory of the command's process group
-// and kills the group when it exceeds the limit. On a unified (v2) host the
-// kernel enforces the limit and this watch stays off.
+// it itself: it samples the memory of every process in the unit's cgroup
+// and, at the limit, kills all of them but itself. On a unified (v2) host
+// the kernel enforces the limit and this watch stays off.
+//
+// The unit's cgroup, not the command's process group: a command can leave
+// its process group (setsid, setpgid) but not the cgroup, whose
+// cgroup.procs files in other cgroups only root may write. The runner
+// counts too, as the kernel would: the limit is the unit's.
 
 // kernelEnforcesMemory reports whether this process sits in a cgroup with
 // a memory limit the kernel applies.
@@ -48,11 +57,262 @@ func kernelEnforcesMemory() bool {
 	return false
 }
 
-// watchMemory kills process group pgid once its resident memory exceeds
-// limit bytes, and reports on the returned channel whether it did. It
-// stops when done is closed.
-func watchMemory(pgid int, limit int64, done <-chan struct{}) <-chan bool {
+// unitCgroupPath is the cgroup this process is in, from /proc/self/cgroup:
+// the name=systemd (v1, hybrid) line if there is one, else the unified 0::
+// line. "" if neither is there.
+func unitCgroupPath(procSelfCgroup string) (hierarchy, cgPath string) {
+	var unified string
+	haveUnified := false
+	for _, line := range strings.Split(procSelfCgroup, "\n") {
+		parts := strings.SplitN(strings.TrimSpace(line), ":", 3)
+		if len(parts) != 3 || !strings.HasPrefix(parts[2], "/") {
+			continue
+		}
+		switch {
+		case parts[1] == "name=systemd":
+			return "systemd", path.Clean(parts[2])
+		case parts[0] == "0" && parts[1] == "":
+			unified, haveUnified = path.Clean(parts[2]), true
+		}
+	}
+	if haveUnified {
+		return "unified", unified
+	}
+	return "", ""
+}
+
+// cgroupProcsCandidates lists, most likely first, the cgroup.procs files
+// that may be the one of cgroup cgPath in hierarchy (from unitCgroupPath).
+// The path in /proc/self/cgroup is relative to the cgroup namespace's root
+// or, in a container without one, to the host's root while the container
+// sees only its own subtree mounted: the path's tails are candidates too.
+// The caller keeps the first that lists its own PID.
+func cgroupProcsCandidates(hierarchy, cgPath string) []string {
+	var mounts []string
+	switch hierarchy {
+	case "systemd":
+		mounts = []string{"/sys/fs/cgroup/systemd"}
+	case "unified":
+		mounts = []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}
+	default:
+		return nil
+	}
+	parts := strings.Split(strings.Trim(cgPath, "/"), "/")
+	var out []string
+	for i := 0; i < len(parts); i++ {
+		tail := strings.Join(parts[i:], "/")
+		if tail == "" {
+			continue
+		}
+		for _, m := range mounts {
+			out = append(out, m+"/"+tail+"/cgroup.procs")
+		}
+	}
+	return out
+}
+
+// unitCgroupProcs is the cgroup.procs file of the service this process
+// runs in, "" if it runs in no service's cgroup (a test, a shell): the
+// memory watch then falls back to the command's process group, since
+// killing a whole session's cgroup is not the runner's to do.
+func unitCgroupProcs() string {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return ""
+	}
+	h, p := unitCgroupPath(string(b))
+	if !strings.HasSuffix(p, ".service") {
+		return ""
+	}
+	self := os.Getpid()
+	for _, f := range cgroupProcsCandidates(h, p) {
+		pids, err := readPids(f)
+		if err != nil {
+			continue
+		}
+		for _, pid := range pids {
+			if pid == self {
+				return f
+			}
+		}
+	}
+	return ""
+}
+
+func readPids(file string) ([]int, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		if pid, err := strconv.Atoi(strings.TrimSpace(sc.Text())); err == nil && pid > 0 {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
+}
+
+// procSample is one process's memory as the watch saw it.
+type procSample struct {
+	PID int
+	// Bytes the process holds that the kernel could not reclaim (no swap:
+	// MemorySwapMax=0): its anonymous and shared-memory resident pages.
+	// Resident file pages (binaries, libraries, mapped files) are page
+	// cache the kernel reclaims before it kills at a cgroup's limit, and
+	// counting them once per process would count shared libraries many
+	// times over.
+	Bytes int64
+	// Hidden: the process is alive but its memory cannot be read (a
+	// non-dumpable process under ProtectProc=invisible).
+	Hidden bool
+}
+
+// memDecision is what the watch does after one sample of the unit.
+type memDecision struct {
+	Total   int64 // bytes counted
+	Kill    bool
+	Victims []int // every sampled process but the runner, when Kill
+	Hidden  int   // processes whose memory could not be counted
+}
+
+// decideMemory is the watch's choice from one sample of the unit's
+// processes: over the limit, every process but the runner (self) goes.
+func decideMemory(samples []procSample, self int, limit int64) memDecision {
+	var d memDecision
+	for _, s := range samples {
+		if s.Hidden {
+			d.Hidden++
+			continue
+		}
+		d.Total += s.Bytes
+	}
+	if limit <= 0 || d.Total <= limit {
+		return d
+	}
+	d.Kill = true
+	for _, s := range samples {
+		if s.PID != self {
+			d.Victims = append(d.Victims, s.PID)
+		}
+	}
+	return d
+}
+
+// parseStatusMemory reads RssAnon and RssShmem (kB) from a
+// /proc/PID/status text, in bytes.
+func parseStatusMemory(status string) (int64, bool) {
+	var total int64
+	found := false
+	for _, line := range strings.Split(status, "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok || (k != "RssAnon" && k != "RssShmem") {
+			continue
+		}
+		f := strings.Fields(v)
+		if len(f) == 0 {
+			continue
+		}
+		n, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			continue
+		}
+		total += n << 10
+		found = true
+	}
+	return total, found
+}
+
+// sampleProc measures one process; ok is false when it is gone.
+func sampleProc(pid int) (s procSample, ok bool) {
+	s.PID = pid
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err == nil {
+		if n, found := parseStatusMemory(string(b)); found {
+			s.Bytes = n
+			return s, true
+		}
+		// A kernel thread or a zombie: no memory of its own.
+		return s, true
+	}
+	// Invisible under ProtectProc=invisible, or gone.
+	if kerr := syscall.Kill(pid, 0); kerr == nil || errors.Is(kerr, syscall.EPERM) {
+		s.Hidden = true
+		return s, true
+	}
+	return s, false
+}
+
+// sampleCgroup measures every process listed in cgroup.procs file procs.
+func sampleCgroup(procs string) []procSample {
+	pids, err := readPids(procs)
+	if err != nil {
+		return nil
+	}
+	out := make([]procSample, 0, len(pids))
+	for _, pid := range pids {
+		if s, ok := sampleProc(pid); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// sampleGroup measures the processes of process group pgid (the fallback
+// outside a service's cgroup).
+func sampleGroup(pgid int) []procSample {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []procSample
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if g, err := syscall.Getpgid(pid); err != nil || g != pgid {
+			continue
+		}
+		if s, ok := sampleProc(pid); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// killCgroup sends SIGKILL to every process in cgroup.procs file procs but
+// self, again while new ones show up (a process forking as it is killed).
+func killCgroup(procs string, self int) {
+	for round := 0; round < 50; round++ {
+		pids, err := readPids(procs)
+		if err != nil {
+			return
+		}
+		left := 0
+		for _, pid := range pids {
+			if pid == self {
+				continue
+			}
+			left++
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		if left == 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// watchMemory enforces limit bytes over the unit: the processes in
+// cgroup.procs file cgroupProcs or, when that is "", the command's
+// process group pgid. At the limit it kills them all but the runner, and
+// reports on the returned channel whether it did. It stops when done is
+// closed.
+func watchMemory(cgroupProcs string, pgid int, limit int64, done <-chan struct{}) <-chan bool {
 	killed := make(chan bool, 1)
+	self := os.Getpid()
 	go func() {
 		t := time.NewTicker(50 * time.Millisecond)
 		defer t.Stop()
@@ -62,43 +322,29 @@ func watchMemory(pgid int, limit int64, done <-chan struct{}) <-chan bool {
 				killed <- false
 				return
 			case <-t.C:
-				if groupRSS(pgid) > limit {
-					_ = syscall.Kill(-pgid, syscall.SIGKILL)
-					<-done
-					killed <- true
-					return
+				var samples []procSample
+				if cgroupProcs != "" {
+					samples = sampleCgroup(cgroupProcs)
+				} else {
+					samples = sampleGroup(pgid)
 				}
+				d := decideMemory(samples, self, limit)
+				if !d.Kill {
+					continue
+				}
+				if cgroupProcs != "" {
+					for _, pid := range d.Victims {
+						_ = syscall.Kill(pid, syscall.SIGKILL)
+					}
+					killCgroup(cgroupProcs, self) // and any forked since the sample
+				} else {
+					_ = syscall.Kill(-pgid, syscall.SIGKILL)
+				}
+				<-done
+				killed <- true
+				return
 			}
 		}
 	}()
 	return killed
-}
-
-// groupRSS sums the resident memory of the processes in group pgid.
-func groupRSS(pgid int) int64 {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0
-	}
-	page := int64(os.Getpagesize())
-	var total int64
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if g, err := syscall.Getpgid(pid); err != nil || g != pgid {
-			continue
-		}
-		statm, err := os.ReadFile("/proc/" + e.Name() + "/statm")
-		if err != nil {
-			continue
-		}
-		f := strings.Fields(string(statm))
-		if len(f) > 1 {
-			rss, _ := strconv.ParseInt(f[1], 10, 64)
-			total += rss * page
-		}
-	}
-	return total
 }

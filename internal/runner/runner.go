@@ -40,6 +40,10 @@ type Env struct {
 	// KernelMemoryLimit: the kernel enforces MemoryMax= for the unit, so
 	// the runner's own memory watch stays off (see memwatch.go).
 	KernelMemoryLimit bool
+	// MemoryCgroup is the unit's cgroup.procs file, whose processes the
+	// memory watch measures and kills; "" outside a service (tests): the
+	// watch then follows the command's process group.
+	MemoryCgroup string
 	// ManualDir holds run-now requests written by the node agent.
 	ManualDir string
 	// ClockFile is the agent's latest measurement of this node's clock
@@ -74,6 +78,7 @@ func Main() int {
 		Heartbeat:  HeartbeatEvery,
 
 		KernelMemoryLimit: kernelEnforcesMemory(),
+		MemoryCgroup:      unitCgroupProcs(),
 		ManualDir:         wire.RunNowDir,
 		ClockFile:         wire.ClockOffsetFile,
 		Boot:              clockoffset.CurrentBoot,
@@ -520,7 +525,7 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 	stopBeat := startHeartbeat(env, stampPath, lease)
 	var oom <-chan bool
 	if spec.MemoryMaxMB > 0 && !env.KernelMemoryLimit {
-		oom = watchMemory(cmd.Process.Pid, int64(spec.MemoryMaxMB)<<20, done)
+		oom = watchMemory(env.MemoryCgroup, cmd.Process.Pid, int64(spec.MemoryMaxMB)<<20, done)
 	}
 	err = cmd.Wait()
 	close(done)
