@@ -51,7 +51,7 @@ fuzz:
 test-e2e:
 	scripts/nodes.sh rootfs
 	scripts/loki.sh build
-	scripts/with-pg.sh $(GO) test -count=1 -p 4 -tags e2e -timeout 80m -v ./tests/e2e/ ./tests/flow/ ./tests/faults/ ./tests/acceptance/
+	scripts/with-pg.sh $(GO) test -count=1 -p 5 -tags e2e -timeout 80m -v ./tests/e2e/ ./tests/flow/ ./tests/faults/ ./tests/faults/control/ ./tests/acceptance/
 
 test: test-unit fuzz test-e2e
 
