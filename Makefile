@@ -46,7 +46,9 @@ fuzz:
 
 # End-to-end tiers, each on its own three booted systemd nodes, run side by
 # side: tests/e2e (node side), tests/flow (API, Temporal, Loki),
-# tests/faults (fault injection) and tests/acceptance (300 slots, outages;
+# tests/faults (fault injection), tests/faults/control (control-plane
+# outages: its own PostgreSQL and Temporal, which it stops; about 20
+# minutes) and tests/acceptance (300 slots, outages;
 # about 55 minutes). Needs root; the rootfs and the Loki binary are cached under $${HOSTCRON_CACHE:-/var/cache/hostcron}.
 test-e2e:
 	scripts/nodes.sh rootfs
