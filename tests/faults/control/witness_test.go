@@ -202,6 +202,8 @@ func dumpOnFailure(t *testing.T, units ...string) {
 			}
 			out, _ := c.Exec(n, nil, args...)
 			t.Logf("journal on %s:\n%s", n, out)
+			out, _ = c.Exec(n, nil, "journalctl", "-q", "--no-pager", "-o", "short-precise", "-n", "80", "-p", "warning", "-u", "node-agent.service")
+			t.Logf("node agent's warnings on %s:\n%s", n, out)
 		}
 	})
 }
