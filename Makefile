@@ -46,12 +46,14 @@ fuzz:
 
 # End-to-end tiers, each on its own three booted systemd nodes, run side by
 # side: tests/e2e (node side), tests/flow (API, Temporal, Loki),
-# tests/faults (fault injection) and tests/acceptance (300 slots, outages;
+# tests/faults (fault injection), tests/faults/control (control-plane
+# outages: its own PostgreSQL and Temporal, which it stops; about 20
+# minutes) and tests/acceptance (300 slots, outages;
 # about 55 minutes). Needs root; the rootfs and the Loki binary are cached under $${HOSTCRON_CACHE:-/var/cache/hostcron}.
 test-e2e:
 	scripts/nodes.sh rootfs
 	scripts/loki.sh build
-	scripts/with-pg.sh $(GO) test -count=1 -p 4 -tags e2e -timeout 80m -v ./tests/e2e/ ./tests/flow/ ./tests/faults/ ./tests/acceptance/
+	scripts/with-pg.sh $(GO) test -count=1 -p 5 -tags e2e -timeout 80m -v ./tests/e2e/ ./tests/flow/ ./tests/faults/ ./tests/faults/control/ ./tests/acceptance/
 
 test: test-unit fuzz test-e2e
 

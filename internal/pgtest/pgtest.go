@@ -36,9 +36,15 @@ func Create(ctx context.Context, prefix string, maxConns int32) (*DB, error) {
 	if admin == "" {
 		return nil, fmt.Errorf("%s not set; run under scripts/with-pg.sh", EnvDSN)
 	}
+	return CreateAt(ctx, admin, prefix, maxConns)
+}
+
+// CreateAt is Create in the cluster whose admin DSN is admin (a cluster of
+// the caller's own, e.g. one a fault test stops).
+func CreateAt(ctx context.Context, admin, prefix string, maxConns int32) (*DB, error) {
 	u, err := url.Parse(admin)
 	if err != nil {
-		return nil, fmt.Errorf("parse %s: %w", EnvDSN, err)
+		return nil, fmt.Errorf("parse admin DSN: %w", err)
 	}
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)

@@ -10,7 +10,6 @@
 package harness
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -62,6 +61,10 @@ type Options struct {
 	// that every node denies tenants (deny_addresses, and the operator's
 	// firewall where IPAddressDeny= is not enforced): controlplane.go.
 	DenyControlPlane bool
+	// Outages: a PostgreSQL cluster of the tier's own and Temporal state in
+	// a file, so StopPostgres/StartPostgres and StopTemporal/StartTemporal
+	// disturb no other tier (outages.go).
+	PrivatePostgres, RestartableTemporal bool
 }
 
 // Cluster is a running hostcron.
@@ -98,6 +101,9 @@ type Cluster struct {
 	// Options.DenyControlPlane; firewalled the node whose iptables
 	// installed the operator's rule (controlplane.go).
 	controlPlane, firewalled string
+	pgDir    string // the private PostgreSQL cluster ("" without one)
+	pgPort   int
+	tport    int // the embedded Temporal's frontend port
 }
 
 // Start brings everything up; on error it tears down what it started.
@@ -105,7 +111,7 @@ func Start(opts Options) (*Cluster, error) {
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("the end-to-end tier needs root (systemd-nspawn); run `make test-e2e`")
 	}
-	repo, err := filepath.Abs("../..")
+	repo, err := repoRoot()
 	if err != nil {
 		return nil, err
 	}
@@ -182,6 +188,8 @@ func (c *Cluster) Stop() {
 		c.db.Drop()
 	}
 	c.removeControlPlane()
+	c.stopPrivatePostgres()
+	os.RemoveAll(c.base + "-temporal")
 	os.RemoveAll(c.Shared)
 	os.RemoveAll(c.bin)
 	os.RemoveAll(c.base + "-loki")
@@ -193,7 +201,7 @@ func (c *Cluster) Stop() {
 // directories on the shared storage belong to the tenants.
 func (c *Cluster) startStore(ctx context.Context) error {
 	var err error
-	if c.db, err = pgtest.Create(ctx, "hc_e2e", 10); err != nil {
+	if c.db, err = c.createDB(ctx); err != nil {
 		return err
 	}
 	c.Store = c.db.Store
@@ -240,29 +248,9 @@ func (c *Cluster) startTemporal() error {
 	if err := c.makeTrust(); err != nil {
 		return err
 	}
-	c.temporal = exec.Command(tbin, "--ip", c.listenIP(), "--port", fmt.Sprint(port), "--namespace", "default",
-		"--tls-cert", c.trustDir+"/temporal.crt", "--tls-key", c.trustDir+"/temporal.key", "--tls-ca", c.trustDir+"/ca.crt")
-	stderr, _ := c.temporal.StderrPipe()
-	if err := c.temporal.Start(); err != nil {
+	c.tport = port
+	if err := c.launchTemporal(); err != nil {
 		return err
-	}
-	ready := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), "temporal ready") {
-				ready <- true
-			}
-		}
-		ready <- false
-	}()
-	select {
-	case ok := <-ready:
-		if !ok {
-			return fmt.Errorf("temporal-dev exited before it was ready")
-		}
-	case <-time.After(60 * time.Second):
-		return fmt.Errorf("temporal-dev not ready after 60s")
 	}
 	c.temporalAddr = net.JoinHostPort(c.listenIP(), fmt.Sprint(port))
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
