@@ -1,11 +1,13 @@
 package workflows
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -26,6 +28,18 @@ const maxBatches = 100
 // tasks: runs started before it replay without the check.
 const dedupChange = "skip-handled-task-ids"
 
+// retryChange is the GetVersion change id of asking a node that timed out
+// once more before the verdict (or the delete's end): runs started before
+// it replay with a single round.
+const retryChange = "retry-timed-out-nodes"
+
+// nodeRounds is how many times provisioning asks a node that timed out
+// (no answer within the node timeout: its worker never took the task, or
+// took it and did not finish, as on a node busy with every change that
+// waited out a Temporal outage). A node that answered with an error is
+// not asked again.
+const nodeRounds = 2
+
 // JobWorkflow applies a cron job's changes to every node of its shard, one
 // batch after another. Changes arrive as signals (signal-with-start from
 // the core's outbox dispatcher); each batch loads the job's current state,
@@ -40,13 +54,17 @@ const dedupChange = "skip-handled-task-ids"
 func JobWorkflow(ctx workflow.Context, in JobInput) error {
 	in = in.withDefaults()
 	dedup := workflow.GetVersion(ctx, dedupChange, workflow.DefaultVersion, 1) >= 1
+	rounds := 1
+	if workflow.GetVersion(ctx, retryChange, workflow.DefaultVersion, 1) >= 1 {
+		rounds = nodeRounds
+	}
 	changes := workflow.GetSignalChannel(ctx, SignalChange)
 	for batch := 0; ; batch++ {
 		b, ok := receiveBatch(ctx, changes, &in, dedup)
 		if !ok {
 			return nil // idle: the next change starts a new run
 		}
-		if err := provision(ctx, in); err != nil {
+		if err := provision(ctx, in, rounds, changes); err != nil {
 			return err
 		}
 		if b.runNow != "" {
@@ -176,7 +194,14 @@ func runNowCtx(ctx workflow.Context, nodeID string, timeout time.Duration) workf
 // lost-run sweep starts only once one has; an active verdict no node took,
 // on a shard without nodes, is stored failed). A deleted job's row goes once every
 // node was asked; nodes that missed it drop the units when they converge.
-func provision(ctx workflow.Context, in JobInput) error {
+//
+// A node that timed out is asked again (up to rounds in all) before the
+// verdict, unless a newer change is already queued (its batch asks every
+// node anyway): after a Temporal outage every change that waited reaches
+// each node at once, and one attempt lost or queued past the node timeout
+// must not leave a live node on the old version with the job failed (or,
+// for a delete, the row gone and the units running there).
+func provision(ctx workflow.Context, in JobInput, rounds int, changes workflow.ReceiveChannel) error {
 	var plan JobPlan
 	if err := workflow.ExecuteActivity(coreCtx(ctx), core.LoadJob, in.JobID).Get(ctx, &plan); err != nil {
 		return fmt.Errorf("load job: %w", err)
@@ -184,21 +209,44 @@ func provision(ctx workflow.Context, in JobInput) error {
 	if !plan.Exists {
 		return nil
 	}
-	futures := make([]workflow.Future, len(plan.Nodes))
-	for i, n := range plan.Nodes {
-		nctx := nodeCtx(ctx, n.ID, in.NodeTimeout)
-		if plan.Deleting {
-			// The delete's version goes along: the node's tombstone refuses
-			// every version up to it, which a late apply may still carry.
-			futures[i] = workflow.ExecuteActivity(nctx, node.RemoveUnits, []string{plan.Job.UnitName()}, plan.Job.Version)
-		} else {
-			futures[i] = workflow.ExecuteActivity(nctx, node.ApplyJobs, []wire.Job{plan.Job})
+	errs := make([]error, len(plan.Nodes))
+	reps := make([]wire.NodeReport, len(plan.Nodes))
+	ask := make([]bool, len(plan.Nodes))
+	for i := range ask {
+		ask[i] = true
+	}
+	for round := 1; ; round++ {
+		futures := make([]workflow.Future, len(plan.Nodes))
+		for i, n := range plan.Nodes {
+			if !ask[i] {
+				continue
+			}
+			nctx := nodeCtx(ctx, n.ID, in.NodeTimeout)
+			if plan.Deleting {
+				// The delete's version goes along: the node's tombstone refuses
+				// every version up to it, which a late apply may still carry.
+				futures[i] = workflow.ExecuteActivity(nctx, node.RemoveUnits, []string{plan.Job.UnitName()}, plan.Job.Version)
+			} else {
+				futures[i] = workflow.ExecuteActivity(nctx, node.ApplyJobs, []wire.Job{plan.Job})
+			}
+		}
+		again := false
+		for i, f := range futures {
+			if f == nil {
+				continue
+			}
+			reps[i] = wire.NodeReport{}
+			errs[i] = f.Get(ctx, &reps[i])
+			ask[i] = timedOut(errs[i])
+			again = again || ask[i]
+		}
+		if !again || round >= rounds || (!plan.Deleting && changes.Len() > 0) {
+			break
 		}
 	}
 	var failed []string
-	for i, f := range futures {
-		var rep wire.NodeReport
-		if err := f.Get(ctx, &rep); err != nil {
+	for i, rep := range reps {
+		if err := errs[i]; err != nil {
 			failed = append(failed, fmt.Sprintf("%s: %v", plan.Nodes[i].Name, rootCause(err)))
 		} else if !plan.Deleting && len(rep.Stale) > 0 {
 			// The node's tombstone refused the job: it removed the job at
@@ -225,6 +273,15 @@ func provision(ctx workflow.Context, in JobInput) error {
 	}
 	took := len(plan.Nodes) - len(failed)
 	return workflow.ExecuteActivity(coreCtx(ctx), core.SetJobStatus, in.JobID, plan.Version, status, message, took).Get(ctx, nil)
+}
+
+// timedOut reports whether a node activity ended because its time ran
+// out (the node gave no answer in time, or its retries ran out of time),
+// not because the node refused the work: only such a node is asked again.
+func timedOut(err error) bool {
+	var timeout *temporal.TimeoutError
+	var ae *temporal.ActivityError
+	return errors.As(err, &timeout) || (errors.As(err, &ae) && ae.RetryState() == enumspb.RETRY_STATE_TIMEOUT)
 }
 
 // runNowRequest returns the request id of a run_now change (its outbox
