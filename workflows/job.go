@@ -269,7 +269,7 @@ func provision(ctx workflow.Context, in JobInput, rounds int, changes workflow.R
 		status = wire.StatusDisabled
 	}
 	if len(failed) > 0 {
-		status, message = wire.StatusFailed, "not provisioned on "+strings.Join(failed, "; ")
+		status, message = wire.StatusFailed, wire.NotProvisionedPrefix+strings.Join(failed, "; ")
 	}
 	took := len(plan.Nodes) - len(failed)
 	return workflow.ExecuteActivity(coreCtx(ctx), core.SetJobStatus, in.JobID, plan.Version, status, message, took).Get(ctx, nil)

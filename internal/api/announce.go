@@ -7,9 +7,10 @@ import (
 )
 
 // announce is called by a node agent when it starts: the core records the
-// node as seen, re-queues provisioning of the shard's failed jobs (they
-// may have failed because this node was down, or because the shard had no
-// node) and converges it to its shard's desired state.
+// node as seen, re-queues provisioning of the shard's failed jobs this
+// node's start can cure (they failed on this node, or because the shard
+// had no node; at most once per store.RequeueInterval each) and converges
+// it to its shard's desired state.
 func (s *Server) announce(c echo.Context) error {
 	n := nodeOf(c)
 	requeued, err := s.store.AnnounceNode(c.Request().Context(), n.ID)

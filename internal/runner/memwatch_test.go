@@ -2,8 +2,11 @@ package runner
 
 import (
 	"os"
+	"os/exec"
 	"reflect"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func TestUnitCgroupPath(t *testing.T) {
@@ -99,6 +102,150 @@ func TestParseStatusMemory(t *testing.T) {
 	}
 	if _, ok := parseStatusMemory("Name:\tkthreadd\nState:\tS (sleeping)\n"); ok {
 		t.Error("a kernel thread has no memory fields")
+	}
+}
+
+// smaps_rollup as a 5.x/6.x kernel writes it (this format was read from
+// /proc/self/smaps_rollup on the development host, Linux 6.18).
+const rollupSplit = `56434c82b000-7ffcb5ab4000 ---p 00000000 00:00 0                          [rollup]
+Rss:               31752 kB
+Pss:               10198 kB
+Pss_Dirty:          9116 kB
+Pss_Anon:           9116 kB
+Pss_File:             82 kB
+Pss_Shmem:          1000 kB
+Shared_Clean:       1600 kB
+Shared_Dirty:      20000 kB
+Private_Clean:        36 kB
+Private_Dirty:       116 kB
+Referenced:         1752 kB
+Anonymous:         29116 kB
+KSM:                   0 kB
+LazyFree:              0 kB
+AnonHugePages:         0 kB
+ShmemPmdMapped:        0 kB
+FilePmdMapped:         0 kB
+Shared_Hugetlb:        0 kB
+Private_Hugetlb:       0 kB
+Swap:                  0 kB
+SwapPss:               0 kB
+Locked:                0 kB
+`
+
+// The same from a kernel that does not split Pss (smaps_rollup came in
+// 4.14, the split later).
+const rollupNoSplit = `00400000-7ffcb5ab4000 ---p 00000000 00:00 0                          [rollup]
+Rss:               31752 kB
+Pss:               10198 kB
+Shared_Clean:       1600 kB
+Shared_Dirty:      20000 kB
+Private_Clean:        36 kB
+Private_Dirty:       116 kB
+Referenced:         1752 kB
+Anonymous:         29116 kB
+Swap:                  0 kB
+SwapPss:               0 kB
+Locked:                0 kB
+`
+
+func TestParseSmapsRollup(t *testing.T) {
+	cases := []struct {
+		name  string
+		in    string
+		bytes int64
+		src   memSource
+		ok    bool
+	}{
+		{"Pss_Anon + Pss_Shmem, not Pss_File or Rss", rollupSplit, 10116 << 10, memPssAnonShmem, true},
+		{"no split: the whole Pss", rollupNoSplit, 10198 << 10, memPss, true},
+		{"Pss_Anon alone still splits", "Pss:  50 kB\nPss_Anon:  20 kB\n", 20 << 10, memPssAnonShmem, true},
+		{"empty (read of a zombie)", "", 0, memNone, false},
+		{"garbage", "Pss: lots\n", 0, memNone, false},
+	}
+	for _, tc := range cases {
+		n, src, ok := parseSmapsRollup(tc.in)
+		if n != tc.bytes || src != tc.src || ok != tc.ok {
+			t.Errorf("%s: got %d %v %v, want %d %v %v", tc.name, n, src, ok, tc.bytes, tc.src, tc.ok)
+		}
+	}
+}
+
+func TestProcMemoryFallbacks(t *testing.T) {
+	status := "Name:\tphp\nRssAnon:\t   20000 kB\nRssFile:\t    9000 kB\nRssShmem:\t    1000 kB\n"
+	kthread := "Name:\tkthreadd\nState:\tS (sleeping)\n"
+	cases := []struct {
+		name     string
+		rollup   string
+		rollupOK bool
+		status   string
+		statusOK bool
+		bytes    int64
+		src      memSource
+		readable bool
+	}{
+		{"smaps_rollup wins over status", rollupSplit, true, status, true, 10116 << 10, memPssAnonShmem, true},
+		{"an old kernel's Pss", rollupNoSplit, true, status, true, 10198 << 10, memPss, true},
+		// A non-dumpable process of the same user: no ptrace access.
+		{"smaps_rollup refused: status", "", false, status, true, 21000 << 10, memRss, true},
+		{"smaps_rollup without fields: status", "nothing\n", true, status, true, 21000 << 10, memRss, true},
+		{"a kernel thread or zombie counts 0", "", false, kthread, true, 0, memNone, true},
+		{"neither readable: gone or hidden", "", false, "", false, 0, memNone, false},
+	}
+	for _, tc := range cases {
+		n, src, ok := procMemory(tc.rollup, tc.rollupOK, tc.status, tc.statusOK)
+		if n != tc.bytes || src != tc.src || ok != tc.readable {
+			t.Errorf("%s: got %d %v %v, want %d %v %v", tc.name, n, src, ok, tc.bytes, tc.src, tc.readable)
+		}
+	}
+}
+
+func TestWatchInterval(t *testing.T) {
+	cases := []struct{ cost, want time.Duration }{
+		{0, 100 * time.Millisecond},
+		{200 * time.Microsecond, 100 * time.Millisecond},
+		{10 * time.Millisecond, 100 * time.Millisecond},
+		{20 * time.Millisecond, 200 * time.Millisecond}, // a 1 GB job
+		{300 * time.Millisecond, time.Second},
+	}
+	for _, tc := range cases {
+		if got := watchInterval(tc.cost); got != tc.want {
+			t.Errorf("watchInterval(%v) = %v, want %v", tc.cost, got, tc.want)
+		}
+	}
+}
+
+// A command that loads 150 MB and forks three workers (pcntl_fork,
+// multiprocessing, a pre-fork server) holds ~150 MB the kernel could not
+// reclaim: the pages are shared copy-on-write. Summing RssAnon per process
+// counted them four times (~626 MB) and killed the run as oom, a failure
+// charged to the tenant, at a 400 MB limit the kernel would allow. The
+// proportional count takes them once, and still all of them.
+func TestSampleGroupCountsCOWPagesOnce(t *testing.T) {
+	py := `import os,time
+b=bytearray(150<<20)
+for i in range(0,len(b),4096): b[i]=1
+ks=[]
+for _ in range(3):
+    p=os.fork()
+    if p==0: time.sleep(3); os._exit(0)
+    ks.append(p)
+time.sleep(3)
+`
+	cmd := exec.Command("python3", "-c", py)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Skip(err)
+	}
+	defer cmd.Wait()
+	defer syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	time.Sleep(1500 * time.Millisecond)
+	samples := sampleGroup(cmd.Process.Pid)
+	d := decideMemory(samples, -1, 400<<20)
+	if len(samples) != 4 {
+		t.Fatalf("sampled %d processes, want the parent and 3 workers: %+v", len(samples), samples)
+	}
+	if d.Kill || d.Total < 150<<20 {
+		t.Errorf("counted %d MB for ~150 MB of anonymous memory shared by 4 processes (kill at 400 MB: %v); want 150 MB and a bit, no kill", d.Total>>20, d.Kill)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -234,27 +235,57 @@ func (s *Store) GetNode(ctx context.Context, id string) (Node, error) {
 }
 
 // AnnounceNode records that a node announced itself (its agent started)
-// and re-queues provisioning of its shard's failed jobs: a job that failed
-// because this node was down or restarting, or because the shard had no
-// node yet, reaches every node and becomes active, and its lost-run sweep
-// starts with the verdict. It returns how many jobs it re-queued.
+// and re-queues provisioning of the shard's failed jobs this node can
+// cure (announceCures): a job whose provisioning failed on this node
+// (down, restarting) or found no node on the shard reaches it and becomes
+// active, and its lost-run sweep starts with the verdict. A job that
+// failed on other nodes only stays failed: this node's start changes
+// nothing for it. A job re-queued within RequeueInterval is skipped, so an
+// agent that crash-loops does not bump versions (tenants' ETags) and queue
+// retries at every start. It returns how many jobs it re-queued.
 func (s *Store) AnnounceNode(ctx context.Context, id string) (int, error) {
 	var requeued int
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var shardID string
+		var shardID, name string
 		var draining bool
-		err := tx.QueryRow(ctx, `UPDATE nodes SET last_seen_at = now() WHERE id = $1 RETURNING shard_id, draining`, id).
-			Scan(&shardID, &draining)
+		err := tx.QueryRow(ctx, `UPDATE nodes SET last_seen_at = now() WHERE id = $1 RETURNING shard_id, name, draining`, id).
+			Scan(&shardID, &name, &draining)
 		if err != nil {
 			return notFound(err, "announce node")
 		}
 		if draining {
 			return nil // provisioning does not go to it
 		}
-		requeued, err = requeueFailed(ctx, tx, shardID)
+		requeued, err = requeueFailed(ctx, tx, shardID, func(message string) bool { return announceCures(message, name) })
 		return err
 	})
 	return requeued, err
+}
+
+// RequeueInterval is how long after a re-queue of a failed job a node's
+// announce leaves that job alone: the default node timeout, the time the
+// retry it queued may take to reach every node. An agent in a crash loop
+// (Restart=always, RestartSec=2) thus re-queues a job at most once per
+// interval, not at every start.
+const RequeueInterval = 2 * time.Minute
+
+// announceCures reports whether the announce of node name can cure a job
+// whose provisioning failed with status message: the shard had no node
+// (NoNodeMessage), or the nodes the failure names (wire.NotProvisionedPrefix,
+// then "name: cause; ...") include this one. A failure on other nodes only
+// is not this node's to cure; a message naming no node (an older format, a
+// message of another origin) is left to a drain, a delete or a retry.
+func announceCures(message, name string) bool {
+	if message == NoNodeMessage {
+		return true
+	}
+	nodes, ok := strings.CutPrefix(message, wire.NotProvisionedPrefix)
+	if !ok || name == "" {
+		return false
+	}
+	// Node names have no ':' or space; a cause that happens to hold
+	// "; name: " only re-queues once more, within the interval's bound.
+	return nodes == name || strings.HasPrefix(nodes, name+": ") || strings.Contains(nodes, "; "+name+": ")
 }
 
 // ShardIDs lists every shard.
@@ -268,17 +299,25 @@ func (s *Store) ShardIDs(ctx context.Context) ([]string, error) {
 
 // DrainNode marks a node as leaving and re-queues provisioning of its
 // shard's failed jobs, which may have failed only because of it. It
-// returns the node and how many jobs it re-queued.
+// returns the node and how many jobs it re-queued. Draining a node that
+// already drains changes nothing and re-queues nothing.
 func (s *Store) DrainNode(ctx context.Context, id string) (Node, int, error) {
 	var n Node
 	var requeued int
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var was bool
+		if err := tx.QueryRow(ctx, `SELECT draining FROM nodes WHERE id = $1 FOR UPDATE`, id).Scan(&was); err != nil {
+			return notFound(err, "drain node")
+		}
 		var err error
 		n, err = scanNode(tx.QueryRow(ctx, `UPDATE nodes SET draining = true WHERE id = $1 RETURNING `+nodeColumns, id))
 		if err != nil {
 			return notFound(err, "drain node")
 		}
-		requeued, err = requeueFailed(ctx, tx, n.ShardID)
+		if was {
+			return nil
+		}
+		requeued, err = requeueFailed(ctx, tx, n.ShardID, nil)
 		return err
 	})
 	return n, requeued, err
@@ -295,20 +334,53 @@ func (s *Store) DeleteNode(ctx context.Context, id string) (int, error) {
 			return notFound(err, "delete node")
 		}
 		var err error
-		requeued, err = requeueFailed(ctx, tx, shardID)
+		requeued, err = requeueFailed(ctx, tx, shardID, nil)
 		return err
 	})
 	return requeued, err
 }
 
-// requeueFailed makes the shard's failed jobs pending at a new version and
-// queues a retry for each, inside tx. The new version keeps a verdict of
-// a provisioning still in flight (with the old node list) from landing.
-func requeueFailed(ctx context.Context, tx pgx.Tx, shardID string) (int, error) {
+// requeueFailed makes failed jobs of the shard pending at a new version
+// and queues a retry for each, inside tx; the new version keeps a verdict
+// of a provisioning still in flight (with the old node list) from landing.
+// With cures (an announce) it takes only the jobs whose status message
+// cures accepts and that were not re-queued within RequeueInterval. Without
+// (a drain or delete: the shard's node set changed, so any failed job may
+// now succeed, and each happens once per node) it takes every failed job.
+// Either way it stamps requeued_at.
+func requeueFailed(ctx context.Context, tx pgx.Tx, shardID string, cures func(message string) bool) (int, error) {
 	rows, err := tx.Query(ctx, `
-		UPDATE cron_jobs j SET status = $2, status_message = '', version = version + 1, updated_at = now()
-		FROM tenants t WHERE t.id = j.tenant_id AND t.shard_id = $1 AND j.status = $3
-		RETURNING j.id, j.version`, shardID, wire.StatusPending, wire.StatusFailed)
+		SELECT j.id, j.status_message, j.requeued_at > now() - make_interval(secs => $3)
+		FROM cron_jobs j JOIN tenants t ON t.id = j.tenant_id
+		WHERE t.shard_id = $1 AND j.status = $2
+		ORDER BY j.id
+		FOR UPDATE OF j`, shardID, wire.StatusFailed, RequeueInterval.Seconds())
+	if err != nil {
+		return 0, fmt.Errorf("requeue failed jobs: %w", err)
+	}
+	type failedJob struct {
+		ID       string
+		Message  string
+		Recently *bool
+	}
+	failed, err := pgx.CollectRows(rows, pgx.RowToStructByPos[failedJob])
+	if err != nil {
+		return 0, fmt.Errorf("requeue failed jobs: %w", err)
+	}
+	var ids []string
+	for _, f := range failed {
+		if cures != nil && ((f.Recently != nil && *f.Recently) || !cures(f.Message)) {
+			continue
+		}
+		ids = append(ids, f.ID)
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	rows, err = tx.Query(ctx, `
+		UPDATE cron_jobs SET status = $2, status_message = '', version = version + 1, updated_at = now(), requeued_at = now()
+		WHERE id = ANY($1) AND status = $3
+		RETURNING id, version`, ids, wire.StatusPending, wire.StatusFailed)
 	if err != nil {
 		return 0, fmt.Errorf("requeue failed jobs: %w", err)
 	}

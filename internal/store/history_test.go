@@ -609,6 +609,152 @@ func TestJobOnAShardWithoutNodesWaitsForANode(t *testing.T) {
 	}
 }
 
+// failedJob creates a job whose provisioning failed with message.
+func (f *fixture) failedJob(message string) store.CronJob {
+	f.t.Helper()
+	ctx := context.Background()
+	j, _, err := f.st.CreateJob(ctx, f.tenant, store.JobFields{WebrootID: f.webroot, Schedule: "* * * * *", Timezone: "UTC",
+		Command: "true", Enabled: true, TimeoutSeconds: 60, MaxMemoryMB: 64, MaxFailures: 5}, nil)
+	must(f.t, err)
+	f.fail(j.ID, message)
+	return f.get(j.ID)
+}
+
+// fail records a failed provisioning of the job's current version.
+func (f *fixture) fail(id, message string) {
+	f.t.Helper()
+	ok, err := f.st.SetProvisioned(context.Background(), id, f.get(id).Version, wire.StatusFailed, message, 1)
+	if err != nil || !ok {
+		f.t.Fatalf("SetProvisioned failed: %v %v", ok, err)
+	}
+}
+
+// A node's announce re-queues the failed jobs its start can cure: those
+// whose provisioning failed on it, or found no node on the shard. A job
+// that failed on other nodes only keeps its version (the tenant's ETag)
+// and gets no retry.
+func TestAnnounceRequeuesOnlyWhatTheNodeCanCure(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	for _, name := range []string{"node2", "node10"} {
+		_, _, err := f.st.CreateNode(ctx, f.node.ShardID, name)
+		must(t, err)
+	}
+	cured := []store.CronJob{
+		f.failedJob("not provisioned on node1: activity StartToClose timeout"),
+		f.failedJob("not provisioned on node2: connection refused; node1: timeout"),
+		f.failedJob(store.NoNodeMessage),
+	}
+	kept := []store.CronJob{
+		f.failedJob("not provisioned on node2: connection refused"),
+		f.failedJob("not provisioned on node10: timeout"),
+	}
+	requeued, err := f.st.AnnounceNode(ctx, f.node.ID)
+	must(t, err)
+	if requeued != len(cured) {
+		t.Errorf("announce of node1 re-queued %d jobs, want %d", requeued, len(cured))
+	}
+	for _, j := range cured {
+		got := f.get(j.ID)
+		if got.Status != wire.StatusPending || got.Version != j.Version+1 || got.StatusMessage != "" {
+			t.Errorf("job failed with %q: %s at version %d (was %d); want pending at the next", j.StatusMessage, got.Status, got.Version, j.Version)
+		}
+		if n := f.count(`SELECT count(*) FROM cron_job_tasks WHERE cron_job_id = $1 AND action = 'retry' AND version = $2`, j.ID, got.Version); n != 1 {
+			t.Errorf("job failed with %q: %d retry tasks, want 1", j.StatusMessage, n)
+		}
+	}
+	for _, j := range kept {
+		got := f.get(j.ID)
+		if got.Status != wire.StatusFailed || got.Version != j.Version || got.StatusMessage != j.StatusMessage {
+			t.Errorf("job failed with %q only on other nodes: %s at version %d (was %d); want untouched", j.StatusMessage, got.Status, got.Version, j.Version)
+		}
+		if n := f.count(`SELECT count(*) FROM cron_job_tasks WHERE cron_job_id = $1 AND action = 'retry'`, j.ID); n != 0 {
+			t.Errorf("job failed with %q only on other nodes: %d retry tasks", j.StatusMessage, n)
+		}
+	}
+}
+
+// An agent in a crash loop (Restart=always, RestartSec=2) announces at
+// every start. A job that fails on another node is never its to re-queue;
+// one that fails on it (its provisioning races the restarts) is re-queued
+// once per store.RequeueInterval, not at every start: the tenant's ETag
+// holds, and one retry is queued, not one per restart.
+func TestAnnounceOfACrashLoopingAgentRequeuesOncePerInterval(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	_, _, err := f.st.CreateNode(ctx, f.node.ShardID, "node2")
+	must(t, err)
+	onNode2 := f.failedJob("not provisioned on node2: connection refused")
+	onNode1 := f.failedJob("not provisioned on node1: connection refused")
+	announce := func() int {
+		t.Helper()
+		n, err := f.st.AnnounceNode(ctx, f.node.ID)
+		must(t, err)
+		return n
+	}
+	total := 0
+	for i := 0; i < 20; i++ {
+		if got := f.get(onNode1.ID); got.Status == wire.StatusPending {
+			f.fail(onNode1.ID, "not provisioned on node1: connection refused") // node1 was down again
+		}
+		seen := f.get(onNode2.ID).Version // the tenant's ETag
+		total += announce()
+		if _, err := f.st.UpdateJob(ctx, onNode2.ID, seen, func(jf store.JobFields) (store.JobFields, error) { return jf, nil }); err != nil {
+			t.Fatalf("restart %d: the tenant's update with the ETag read a moment before: %v", i, err)
+		}
+	}
+	if total != 1 {
+		t.Errorf("20 restarts re-queued %d times, want once", total)
+	}
+	if n := f.count(`SELECT count(*) FROM cron_job_tasks WHERE cron_job_id = $1 AND action = 'retry'`, onNode1.ID); n != 1 {
+		t.Errorf("20 restarts queued %d retries of the job that failed on node1, want 1", n)
+	}
+	if got := f.get(onNode1.ID); got.Version != onNode1.Version+1 || got.Status != wire.StatusFailed {
+		t.Errorf("job that failed on node1: %s at version %d (was %d); want failed at the next", got.Status, got.Version, onNode1.Version)
+	}
+	if n := f.count(`SELECT count(*) FROM cron_job_tasks WHERE cron_job_id = $1 AND action = 'retry'`, onNode2.ID); n != 0 {
+		t.Errorf("%d retries queued for the job that failed on node2 only", n)
+	}
+	// Once the interval has passed, the next start re-queues it again.
+	if _, err := f.st.Pool().Exec(ctx, `UPDATE cron_jobs SET requeued_at = requeued_at - make_interval(secs => $2) WHERE id = $1`,
+		onNode1.ID, store.RequeueInterval.Seconds()); err != nil {
+		t.Fatal(err)
+	}
+	if n := announce(); n != 1 || f.get(onNode1.ID).Status != wire.StatusPending {
+		t.Errorf("announce after the interval re-queued %d, job %s; want 1, pending", n, f.get(onNode1.ID).Status)
+	}
+}
+
+// A drain or delete changes the shard's node set, so every failed job may
+// now succeed: it re-queues them all, whatever node failed them and however
+// recently an announce re-queued them. Draining a node that already drains
+// changes nothing and re-queues nothing.
+func TestDrainAndDeleteRequeueEveryFailedJob(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	n2, _, err := f.st.CreateNode(ctx, f.node.ShardID, "node2")
+	must(t, err)
+	onNode2 := f.failedJob("not provisioned on node2: connection refused")
+	other := f.failedJob("something else failed")
+	// node2's announce re-queues its job, which fails on it again.
+	if n, err := f.st.AnnounceNode(ctx, n2.ID); err != nil || n != 1 {
+		t.Fatalf("announce of node2 re-queued %d (%v), want 1", n, err)
+	}
+	f.fail(onNode2.ID, "not provisioned on node2: connection refused")
+	_, requeued, err := f.st.DrainNode(ctx, n2.ID)
+	must(t, err)
+	if requeued != 2 || f.get(onNode2.ID).Status != wire.StatusPending || f.get(other.ID).Status != wire.StatusPending {
+		t.Errorf("drain re-queued %d: %s, %s; want 2, both pending", requeued, f.get(onNode2.ID).Status, f.get(other.ID).Status)
+	}
+	f.fail(onNode2.ID, "not provisioned on node2: connection refused") // a verdict from before the drain
+	if _, requeued, err := f.st.DrainNode(ctx, n2.ID); err != nil || requeued != 0 {
+		t.Errorf("draining a draining node again re-queued %d (%v), want 0", requeued, err)
+	}
+	if requeued, err := f.st.DeleteNode(ctx, n2.ID); err != nil || requeued != 1 {
+		t.Errorf("delete re-queued %d (%v), want 1", requeued, err)
+	}
+}
+
 // A job whose provisioning no node took (a one-node shard whose agent
 // restarted meanwhile) reaches the node by its converge, which writes no
 // verdict. The node's first report of the current version starts the

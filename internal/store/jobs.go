@@ -442,7 +442,7 @@ func (s *Store) SetProvisioned(ctx context.Context, id string, version int64, st
 
 // NoNodeMessage is the status message of a job that is enabled but on no
 // node because its shard has none (or only draining ones).
-const NoNodeMessage = "not provisioned on any node: the shard has no node that is not draining; " +
+const NoNodeMessage = wire.NotProvisionedPrefix + "any node: the shard has no node that is not draining; " +
 	"it is provisioned again when a node announces itself"
 
 // provisionedVerdict is the verdict stored for a provisioning the workflow

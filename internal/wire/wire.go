@@ -62,6 +62,12 @@ const (
 	StatusDeleting     Status = "deleting"
 )
 
+// NotProvisionedPrefix begins the status message of a failed
+// provisioning; the nodes that failed follow, each as "name: cause",
+// separated by "; " (node names have no ':' or space). The core reads the
+// names back to tell whether a node's announce can cure the failure.
+const NotProvisionedPrefix = "not provisioned on "
+
 // Action is what an outbox task asks the job's workflow to do.
 type Action string
 
