@@ -384,9 +384,10 @@ func killCgroup(procs string, self int) {
 // watchInterval is the pause before the watch's next sample when the last
 // one took cost. Reading smaps_rollup walks the process's page tables: a
 // few microseconds for a small process, some 20 ms for one with 1 GB
-// resident (measured), against ~40 µs for the status file whatever the
-// size. Every 100 ms the watch finds a runaway allocation within about
-// 100 ms of its crossing the limit (a job touching 1 GB/s overshoots by
+// resident, against ~30 µs for the status file whatever the size
+// (BenchmarkSampleSmapsRollup, BenchmarkSampleStatus). Every 100 ms the
+// watch finds a runaway allocation within about 100 ms of its crossing
+// the limit (a job touching 1 GB/s overshoots by
 // some 100 MB before the kill, on a node the kernel does not protect),
 // while a sample costing more than 10 ms stretches the pause to ten times
 // its cost (at most 1 s), so the watch keeps to about a tenth of a core
