@@ -101,9 +101,9 @@ type Cluster struct {
 	// Options.DenyControlPlane; firewalled the node whose iptables
 	// installed the operator's rule (controlplane.go).
 	controlPlane, firewalled string
-	pgDir    string // the private PostgreSQL cluster ("" without one)
-	pgPort   int
-	tport    int // the embedded Temporal's frontend port
+	pgDir                    string // the private PostgreSQL cluster ("" without one)
+	pgPort                   int
+	tport                    int // the embedded Temporal's frontend port
 }
 
 // Start brings everything up; on error it tears down what it started.
