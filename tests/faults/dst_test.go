@@ -56,7 +56,7 @@ func TestDSTFallBack(t *testing.T) {
 	checkZone(t, loc, u)
 	c.InstallZone(t, fallBackZone, tzif)
 
-	job := c.NewJobInZone(t, "acme", "* * * * *", fallBackZone, witnessCommand("dst.log", ""), 30, 64, 0)
+	job := c.NewJobInZone(t, "acme", "* * * * *", fallBackZone, harness.WitnessCommand("dst.log", ""), 30, 64, 0)
 	unit := job.UnitName()
 	t.Cleanup(func() { // before the zone goes (cleanups run last first)
 		for _, n := range c.Nodes {
@@ -84,9 +84,9 @@ func TestDSTFallBack(t *testing.T) {
 	})
 	disableEverywhere(t, job.ID, 3*time.Second)
 
-	execs := readWitness(t, filepath.Join(c.Shared, "www/acme/public/dst.log"))
+	execs := harness.ReadWitness(t, filepath.Join(c.Shared, "www/acme/public/dst.log"))
 	runs := runsBySlot(t, job.ID)
-	checkExactlyOnce(t, execs, runs)
+	harness.CheckExactlyOnce(t, execs, runs)
 	// Every minute from the first whose fires all come after the job was
 	// on every node up to the first one after the window, except the
 	// second pass, must have run.
@@ -102,11 +102,11 @@ func TestDSTFallBack(t *testing.T) {
 	// The check must be able to fail: a second run of a repeated wall
 	// minute, keyed by its second-pass instant, is what a runner that did
 	// not map second-pass wall times would do.
-	first := slices.IndexFunc(execs, func(e execution) bool { return !e.Key.Slot.Before(u.Add(-fallBack)) && e.Key.Slot.Before(u) })
+	first := slices.IndexFunc(execs, func(e harness.Execution) bool { return !e.Key.Slot.Before(u.Add(-fallBack)) && e.Key.Slot.Before(u) })
 	if first < 0 {
 		t.Fatalf("no first-pass minute ran (%d executions): nothing was tested", len(execs))
 	}
-	double := execution{Node: "nodeX", Key: runkey.Key{JobID: job.ID, Trigger: wire.TriggerScheduled, Slot: execs[first].Key.Slot.Add(fallBack)}}
+	double := harness.Execution{Node: "nodeX", Key: runkey.Key{JobID: job.ID, Trigger: wire.TriggerScheduled, Slot: execs[first].Key.Slot.Add(fallBack)}}
 	if p := checkFallBack(append(slices.Clone(execs), double), runs, loc, u, must); !slices.ContainsFunc(p, func(s string) bool { return strings.Contains(s, "twice") }) {
 		t.Errorf("the check misses a second run of wall %s: %v", double.Key.Slot.In(loc).Format("15:04"), p)
 	}
@@ -156,7 +156,7 @@ func checkZone(t *testing.T, loc *time.Location, u time.Time) {
 // wall minute ran twice, no run (or record) is keyed by a second-pass
 // instant, every slot in must ran exactly once, and every record is a
 // success of a slot of the schedule. It returns what is wrong.
-func checkFallBack(execs []execution, runs []store.Run, loc *time.Location, u time.Time, must []time.Time) []string {
+func checkFallBack(execs []harness.Execution, runs []store.Run, loc *time.Location, u time.Time, must []time.Time) []string {
 	var problems []string
 	byKey := map[string]string{}
 	byWall := map[string]time.Time{}

@@ -18,6 +18,7 @@ import (
 	"github.com/hostcron/hostcron/internal/store"
 	"github.com/hostcron/hostcron/internal/units"
 	"github.com/hostcron/hostcron/internal/wire"
+	"github.com/hostcron/hostcron/tests/harness"
 )
 
 // TestFrozenLockHolder (issue 11, scenario c, second half): the runner
@@ -38,7 +39,7 @@ func TestFrozenLockHolder(t *testing.T) {
 	const every = 10 * time.Second
 	ctx := context.Background()
 	marker := filepath.Join(c.Shared, "www/globex/public/frozen.log")
-	job := c.NewJob(t, "globex", "*/10 * * * * *", witnessCommand("frozen.log", "sleep 4"), 120, 64, 2)
+	job := c.NewJob(t, "globex", "*/10 * * * * *", harness.WitnessCommand("frozen.log", "sleep 4"), 120, 64, 2)
 	unit := job.UnitName()
 	stampPath := filepath.Join(c.Shared, "www/globex/.locks", wire.SlotStampName(job.ID))
 	applyAll(t, job)
@@ -52,10 +53,10 @@ func TestFrozenLockHolder(t *testing.T) {
 
 	// The next run to start: its command has written the witness and
 	// sleeps 4 s, so its runner holds the lock and its lease.
-	before := len(readWitness(t, marker))
-	var frozen execution
+	before := len(harness.ReadWitness(t, marker))
+	var frozen harness.Execution
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if execs := readWitness(t, marker); len(execs) > before {
+		if execs := harness.ReadWitness(t, marker); len(execs) > before {
 			frozen = execs[len(execs)-1]
 			break
 		}
@@ -136,9 +137,9 @@ func TestFrozenLockHolder(t *testing.T) {
 		t.Errorf("job is %s (enabled %v) after a frozen lock holder: skips or platform errors counted against the tenant", j.Status, j.Enabled)
 	}
 
-	execs := readWitness(t, marker)
+	execs := harness.ReadWitness(t, marker)
 	runs := runsBySlot(t, job.ID)
-	byKey := checkExactlyOnce(t, execs, runs)
+	byKey := harness.CheckExactlyOnce(t, execs, runs)
 	if r, ok := byKey[frozen.Key.String()]; !ok || r.Result != wire.ResultSuccess {
 		t.Errorf("the frozen run %s is recorded as %+v, want its real outcome (success)", frozen.Key, r)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hostcron/hostcron/internal/wire"
+	"github.com/hostcron/hostcron/tests/harness"
 )
 
 // TestOverrunningJob (issue 11, scenario a): a 10-second job that runs 9 to
@@ -24,7 +25,7 @@ func TestOverrunningJob(t *testing.T) {
 	const slots = 30
 	const every = 10 * time.Second
 	marker := filepath.Join(c.Shared, "www/acme/public/overrun.log")
-	job := c.NewJob(t, "acme", "*/10 * * * * *", witnessCommand("overrun.log", "sleep $(shuf -i 9-13 -n 1)"), 30, 64, 0)
+	job := c.NewJob(t, "acme", "*/10 * * * * *", harness.WitnessCommand("overrun.log", "sleep $(shuf -i 9-13 -n 1)"), 30, 64, 0)
 	applyAll(t, job)
 	dumpOnFailure(t, job.UnitName())
 	lock := "/srv/shared/www/acme/.locks/" + wire.LockFileName(job.ID)
@@ -48,9 +49,9 @@ func TestOverrunningJob(t *testing.T) {
 	}
 	disableEverywhere(t, job.ID, 14*time.Second)
 
-	execs := readWitness(t, marker)
+	execs := harness.ReadWitness(t, marker)
 	runs := runsBySlot(t, job.ID)
-	byKey := checkExactlyOnce(t, execs, runs)
+	byKey := harness.CheckExactlyOnce(t, execs, runs)
 	skipped := 0
 	for _, r := range runs {
 		if r.Result == wire.ResultOverlapSkipped {

@@ -16,6 +16,7 @@ import (
 	"github.com/hostcron/hostcron/internal/runkey"
 	"github.com/hostcron/hostcron/internal/store"
 	"github.com/hostcron/hostcron/internal/wire"
+	"github.com/hostcron/hostcron/tests/harness"
 )
 
 // agentService is the node agent's systemd service (packaging/systemd).
@@ -47,7 +48,7 @@ func TestRunNowAgentKilled(t *testing.T) {
 	}
 	marker := filepath.Join(c.Shared, "www/acme/public/runnow.log")
 	// Never due: only run-now starts it.
-	job := c.NewJob(t, "acme", "0 0 1 1 *", witnessCommand("runnow.log", "sleep 3"), 60, 64, 0)
+	job := c.NewJob(t, "acme", "0 0 1 1 *", harness.WitnessCommand("runnow.log", "sleep 3"), 60, 64, 0)
 	unit := job.UnitName()
 	applyAll(t, job)
 	t.Cleanup(func() {
@@ -80,7 +81,7 @@ func TestRunNowAgentKilled(t *testing.T) {
 	// 2. Killed after the start, before it could report.
 	req2 := base + "-2"
 	killRunNowAt(t, a, unit, req2, "exit_group", "delay_enter", func() bool {
-		for _, e := range readWitness(t, marker) {
+		for _, e := range harness.ReadWitness(t, marker) {
 			if e.Key.String() == manual(req2) {
 				return true
 			}
@@ -93,9 +94,9 @@ func TestRunNowAgentKilled(t *testing.T) {
 		resendCompleted(t, n, unit, req2)
 	}
 
-	execs := readWitness(t, marker)
+	execs := harness.ReadWitness(t, marker)
 	runs := runsBySlot(t, job.ID)
-	byKey := checkExactlyOnce(t, execs, runs)
+	byKey := harness.CheckExactlyOnce(t, execs, runs)
 	ran := map[string]int{}
 	for _, e := range execs {
 		ran[e.Key.String()]++

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hostcron/hostcron/internal/store"
 	"github.com/hostcron/hostcron/internal/wire"
+	"github.com/hostcron/hostcron/tests/harness"
 )
 
 // TestSharedStorageFaults (issue 11, scenario c): the lock directory is
@@ -25,7 +26,7 @@ func TestSharedStorageFaults(t *testing.T) {
 	const every = 10 * time.Second
 	ctx := context.Background()
 	marker := filepath.Join(c.Shared, "www/globex/public/storage.log")
-	job := c.NewJob(t, "globex", "*/10 * * * * *", witnessCommand("storage.log", ""), 20, 64, 2)
+	job := c.NewJob(t, "globex", "*/10 * * * * *", harness.WitnessCommand("storage.log", ""), 20, 64, 2)
 	applyAll(t, job)
 	dumpOnFailure(t, job.UnitName())
 	c.WaitRuns(t, job.ID, 60*time.Second, func(r []store.Run) bool { return countResult(r, wire.ResultSuccess) >= 2 })
@@ -65,7 +66,7 @@ func TestSharedStorageFaults(t *testing.T) {
 		t.Errorf("job is %s (enabled %v) after a storage fault: platform faults counted against the tenant", j.Status, j.Enabled)
 	}
 	runs := runsBySlot(t, job.ID)
-	checkExactlyOnce(t, readWitness(t, marker), runs)
+	harness.CheckExactlyOnce(t, harness.ReadWitness(t, marker), runs)
 	platform := 0
 	for _, r := range runs {
 		if r.ScheduledAt.Truncate(every) != r.ScheduledAt {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hostcron/hostcron/internal/schedule"
 	"github.com/hostcron/hostcron/internal/store"
+	"github.com/hostcron/hostcron/tests/harness"
 )
 
 // phase is a stretch of time in which the job had one schedule and one
@@ -33,7 +34,7 @@ func TestEditStorm(t *testing.T) {
 	ctx := context.Background()
 	const a, b = "*/10 * * * * *", "5-59/10 * * * * *"
 	marker := filepath.Join(c.Shared, "www/acme/public/storm.log")
-	job := c.NewJob(t, "acme", a, witnessCommand("storm.log", "echo v1"), 20, 64, 0)
+	job := c.NewJob(t, "acme", a, harness.WitnessCommand("storm.log", "echo v1"), 20, 64, 0)
 	phases := []phase{{schedule: a, enabled: true, began: time.Now()}}
 	applyAll(t, job)
 	phases[0].from = time.Now()
@@ -62,9 +63,9 @@ func TestEditStorm(t *testing.T) {
 			return err
 		}
 	}
-	change(20*time.Second, phase{schedule: a, enabled: true}, edit(a, witnessCommand("storm.log", "echo v2")))
-	change(20*time.Second, phase{schedule: b, enabled: true}, edit(b, witnessCommand("storm.log", "echo v2")))
-	change(20*time.Second, phase{schedule: b, enabled: true}, edit(b, witnessCommand("storm.log", "echo v3")))
+	change(20*time.Second, phase{schedule: a, enabled: true}, edit(a, harness.WitnessCommand("storm.log", "echo v2")))
+	change(20*time.Second, phase{schedule: b, enabled: true}, edit(b, harness.WitnessCommand("storm.log", "echo v2")))
+	change(20*time.Second, phase{schedule: b, enabled: true}, edit(b, harness.WitnessCommand("storm.log", "echo v3")))
 	change(10*time.Second, phase{schedule: b, enabled: false}, func() error {
 		_, err := c.Store.DisableJob(ctx, job.ID, 0)
 		return err
@@ -73,13 +74,13 @@ func TestEditStorm(t *testing.T) {
 		_, err := c.Store.EnableJob(ctx, job.ID, 0)
 		return err
 	})
-	change(20*time.Second, phase{schedule: a, enabled: true}, edit(a, witnessCommand("storm.log", "echo v4")))
+	change(20*time.Second, phase{schedule: a, enabled: true}, edit(a, harness.WitnessCommand("storm.log", "echo v4")))
 	time.Sleep(30 * time.Second)
 	phases[len(phases)-1].until = time.Now()
 	disableEverywhere(t, job.ID, 3*time.Second)
 
-	execs := readWitness(t, marker)
-	checkExactlyOnce(t, execs, runsBySlot(t, job.ID))
+	execs := harness.ReadWitness(t, marker)
+	harness.CheckExactlyOnce(t, execs, runsBySlot(t, job.ID))
 	ran := map[time.Time]bool{}
 	for _, e := range execs {
 		ran[e.Key.Slot] = true

@@ -4,96 +4,13 @@ package faults
 
 import (
 	"context"
-	"os"
 	"sort"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/hostcron/hostcron/internal/runkey"
 	"github.com/hostcron/hostcron/internal/store"
 	"github.com/hostcron/hostcron/internal/wire"
 )
-
-// witnessCommand appends "{node} {run key}" to file (relative to the
-// webroot) and then runs rest.
-func witnessCommand(file, rest string) string {
-	cmd := `echo "$(hostname) $HOSTCRON_RUN_KEY" >> ` + file
-	if rest != "" {
-		cmd += "; " + rest
-	}
-	return cmd
-}
-
-// execution is one line of a witness file.
-type execution struct {
-	Node string
-	Key  runkey.Key
-}
-
-// readWitness parses a witness file; a line that is not "node key" fails
-// the test (the command did not see its run key).
-func readWitness(t *testing.T, path string) []execution {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil && !os.IsNotExist(err) {
-		t.Fatal(err)
-	}
-	var out []execution
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		if line == "" {
-			continue
-		}
-		node, key, ok := strings.Cut(line, " ")
-		k, err := runkey.Parse(key)
-		if !ok || err != nil {
-			t.Fatalf("witness line %q: %v", line, err)
-		}
-		out = append(out, execution{Node: node, Key: k})
-	}
-	return out
-}
-
-// realResult reports whether a result means the command ran.
-func realResult(r wire.Result) bool {
-	switch r {
-	case wire.ResultSuccess, wire.ResultExitCode, wire.ResultSignal, wire.ResultTimeout, wire.ResultOOM:
-		return true
-	}
-	return false
-}
-
-// checkExactlyOnce compares a witness with the run history: no run key ran
-// twice, every execution has a real result under its own key, and every
-// real result was witnessed. It returns the runs by key.
-func checkExactlyOnce(t *testing.T, execs []execution, runs []store.Run) map[string]store.Run {
-	t.Helper()
-	byKey := map[string]store.Run{}
-	for _, r := range runs {
-		byKey[r.RunKey] = r
-	}
-	seen := map[string]string{}
-	for _, e := range execs {
-		key := e.Key.String()
-		if prev, dup := seen[key]; dup {
-			t.Errorf("%s ran twice: on %s and on %s", key, prev, e.Node)
-		}
-		seen[key] = e.Node
-		r, ok := byKey[key]
-		switch {
-		case !ok:
-			t.Errorf("%s ran on %s but has no run record", key, e.Node)
-		case !realResult(r.Result):
-			t.Errorf("%s ran on %s but is recorded as %s (%s)", key, e.Node, r.Result, r.FailureReason)
-		}
-	}
-	for key, r := range byKey {
-		if realResult(r.Result) && seen[key] == "" {
-			t.Errorf("%s is recorded as %s but never ran", key, r.Result)
-		}
-	}
-	return byKey
-}
 
 // applyAll applies jobs on every node with the node agent.
 func applyAll(t *testing.T, jobs ...wire.Job) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hostcron/hostcron/internal/store"
 	"github.com/hostcron/hostcron/internal/wire"
+	"github.com/hostcron/hostcron/tests/harness"
 )
 
 // partition is how long the node is cut off: more than max_failures ×
@@ -28,13 +29,13 @@ const partition = 2 * time.Minute
 func TestNodePartitionedFromAPI(t *testing.T) {
 	ctx := context.Background()
 	const file = "partition.log"
-	job := c.NewJob(t, "acme", "*/10 * * * * *", witnessCommand(file, ""), timeout, 64, 2)
+	job := c.NewJob(t, "acme", "*/10 * * * * *", harness.WitnessCommand(file, ""), timeout, 64, 2)
 	dumpOnFailure(t, job.UnitName())
 	t.Cleanup(func() { stopJob(t, job.ID) })
 	waitJob(t, job.ID, 2*time.Minute, "active", func(j store.CronJob) bool { return j.Status == wire.StatusActive })
 	var victim string
 	poll(t, time.Minute, "three witnessed runs", func() (bool, error) {
-		execs := readWitness(t, file)
+		execs := harness.ReadWitness(t, witnessPath(file))
 		if len(execs) < 3 {
 			return false, nil
 		}
@@ -89,14 +90,14 @@ func TestNodePartitionedFromAPI(t *testing.T) {
 		t.Errorf("job after the partition: %s, %d consecutive failures; want never auto-disabled, 0", j.Status, j.ConsecutiveFailures)
 	}
 	runs := runsBySlot(t, job.ID)
-	byKey := checkExactlyOnce(t, readWitness(t, file), runs)
+	byKey := harness.CheckExactlyOnce(t, harness.ReadWitness(t, witnessPath(file)), runs)
 	if len(lostSeen) < 2 {
 		t.Errorf("only %d slots were recorded lost during the partition: the scenario did not test the late outcome replacing lost", len(lostSeen))
 	}
 	for key := range lostSeen {
 		r := byKey[key]
 		switch {
-		case !realResult(r.Result):
+		case !harness.RealResult(r.Result):
 			t.Errorf("%s was recorded lost during the partition and is still %s", key, r.Result)
 		case r.NodeID == nil || *r.NodeID != c.NodeIDs[victim]:
 			t.Errorf("%s was replaced by a report of node %v, want the cut-off %s", key, r.NodeID, victim)

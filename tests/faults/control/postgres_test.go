@@ -12,6 +12,7 @@ import (
 	"github.com/hostcron/hostcron/internal/api"
 	"github.com/hostcron/hostcron/internal/store"
 	"github.com/hostcron/hostcron/internal/wire"
+	"github.com/hostcron/hostcron/tests/harness"
 )
 
 // pgOutage is how long PostgreSQL is down.
@@ -30,11 +31,11 @@ func TestPostgresDown(t *testing.T) {
 	const file = "postgres.log"
 	key := tenantKey(t)
 	tenant := c.Tenants["acme"].ID
-	job := c.NewJob(t, "acme", "*/10 * * * * *", witnessCommand(file, ""), timeout, 64, 2)
+	job := c.NewJob(t, "acme", "*/10 * * * * *", harness.WitnessCommand(file, ""), timeout, 64, 2)
 	dumpOnFailure(t, job.UnitName())
 	t.Cleanup(func() { stopJob(t, job.ID) })
 	waitJob(t, job.ID, 2*time.Minute, "active", func(j store.CronJob) bool { return j.Status == wire.StatusActive })
-	poll(t, time.Minute, "two witnessed runs", func() (bool, error) { return len(readWitness(t, file)) >= 2, nil })
+	poll(t, time.Minute, "two witnessed runs", func() (bool, error) { return len(harness.ReadWitness(t, witnessPath(file))) >= 2, nil })
 
 	restarted := false
 	t.Cleanup(func() {
@@ -125,7 +126,7 @@ func TestPostgresDown(t *testing.T) {
 		t.Fatalf("run-now after the outage: %v %d %s", err, r.Status, r.Body)
 	}
 	poll(t, 2*time.Minute, "the run-now after the outage ran", func() (bool, error) {
-		for _, e := range readWitness(t, file) {
+		for _, e := range harness.ReadWitness(t, witnessPath(file)) {
 			if e.Key.Trigger == wire.TriggerManual {
 				return true, nil
 			}
@@ -135,7 +136,7 @@ func TestPostgresDown(t *testing.T) {
 	stopJob(t, job.ID)
 
 	runs := runsBySlot(t, job.ID)
-	checkExactlyOnce(t, readWitness(t, file), runs)
+	harness.CheckExactlyOnce(t, harness.ReadWitness(t, witnessPath(file)), runs)
 	inOutage, lost, manual := 0, 0, 0
 	for _, r := range runs {
 		if r.ScheduledAt.After(downAt) && r.ScheduledAt.Before(upAt) {

@@ -17,6 +17,7 @@ import (
 	"github.com/hostcron/hostcron/internal/jobspec"
 	"github.com/hostcron/hostcron/internal/store"
 	"github.com/hostcron/hostcron/internal/wire"
+	"github.com/hostcron/hostcron/tests/harness"
 )
 
 // temporalOutage is how long Temporal is down; the core API restarts at
@@ -47,7 +48,7 @@ func TestTemporalDownWithAPIRestart(t *testing.T) {
 	ctx := context.Background()
 	key := tenantKey(t)
 	newJob := func(name, sched string) wire.Job {
-		j := c.NewJob(t, "acme", sched, witnessCommand("temporal-"+name+".log", ""), timeout, 64, 2)
+		j := c.NewJob(t, "acme", sched, harness.WitnessCommand("temporal-"+name+".log", ""), timeout, 64, 2)
 		t.Cleanup(func() {
 			if _, err := c.Store.GetJob(ctx, j.ID); err == nil {
 				stopJob(t, j.ID)
@@ -73,7 +74,7 @@ func TestTemporalDownWithAPIRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitJob(t, enable.ID, time.Minute, "disabled", func(x store.CronJob) bool { return x.Status == wire.StatusDisabled })
-	poll(t, time.Minute, "steady job runs", func() (bool, error) { return len(readWitness(t, "temporal-steady.log")) >= 2, nil })
+	poll(t, time.Minute, "steady job runs", func() (bool, error) { return len(harness.ReadWitness(t, witnessPath("temporal-steady.log"))) >= 2, nil })
 
 	temporalUp, apiUp := true, true
 	t.Cleanup(func() {
@@ -171,7 +172,7 @@ func TestTemporalDownWithAPIRestart(t *testing.T) {
 		return false, fmt.Errorf("deleted job still there (%v)", err)
 	})
 	deletedAt := time.Now()
-	poll(t, 2*time.Minute, "the run-now ran", func() (bool, error) { return len(readWitness(t, "temporal-runnow.log")) >= 1, nil })
+	poll(t, 2*time.Minute, "the run-now ran", func() (bool, error) { return len(harness.ReadWitness(t, witnessPath("temporal-runnow.log"))) >= 1, nil })
 	// Give the sweeper its chance to take slots before provisioning for
 	// lost (timeout + grace, then a sweep), and the new schedule a slot.
 	time.Sleep(time.Duration(timeout)*time.Second + grace + 70*time.Second)
@@ -211,10 +212,10 @@ func TestTemporalDownWithAPIRestart(t *testing.T) {
 	}
 	// The untouched job ran every slot, Temporal or not.
 	waitRealRuns(t, steady.ID, downAt, upAt, time.Minute)
-	checkExactlyOnce(t, readWitness(t, "temporal-steady.log"), runsBySlot(t, steady.ID))
+	harness.CheckExactlyOnce(t, harness.ReadWitness(t, witnessPath("temporal-steady.log")), runsBySlot(t, steady.ID))
 	// The enabled job ran only after the enable, and runs.
-	execs := readWitness(t, "temporal-enable.log")
-	checkExactlyOnce(t, execs, runsBySlot(t, enable.ID))
+	execs := harness.ReadWitness(t, witnessPath("temporal-enable.log"))
+	harness.CheckExactlyOnce(t, execs, runsBySlot(t, enable.ID))
 	ranAfter := 0
 	for _, e := range execs {
 		if e.Key.Slot.After(enabledAt) {
@@ -228,8 +229,8 @@ func TestTemporalDownWithAPIRestart(t *testing.T) {
 		t.Errorf("the enabled job (version %d) never ran after its enable reached the nodes", enabled.Version)
 	}
 	// The changed job runs on its new schedule once the nodes have it.
-	execs = readWitness(t, "temporal-change.log")
-	checkExactlyOnce(t, execs, runsBySlot(t, change.ID))
+	execs = harness.ReadWitness(t, witnessPath("temporal-change.log"))
+	harness.CheckExactlyOnce(t, execs, runsBySlot(t, change.ID))
 	onNew := 0
 	for _, e := range execs {
 		if e.Key.Slot.After(changedProvisionedAt.Add(every)) {
@@ -243,13 +244,13 @@ func TestTemporalDownWithAPIRestart(t *testing.T) {
 		t.Errorf("the changed job never ran on its new schedule")
 	}
 	// The run-now ran exactly once, recorded under its request.
-	execs = readWitness(t, "temporal-runnow.log")
+	execs = harness.ReadWitness(t, witnessPath("temporal-runnow.log"))
 	if len(execs) != 1 || execs[0].Key.Trigger != wire.TriggerManual {
 		t.Errorf("run-now executions: %+v, want exactly one manual run", execs)
 	}
-	checkExactlyOnce(t, execs, runsBySlot(t, runNow.ID))
+	harness.CheckExactlyOnce(t, execs, runsBySlot(t, runNow.ID))
 	// The deleted job ran nothing after its units were removed.
-	for _, e := range readWitness(t, "temporal-delete.log") {
+	for _, e := range harness.ReadWitness(t, witnessPath("temporal-delete.log")) {
 		if e.Key.Slot.After(deletedAt) {
 			t.Errorf("deleted job ran slot %s after it was gone", e.Key.Slot.Format(time.TimeOnly))
 		}

@@ -12,103 +12,16 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/hostcron/hostcron/internal/runkey"
 	"github.com/hostcron/hostcron/internal/store"
 	"github.com/hostcron/hostcron/internal/wire"
+	"github.com/hostcron/hostcron/tests/harness"
 )
-
-// The witness helpers are those of tests/faults (a package of its own, so
-// copied rather than shared).
-
-// witnessCommand appends "{node} {run key}" to file (relative to the
-// webroot) and then runs rest.
-func witnessCommand(file, rest string) string {
-	cmd := `echo "$(hostname) $HOSTCRON_RUN_KEY" >> ` + file
-	if rest != "" {
-		cmd += "; " + rest
-	}
-	return cmd
-}
 
 // witnessPath is the host path of a witness file of tenant acme.
 func witnessPath(file string) string { return filepath.Join(c.Shared, "www/acme/public", file) }
-
-// execution is one line of a witness file.
-type execution struct {
-	Node string
-	Key  runkey.Key
-}
-
-// readWitness parses a witness file; a line that is not "node key" fails
-// the test (the command did not see its run key).
-func readWitness(t *testing.T, file string) []execution {
-	t.Helper()
-	b, err := os.ReadFile(witnessPath(file))
-	if err != nil && !os.IsNotExist(err) {
-		t.Fatal(err)
-	}
-	var out []execution
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		if line == "" {
-			continue
-		}
-		node, key, ok := strings.Cut(line, " ")
-		k, err := runkey.Parse(key)
-		if !ok || err != nil {
-			t.Fatalf("witness line %q: %v", line, err)
-		}
-		out = append(out, execution{Node: node, Key: k})
-	}
-	return out
-}
-
-// realResult reports whether a result means the command ran.
-func realResult(r wire.Result) bool {
-	switch r {
-	case wire.ResultSuccess, wire.ResultExitCode, wire.ResultSignal, wire.ResultTimeout, wire.ResultOOM:
-		return true
-	}
-	return false
-}
-
-// checkExactlyOnce compares a witness with the run history: no run key ran
-// twice, every execution has a real result under its own key, and every
-// real result was witnessed. It returns the runs by key.
-func checkExactlyOnce(t *testing.T, execs []execution, runs []store.Run) map[string]store.Run {
-	t.Helper()
-	byKey := map[string]store.Run{}
-	for _, r := range runs {
-		if _, dup := byKey[r.RunKey]; dup {
-			t.Errorf("%s has two run records", r.RunKey)
-		}
-		byKey[r.RunKey] = r
-	}
-	seen := map[string]string{}
-	for _, e := range execs {
-		key := e.Key.String()
-		if prev, dup := seen[key]; dup {
-			t.Errorf("%s ran twice: on %s and on %s", key, prev, e.Node)
-		}
-		seen[key] = e.Node
-		r, ok := byKey[key]
-		switch {
-		case !ok:
-			t.Errorf("%s ran on %s but has no run record", key, e.Node)
-		case !realResult(r.Result):
-			t.Errorf("%s ran on %s but is recorded as %s (%s)", key, e.Node, r.Result, r.FailureReason)
-		}
-	}
-	for key, r := range byKey {
-		if realResult(r.Result) && seen[key] == "" {
-			t.Errorf("%s is recorded as %s but never ran", key, r.Result)
-		}
-	}
-	return byKey
-}
 
 // poll calls cond every second until it holds; errors (a database coming
 // back, a node agent restarting) are retried until the deadline, then fail
@@ -167,7 +80,7 @@ func waitJob(t *testing.T, id string, timeout time.Duration, what string, cond f
 }
 
 // waitRealRuns waits until every slot of a job in [from, until) has a
-// real result (a run nobody witnessed fails later, in checkExactlyOnce).
+// real result (a run nobody witnessed fails later, in harness.CheckExactlyOnce).
 func waitRealRuns(t *testing.T, id string, from, until time.Time, timeout time.Duration) {
 	t.Helper()
 	poll(t, timeout, "real results for every slot "+from.Format(time.TimeOnly)+"–"+until.Format(time.TimeOnly), func() (bool, error) {
@@ -177,7 +90,7 @@ func waitRealRuns(t *testing.T, id string, from, until time.Time, timeout time.D
 		}
 		got := map[time.Time]bool{}
 		for _, r := range runs {
-			got[r.ScheduledAt] = realResult(r.Result)
+			got[r.ScheduledAt] = harness.RealResult(r.Result)
 		}
 		for s := from.Truncate(every).Add(every); s.Before(until); s = s.Add(every) {
 			if !got[s] {
