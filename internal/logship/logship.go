@@ -278,12 +278,10 @@ func ParseUnit(unit string) (tenant, id string, ok bool) {
 	if !found {
 		return "", "", false
 	}
-	name, found = strings.CutPrefix(name, wire.UnitPrefix)
-	const idLen = 36
-	if !found || len(name) < idLen+2 || name[len(name)-idLen-1] != '-' {
+	tenant, id, found = wire.SplitUnitName(name)
+	if !found {
 		return "", "", false
 	}
-	tenant, id = name[:len(name)-idLen-1], name[len(name)-idLen:]
 	if !units.ValidTenant(tenant) || !wire.ValidID(id) || units.Name(tenant, id)+".service" != unit {
 		return "", "", false
 	}

@@ -65,12 +65,10 @@ func Admit(job wire.Job, p Policy) error {
 // AdmitUnit accepts only a name the node would have rendered,
 // cron-{tenant}-{uuid}: RemoveUnits and RunNow receive bare names.
 func AdmitUnit(name string) error {
-	rest, ok := strings.CutPrefix(name, wire.UnitPrefix)
-	const idLen = 36
-	if !ok || len(rest) < idLen+2 || rest[len(rest)-idLen-1] != '-' {
+	tenant, id, ok := wire.SplitUnitName(name)
+	if !ok {
 		return fmt.Errorf("unit %q: %w: not cron-{tenant}-{uuid}", name, ErrNotAdmitted)
 	}
-	tenant, id := rest[:len(rest)-idLen-1], rest[len(rest)-idLen:]
 	if !units.ValidTenant(tenant) || !wire.ValidID(id) || wire.UnitName(tenant, id) != name {
 		return fmt.Errorf("unit %q: %w: invalid tenant or job id", name, ErrNotAdmitted)
 	}

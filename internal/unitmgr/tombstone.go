@@ -200,16 +200,13 @@ func prune(set map[string]Tombstone) map[string]Tombstone {
 	return out
 }
 
-// unitTenant is the tenant part of cron-{tenant}-{id} (the id is a
-// canonical UUID, 36 characters); a name of another shape is its own
-// tenant.
+// unitTenant is the tenant part of cron-{tenant}-{id}; a name of another
+// shape is its own tenant.
 func unitTenant(name string) string {
-	const idLen = 36
-	rest := strings.TrimPrefix(name, wire.UnitPrefix)
-	if len(rest) <= idLen+1 || rest[len(rest)-idLen-1] != '-' {
-		return name
+	if tenant, _, ok := wire.SplitUnitName(name); ok {
+		return tenant
 	}
-	return rest[:len(rest)-idLen-1]
+	return name
 }
 
 func abbreviate(names []string, n int) string {

@@ -9,6 +9,7 @@ package wire
 import (
 	"errors"
 	"regexp"
+	"strings"
 	"time"
 )
 
@@ -128,6 +129,18 @@ func (j Job) LockDir() string { return j.WebStorageDir + "/" + j.Tenant + "/.loc
 // UnitName is the name of a job's unit pair without suffix:
 // cron-{tenant}-{id}. Log shipping and the runner parse it back.
 func UnitName(tenant, id string) string { return UnitPrefix + tenant + "-" + id }
+
+// SplitUnitName splits cron-{tenant}-{id} by the shape UnitName makes (the
+// id is a canonical UUID, the last 36 bytes): ok is false for a name of
+// another shape. It checks the shape only; callers validate the parts.
+func SplitUnitName(name string) (tenant, id string, ok bool) {
+	const idLen = 36
+	rest, found := strings.CutPrefix(name, UnitPrefix)
+	if !found || len(rest) < idLen+2 || rest[len(rest)-idLen-1] != '-' {
+		return "", "", false
+	}
+	return rest[:len(rest)-idLen-1], rest[len(rest)-idLen:], true
+}
 
 // ValidID reports whether id is a canonical lower-case UUID, the one form
 // of every id the core hands out (jobs, tenants, shards, nodes, webroots):
