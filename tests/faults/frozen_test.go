@@ -115,9 +115,17 @@ func TestFrozenLockHolder(t *testing.T) {
 	thawStart := time.Now() // decisions before it saw the holder stopped
 	thaw()
 	thawedAt := time.Now()
+	// Released: the stamp shows the thawed run's lease released, or the
+	// lease of a later slot written since the thaw. Stamps are written
+	// under the flock, which the thawed runner held until its release, and
+	// node2's own next start (queued behind the frozen one) takes the lock
+	// and stamps its slot within milliseconds of that release, too fast
+	// for a poll to see the released lease in between.
 	released := false
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if st := readLease(t, stampPath); st.RunKey == lease.RunKey && st.Released && st.Heartbeat.After(hb) {
+		st := readLease(t, stampPath)
+		if (st.RunKey == lease.RunKey && st.Released && st.Heartbeat.After(hb)) ||
+			(st.Slot.After(lease.Slot) && st.Heartbeat.After(thawStart)) {
 			released = true
 			break
 		}
