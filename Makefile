@@ -49,7 +49,7 @@ fuzz:
 # tests/faults (fault injection), tests/faults/control (control-plane
 # outages: its own PostgreSQL and Temporal, which it stops; about 20
 # minutes) and tests/acceptance (300 slots, outages;
-# about 55 minutes). Needs root; the rootfs and the Loki binary are cached under $${HOSTCRON_CACHE:-/var/cache/hostcron}.
+# about 35 minutes). Needs root; the rootfs and the Loki binary are cached under $${HOSTCRON_CACHE:-/var/cache/hostcron}.
 test-e2e:
 	scripts/nodes.sh rootfs
 	scripts/loki.sh build
