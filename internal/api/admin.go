@@ -140,29 +140,6 @@ func (s *Server) createWebroot(c echo.Context) error {
 	return c.JSON(http.StatusCreated, w)
 }
 
-func (s *Server) createAPIKey(c echo.Context) error {
-	var req struct {
-		TenantID string `json:"tenant_id"`
-	}
-	if err := decodeStrict(c, &req); err != nil {
-		return err
-	}
-	if req.TenantID != "" && !wire.ValidID(req.TenantID) {
-		return invalid("tenant_id", "must be a tenant's UUID, or absent for an admin key")
-	}
-	k, token, err := s.store.CreateAPIKey(c.Request().Context(), req.TenantID)
-	if errors.Is(err, store.ErrNotFound) {
-		return invalid("tenant_id", "no such tenant")
-	}
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusCreated, struct {
-		store.APIKey
-		Key string `json:"key"`
-	}{k, token})
-}
-
 // drainNode marks a node as leaving: provisioning stops waiting for it,
 // and the shard's failed jobs are provisioned again without it.
 func (s *Server) drainNode(c echo.Context) error {

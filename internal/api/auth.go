@@ -3,6 +3,7 @@ package api
 import (
 	"crypto/subtle"
 	"errors"
+	"net/http"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -14,6 +15,7 @@ import (
 type principal struct {
 	admin    bool
 	tenantID string // set for tenant-scoped keys
+	readOnly bool   // only reads (GET, HEAD) are allowed
 }
 
 // canSee reports whether the principal may see a tenant's resources.
@@ -43,10 +45,18 @@ func (s *Server) requireKey(next echo.HandlerFunc) echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		c.Set(ctxPrincipal, principal{admin: k.Scope == "admin", tenantID: k.TenantID})
+		p := principal{admin: k.Scope == "admin", tenantID: k.TenantID, readOnly: k.ReadOnly}
+		if p.readOnly && !readMethod(c.Request().Method) {
+			return errReadOnly
+		}
+		c.Set(ctxPrincipal, p)
 		return next(c)
 	}
 }
+
+// readMethod: the methods a read-only key may use; every route that
+// changes something is a POST, PUT or DELETE.
+func readMethod(m string) bool { return m == http.MethodGet || m == http.MethodHead }
 
 func who(c echo.Context) principal { return c.Get(ctxPrincipal).(principal) }
 

@@ -44,6 +44,7 @@ var (
 	errNotFound     = &apiError{http.StatusNotFound, ProblemDetail{Code: "not_found", Message: "not found"}}
 	errUnauthorized = &apiError{http.StatusUnauthorized, ProblemDetail{Code: "unauthorized", Message: "missing or unknown credential"}}
 	errForbidden    = &apiError{http.StatusForbidden, ProblemDetail{Code: "forbidden", Message: "this key's scope does not allow this"}}
+	errReadOnly     = &apiError{http.StatusForbidden, ProblemDetail{Code: "read_only", Message: "this key is read-only"}}
 )
 
 // scheduleError turns a parser error into a 400 naming the request field.

@@ -99,6 +99,11 @@ func New(st *store.Store, cfg Config) *echo.Echo {
 	admin.POST("/tenants", s.createTenant)
 	admin.POST("/tenants/:tenant/webroots", s.createWebroot)
 	admin.POST("/api-keys", s.createAPIKey)
+	admin.GET("/api-keys", s.listAPIKeys)
+	admin.POST("/api-keys/:key/revoke", s.revokeAPIKey)
+	admin.POST("/api-keys/:key/rotate", s.rotateAPIKey)
+	admin.POST("/nodes/:node/credential/rotate", s.rotateNodeCredential)
+	admin.POST("/nodes/:node/credential/revoke", s.revokeNodeCredential)
 
 	internal := e.Group("/internal/v1", s.requireNode)
 	internal.POST("/cron-jobs/:id/outcome", s.outcome)

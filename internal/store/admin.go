@@ -31,6 +31,11 @@ type Node struct {
 	LastSeenAt *time.Time `json:"last_seen_at"`
 	CreatedAt  time.Time  `json:"created_at"`
 	Draining   bool       `json:"draining"` // leaving: provisioning skips it
+	// CredentialRotatedAt is when the credential was last rotated or
+	// revoked; PreviousCredentialExpiresAt is when the one it replaced
+	// stops working (absent once it has).
+	CredentialRotatedAt         *time.Time `json:"credential_rotated_at,omitempty"`
+	PreviousCredentialExpiresAt *time.Time `json:"previous_credential_expires_at,omitempty"`
 }
 
 // Tenant is a hosting customer with a Linux user on its shard's nodes.
@@ -51,11 +56,12 @@ type Webroot struct {
 	CreatedAt time.Time `json:"created_at"`
 }
 
-const nodeColumns = `id, shard_id, name, last_seen_at, created_at, draining`
+const nodeColumns = `id, shard_id, name, last_seen_at, created_at, draining, credential_rotated_at,
+	CASE WHEN previous_credential_expires_at > now() THEN previous_credential_expires_at END`
 
 func scanNode(row pgx.Row) (Node, error) {
 	var n Node
-	err := row.Scan(&n.ID, &n.ShardID, &n.Name, &n.LastSeenAt, &n.CreatedAt, &n.Draining)
+	err := row.Scan(&n.ID, &n.ShardID, &n.Name, &n.LastSeenAt, &n.CreatedAt, &n.Draining, &n.CredentialRotatedAt, &n.PreviousCredentialExpiresAt)
 	return n, err
 }
 
@@ -114,9 +120,12 @@ func (s *Store) CreateNode(ctx context.Context, shardID, name string) (Node, str
 	return n, token, nil
 }
 
-// NodeByToken authenticates a node.
+// NodeByToken authenticates a node: its current credential, or the one a
+// rotation replaced while that rotation's grace lasts.
 func (s *Store) NodeByToken(ctx context.Context, token string) (Node, error) {
-	n, err := scanNode(s.pool.QueryRow(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE credential_hash = $1`, HashToken(token)))
+	hash := HashToken(token)
+	n, err := scanNode(s.pool.QueryRow(ctx, `SELECT `+nodeColumns+` FROM nodes
+		WHERE credential_hash = $1 OR (previous_credential_hash = $1 AND previous_credential_expires_at > now())`, hash))
 	return n, notFound(err, "node by token")
 }
 
@@ -188,44 +197,6 @@ func (s *Store) CreateWebroot(ctx context.Context, tenantID, path string) (Webro
 		return w, notFound(err, "create webroot: tenant")
 	}
 	return w, nil
-}
-
-// APIKey is who a key speaks for: an admin, or one tenant.
-type APIKey struct {
-	ID       string `json:"id"`
-	Scope    string `json:"scope"` // "admin" or "tenant"
-	TenantID string `json:"tenant_id,omitempty"`
-}
-
-// CreateAPIKey makes a key; tenantID "" makes an admin key.
-func (s *Store) CreateAPIKey(ctx context.Context, tenantID string) (APIKey, string, error) {
-	token, hash := NewToken()
-	k := APIKey{Scope: "admin", TenantID: tenantID}
-	var tid *string
-	if tenantID != "" {
-		k.Scope, tid = "tenant", &tenantID
-	}
-	err := s.pool.QueryRow(ctx,
-		`INSERT INTO api_keys (key_hash, scope, tenant_id) VALUES ($1, $2, $3) RETURNING id`, hash, k.Scope, tid).Scan(&k.ID)
-	switch {
-	case foreignKeyViolation(err):
-		return k, "", fmt.Errorf("create API key: tenant: %w", ErrNotFound)
-	case err != nil:
-		return k, "", fmt.Errorf("create API key: %w", err)
-	}
-	return k, token, nil
-}
-
-// APIKeyByToken authenticates an API key.
-func (s *Store) APIKeyByToken(ctx context.Context, token string) (APIKey, error) {
-	var k APIKey
-	var tid *string
-	err := s.pool.QueryRow(ctx, `SELECT id, scope, tenant_id FROM api_keys WHERE key_hash = $1`, HashToken(token)).
-		Scan(&k.ID, &k.Scope, &tid)
-	if tid != nil {
-		k.TenantID = *tid
-	}
-	return k, notFound(err, "API key")
 }
 
 // GetNode returns one node.
