@@ -54,6 +54,7 @@ func migrateCmd(dsn *string) *cobra.Command {
 func serveCmd(dsn *string, log *slog.Logger) *cobra.Command {
 	cfg := core.Config{Log: log}
 	var hk housekeeping.Config
+	quotas := store.DefaultQuotas
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve the API (migrates the schema first)",
@@ -63,7 +64,7 @@ func serveCmd(dsn *string, log *slog.Logger) *cobra.Command {
 			if err := api.ValidateAdminKey(cfg.AdminKey); err != nil {
 				return err
 			}
-			cfg.DatabaseURL, cfg.Housekeeping = *dsn, &hk
+			cfg.DatabaseURL, cfg.Housekeeping, cfg.Quotas = *dsn, &hk, &quotas
 			return core.Run(ctx, cfg, 15*time.Second)
 		},
 	}
@@ -86,6 +87,11 @@ func serveCmd(dsn *string, log *slog.Logger) *cobra.Command {
 	f.DurationVar(&hk.Grace, "outcome-grace", 2*time.Minute, "how long after a run's timeout its outcome may still arrive")
 	f.DurationVar(&hk.Interval, "sweep-interval", 30*time.Second, "how often to record lost runs and prune history")
 	f.DurationVar(&hk.Retention, "run-retention", 180*24*time.Hour, "how long run history is kept")
+	// Every tenant's limits unless an admin sets its own (0: no limit).
+	f.IntVar(&quotas.MaxJobs, "quota-max-jobs", quotas.MaxJobs, "default most cron jobs per tenant")
+	f.IntVar(&quotas.MinIntervalSeconds, "quota-min-interval", 0, "default shortest time between a job's fire times, seconds")
+	f.IntVar(&quotas.MaxTimeoutSeconds, "quota-max-timeout", 0, "default largest timeout_seconds")
+	f.IntVar(&quotas.MaxMemoryMB, "quota-max-memory-mb", 0, "default largest max_memory_mb")
 	return cmd
 }
 

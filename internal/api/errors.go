@@ -12,6 +12,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/hostcron/hostcron/internal/quota"
 	"github.com/hostcron/hostcron/internal/schedule"
 	"github.com/hostcron/hostcron/internal/store"
 )
@@ -69,8 +70,11 @@ func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 		var ae *apiError
 		var he *echo.HTTPError
 		var ce *store.ConflictError
+		var qe *quota.Exceeded
 		switch {
 		case errors.As(err, &ae):
+		case errors.As(err, &qe):
+			ae = &apiError{http.StatusUnprocessableEntity, ProblemDetail{Code: "quota_exceeded", Field: qe.Field, Message: qe.Msg}}
 		case errors.Is(err, store.ErrNotFound):
 			ae = errNotFound
 		case errors.As(err, &ce):

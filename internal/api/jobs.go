@@ -14,6 +14,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/hostcron/hostcron/internal/jobspec"
+	"github.com/hostcron/hostcron/internal/quota"
 	"github.com/hostcron/hostcron/internal/schedule"
 	"github.com/hostcron/hostcron/internal/store"
 	"github.com/hostcron/hostcron/internal/wire"
@@ -240,6 +241,13 @@ func (s *Server) createJob(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	_, limits, err := s.store.TenantQuotas(c.Request().Context(), tenantID)
+	if err != nil {
+		return err
+	}
+	if err := s.checkQuota(limits, store.JobFields{}, spec); err != nil {
+		return err
+	}
 	// A replayed create answers as the first one did: 201 with that job.
 	j, _, err := s.store.CreateJob(c.Request().Context(), tenantID, spec, idem)
 	if err != nil {
@@ -291,11 +299,42 @@ func (s *Server) updateJob(c echo.Context) error {
 	if err := decodeStrict(c, &req); err != nil {
 		return err
 	}
-	updated, err := s.store.UpdateJob(c.Request().Context(), j.ID, ifVersion, req.apply)
+	_, limits, err := s.store.TenantQuotas(c.Request().Context(), j.TenantID)
+	if err != nil {
+		return err
+	}
+	// The merge happens under the job's row lock; the quota is checked on
+	// its result, against what the request changes.
+	updated, err := s.store.UpdateJob(c.Request().Context(), j.ID, ifVersion, func(base store.JobFields) (store.JobFields, error) {
+		f, err := req.apply(base)
+		if err != nil {
+			return f, err
+		}
+		return f, s.checkQuota(limits, base, f)
+	})
 	if err != nil {
 		return jobError(err)
 	}
 	return s.respondJob(c, http.StatusOK, updated)
+}
+
+// checkQuota holds a job to the tenant's limits in what it changes from
+// before (a create changes everything): a job made under higher limits
+// keeps running, and an edit of its command alone goes through.
+func (s *Server) checkQuota(l quota.Limits, before, after store.JobFields) error {
+	sched, err := schedule.Parse(after.Schedule, after.Timezone)
+	if err != nil {
+		return scheduleError(err)
+	}
+	changed := quota.Changed{
+		Schedule: before.Schedule != after.Schedule || before.Timezone != after.Timezone,
+		Timeout:  before.TimeoutSeconds != after.TimeoutSeconds,
+		Memory:   before.MaxMemoryMB != after.MaxMemoryMB,
+	}
+	if e := quota.Check(l, quota.Job{Schedule: sched, TimeoutSeconds: after.TimeoutSeconds, MaxMemoryMB: after.MaxMemoryMB}, changed, s.now()); e != nil {
+		return e
+	}
+	return nil
 }
 
 // jobAction wraps delete, enable, disable, retry and run-now: scope check,

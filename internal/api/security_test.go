@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hostcron/hostcron/internal/store"
+	"github.com/hostcron/hostcron/internal/quota"
 )
 
 // TestOutcomeIsInputNotTruth: the outcome endpoint ignores fields it does
@@ -166,14 +166,13 @@ func TestValidateAdminKey(t *testing.T) {
 // job list.
 func TestJobsPerTenantBounded(t *testing.T) {
 	v := newEnv(t)
-	defer func(n int) { store.MaxJobsPerTenant = n }(store.MaxJobsPerTenant)
-	store.MaxJobsPerTenant = 3
+	v.store.SetQuotaDefaults(quota.Limits{MaxJobs: 3})
 	for i := 0; i < 3; i++ {
 		v.createJob("")
 	}
 	body := `{"webroot_id":"` + v.webroot + `","schedule":"*/5 * * * *","command":"true"}`
-	if code, out := v.do("POST", "/api/v1/tenants/"+v.tenant+"/cron-jobs", v.key, body); code != 409 {
-		t.Fatalf("job past the limit: %d %s, want 409", code, out)
+	if code, out := v.do("POST", "/api/v1/tenants/"+v.tenant+"/cron-jobs", v.key, body); code != 422 || !strings.Contains(string(out), "max_jobs") {
+		t.Fatalf("job past the limit: %d %s, want 422 naming max_jobs", code, out)
 	}
 	if n := v.count(`SELECT count(*) FROM cron_jobs`); n != 3 {
 		t.Errorf("%d jobs stored, want 3", n)

@@ -98,6 +98,8 @@ func New(st *store.Store, cfg Config) *echo.Echo {
 	admin.DELETE("/nodes/:node", s.deleteNode)
 	admin.POST("/tenants", s.createTenant)
 	admin.POST("/tenants/:tenant/webroots", s.createWebroot)
+	admin.GET("/tenants/:tenant/quotas", s.getQuotas)
+	admin.PUT("/tenants/:tenant/quotas", s.setQuotas)
 	admin.POST("/api-keys", s.createAPIKey)
 	admin.GET("/api-keys", s.listAPIKeys)
 	admin.POST("/api-keys/:key/revoke", s.revokeAPIKey)

@@ -22,6 +22,7 @@ import (
 	"github.com/hostcron/hostcron/internal/dispatch"
 	"github.com/hostcron/hostcron/internal/housekeeping"
 	"github.com/hostcron/hostcron/internal/logship"
+	"github.com/hostcron/hostcron/internal/quota"
 	"github.com/hostcron/hostcron/internal/store"
 	"github.com/hostcron/hostcron/internal/trust"
 	"github.com/hostcron/hostcron/workflows"
@@ -55,6 +56,10 @@ type Config struct {
 
 	// Housekeeping runs the lost-run sweeper and retention; nil: off.
 	Housekeeping *housekeeping.Config
+
+	// Quotas are every tenant's limits unless an admin overrides them
+	// (nil: store.DefaultQuotas).
+	Quotas *quota.Limits
 
 	// DispatchTestHooks are the outbox dispatcher's fault points, for
 	// tests only (tests/flow kills a replica between Temporal accepting a
@@ -119,6 +124,9 @@ func (c *Core) start(ctx, bg context.Context, cfg Config) error {
 	}
 	if err := c.store.Migrate(ctx); err != nil {
 		return err
+	}
+	if cfg.Quotas != nil {
+		c.store.SetQuotaDefaults(*cfg.Quotas)
 	}
 	// One registry: the API serves it at /metrics, housekeeping adds its
 	// counters to it.

@@ -98,7 +98,7 @@ func (s *Store) CreateJob(ctx context.Context, tenantID string, f JobFields, ide
 				return err
 			}
 		}
-		if err := checkJobQuota(ctx, tx, tenantID); err != nil {
+		if err := s.checkJobQuota(ctx, tx, tenantID); err != nil {
 			return err
 		}
 		job, err = scanJob(tx.QueryRow(ctx, `
@@ -123,35 +123,6 @@ func (s *Store) CreateJob(ctx context.Context, tenantID string, f JobFields, ide
 		return queueTask(ctx, tx, job.ID, wire.ActionCreate, job.Version)
 	})
 	return job, replayed, err
-}
-
-// MaxJobsPerTenant bounds a tenant's cron jobs: each one is a unit pair
-// on every node of the shard, a row in every converge of it and in the
-// tenant's (unpaginated) job list. A variable so tests can lower it.
-var MaxJobsPerTenant = 1000
-
-// checkJobQuota refuses a job past MaxJobsPerTenant. It locks the
-// tenant's row, so concurrent creates of one tenant count one at a time.
-func checkJobQuota(ctx context.Context, tx pgx.Tx, tenantID string) error {
-	// Lock first, count in a statement of its own: under READ COMMITTED
-	// it sees the jobs of the create that held the lock before.
-	var one int
-	err := tx.QueryRow(ctx, `SELECT 1 FROM tenants WHERE id = $1 FOR NO KEY UPDATE`, tenantID).Scan(&one)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("create cron job: tenant: %w", ErrNotFound)
-	case err != nil:
-		return fmt.Errorf("create cron job: lock tenant: %w", err)
-	}
-	var n int
-	if err := tx.QueryRow(ctx, `SELECT count(*) FROM cron_jobs WHERE tenant_id = $1`, tenantID).Scan(&n); err != nil {
-		return fmt.Errorf("create cron job: count jobs: %w", err)
-	}
-	switch {
-	case n >= MaxJobsPerTenant:
-		return conflict("the tenant has %d cron jobs, the most allowed; delete one first", n)
-	}
-	return nil
 }
 
 // claimIdempotencyKey claims a tenant's key for a new job (claimed), or

@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hostcron/hostcron/internal/quota"
 	"github.com/jackc/tern/v2/migrate"
 )
 
@@ -37,7 +39,8 @@ func conflict(format string, args ...any) error {
 
 // Store is the PostgreSQL-backed store.
 type Store struct {
-	pool *pgxpool.Pool
+	pool          *pgxpool.Pool
+	quotaDefaults *quota.Limits // nil: DefaultQuotas
 }
 
 // Open connects to PostgreSQL.

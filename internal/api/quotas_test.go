@@ -1,0 +1,75 @@
+package api
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/hostcron/hostcron/internal/quota"
+)
+
+func TestQuotasHoldCreatesAndChanges(t *testing.T) {
+	v := newEnv(t)
+	v.store.SetQuotaDefaults(quota.Limits{MaxJobs: 100, MaxTimeoutSeconds: 3600})
+	grandfathered := v.createJob(`,"schedule":"* * * * *","timeout_seconds":3000,"max_memory_mb":1024`)
+	id := grandfathered["id"].(string)
+
+	// The admin puts the tenant on a cheap plan.
+	got := v.mustJSON("PUT", "/api/v1/admin/tenants/"+v.tenant+"/quotas", adminKey,
+		`{"min_interval_seconds":300,"max_memory_mb":512,"max_timeout_seconds":null}`, 200)
+	limits := got["limits"].(map[string]any)
+	if limits["min_interval_seconds"] != 300.0 || limits["max_memory_mb"] != 512.0 || limits["max_timeout_seconds"] != 3600.0 || limits["max_jobs"] != 100.0 {
+		t.Fatalf("limits in force: %v", limits)
+	}
+	if o := v.mustJSON("GET", "/api/v1/admin/tenants/"+v.tenant+"/quotas", adminKey, "", 200)["overrides"].(map[string]any); o["max_timeout_seconds"] != nil || o["max_memory_mb"] != 512.0 {
+		t.Errorf("overrides: %v", o)
+	}
+
+	jobs := v.count(`SELECT count(*) FROM cron_jobs`)
+	for _, c := range []struct{ extra, field, limit string }{
+		{`,"schedule":"*/2 * * * *"`, "schedule", "min_interval_seconds"},
+		{`,"schedule":"0,1 3 * * *"`, "schedule", "min_interval_seconds"},
+		{`,"timeout_seconds":3601`, "timeout_seconds", "max_timeout_seconds"},
+		{`,"max_memory_mb":513`, "max_memory_mb", "max_memory_mb"},
+	} {
+		body := `{"webroot_id":"` + v.webroot + `","schedule":"*/5 * * * *","command":"true"` + c.extra + `}`
+		// A later field in the JSON wins, so extra overrides the schedule.
+		code, out := v.do("POST", "/api/v1/tenants/"+v.tenant+"/cron-jobs", v.key, body)
+		if code != 422 || !strings.Contains(string(out), `"field":"`+c.field+`"`) || !strings.Contains(string(out), c.limit) {
+			t.Errorf("create with %s = %d %s, want 422 on %s naming %s", c.extra, code, out, c.field, c.limit)
+		}
+	}
+	if n := v.count(`SELECT count(*) FROM cron_jobs`); n != jobs {
+		t.Errorf("refused creates stored jobs: %d, want %d", n, jobs)
+	}
+	v.createJob(`,"schedule":"*/5 * * * *","max_memory_mb":512`) // at the limits: fits
+
+	// The job made under the old limits keeps running, and an edit of its
+	// command alone goes through; an edit of its schedule is held to them.
+	v.mustJSON("PUT", "/api/v1/cron-jobs/"+id, v.key, `{"command":"php artisan queue:work --once"}`, 200)
+	code, out := v.do("PUT", "/api/v1/cron-jobs/"+id, v.key, `{"schedule":"*/3 * * * *"}`)
+	if code != 422 || !strings.Contains(string(out), "min_interval_seconds") {
+		t.Errorf("schedule edit over the limit = %d %s, want 422", code, out)
+	}
+	if n := v.count(`SELECT count(*) FROM cron_jobs WHERE id = $1 AND schedule = '* * * * *' AND command = 'php artisan queue:work --once'`, id); n != 1 {
+		t.Errorf("the refused edit changed the job")
+	}
+	v.mustJSON("PUT", "/api/v1/cron-jobs/"+id, v.key, `{"schedule":"*/10 * * * *"}`, 200)
+}
+
+func TestQuotasOnlyForAdmins(t *testing.T) {
+	v := newEnv(t)
+	if code, _ := v.do("PUT", "/api/v1/admin/tenants/"+v.tenant+"/quotas", v.key, `{"max_jobs":100000}`); code != 403 {
+		t.Errorf("tenant raising its own quota = %d, want 403", code)
+	}
+	for _, bad := range []string{`{"max_jobs":-1}`, `{"min_interval_seconds":99999999999}`, `{"max_jobs":"many"}`, `{"jobs":5}`} {
+		if code, _ := v.do("PUT", "/api/v1/admin/tenants/"+v.tenant+"/quotas", adminKey, bad); code != 400 {
+			t.Errorf("quotas %s = %d, want 400", bad, code)
+		}
+	}
+	if n := v.count(`SELECT count(*) FROM tenant_quotas`); n != 0 {
+		t.Errorf("refused quotas stored %d rows", n)
+	}
+	if code, _ := v.do("GET", "/api/v1/admin/tenants/00000000-0000-0000-0000-000000000000/quotas", adminKey, ""); code != 404 {
+		t.Errorf("quotas of an unknown tenant = %d, want 404", code)
+	}
+}

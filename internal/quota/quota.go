@@ -1,0 +1,140 @@
+// Package quota decides whether a tenant's cron job fits the tenant's
+// limits: how many jobs, how often they may fire, how long and how large
+// a run may be. Defaults come from the core's config; an admin may set
+// any of them per tenant. Deciding is pure; the store counts jobs under
+// the tenant's row lock.
+package quota
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/hostcron/hostcron/internal/schedule"
+)
+
+// Limits are the limits in force for a tenant. A zero field is no limit.
+type Limits struct {
+	MaxJobs            int `json:"max_jobs"`
+	MinIntervalSeconds int `json:"min_interval_seconds"`
+	MaxTimeoutSeconds  int `json:"max_timeout_seconds"`
+	MaxMemoryMB        int `json:"max_memory_mb"`
+}
+
+// Overrides are an admin's per-tenant settings; nil keeps the default.
+type Overrides struct {
+	MaxJobs            *int `json:"max_jobs"`
+	MinIntervalSeconds *int `json:"min_interval_seconds"`
+	MaxTimeoutSeconds  *int `json:"max_timeout_seconds"`
+	MaxMemoryMB        *int `json:"max_memory_mb"`
+}
+
+// Apply lays the overrides over the defaults.
+func (o Overrides) Apply(d Limits) Limits {
+	pick := func(v *int, def int) int {
+		if v != nil {
+			return *v
+		}
+		return def
+	}
+	return Limits{
+		MaxJobs:            pick(o.MaxJobs, d.MaxJobs),
+		MinIntervalSeconds: pick(o.MinIntervalSeconds, d.MinIntervalSeconds),
+		MaxTimeoutSeconds:  pick(o.MaxTimeoutSeconds, d.MaxTimeoutSeconds),
+		MaxMemoryMB:        pick(o.MaxMemoryMB, d.MaxMemoryMB),
+	}
+}
+
+// Exceeded names the limit a job is over; the API answers it with 422.
+type Exceeded struct {
+	Field string // the job field that is over (schedule, timeout_seconds, ...)
+	Limit string // the limit's name (min_interval_seconds, ...)
+	Msg   string
+}
+
+func (e *Exceeded) Error() string { return e.Msg }
+
+// Job is what the limits look at.
+type Job struct {
+	Schedule       *schedule.Schedule
+	TimeoutSeconds int
+	MaxMemoryMB    int
+}
+
+// Changed says which of a job's fields a request sets. An update is held
+// only to the limits of what it changes, so lowering a tenant's limits
+// does not block an unrelated edit of a job made under the old ones.
+type Changed struct{ Schedule, Timeout, Memory bool }
+
+// All is a create: every field is new.
+var All = Changed{true, true, true}
+
+// Check returns the first limit j is over among the changed fields, or nil.
+// now anchors the search for the schedule's shortest gap.
+func Check(l Limits, j Job, changed Changed, now time.Time) *Exceeded {
+	if changed.Timeout && l.MaxTimeoutSeconds > 0 && j.TimeoutSeconds > l.MaxTimeoutSeconds {
+		return &Exceeded{"timeout_seconds", "max_timeout_seconds",
+			fmt.Sprintf("timeout_seconds: %d is above the tenant's limit of %d (max_timeout_seconds)", j.TimeoutSeconds, l.MaxTimeoutSeconds)}
+	}
+	if changed.Memory && l.MaxMemoryMB > 0 && j.MaxMemoryMB > l.MaxMemoryMB {
+		return &Exceeded{"max_memory_mb", "max_memory_mb",
+			fmt.Sprintf("max_memory_mb: %d is above the tenant's limit of %d (max_memory_mb)", j.MaxMemoryMB, l.MaxMemoryMB)}
+	}
+	if changed.Schedule && l.MinIntervalSeconds > 0 && j.Schedule != nil {
+		min := time.Duration(l.MinIntervalSeconds) * time.Second
+		if gap, at := ShortestGap(j.Schedule, now, min); gap < min {
+			return &Exceeded{"schedule", "min_interval_seconds",
+				fmt.Sprintf("schedule: fires %s apart (at %s), more often than the tenant's limit of once every %s (min_interval_seconds)",
+					gap, at.Format(time.RFC3339), min)}
+		}
+	}
+	return nil
+}
+
+// JobCount checks a create against MaxJobs given the jobs the tenant has.
+func JobCount(l Limits, have int) *Exceeded {
+	if l.MaxJobs > 0 && have >= l.MaxJobs {
+		return &Exceeded{"max_jobs", "max_jobs",
+			fmt.Sprintf("the tenant has %d cron jobs, its limit (max_jobs); delete one first", have)}
+	}
+	return nil
+}
+
+// maxFires bounds the walk in ShortestGap. A schedule's time-of-day
+// pattern repeats every day it fires, so the walk sees every gap within a
+// day and between days long before it ends, unless the schedule fires
+// more than maxFires times a day, in which case its gap is at most
+// 86400/maxFires s and it is found at once.
+const maxFires = 5000
+
+// horizon bounds the walk in time: a year covers every month, weekday and
+// DST change.
+const horizon = 366 * 24 * time.Hour
+
+// ShortestGap returns the shortest time between two consecutive fire times
+// after from (and the later of the two), stopping at the first gap shorter
+// than enough. When the schedule's own lower bound is already enough it
+// returns that bound without a walk (so the result is exact only below
+// enough). A schedule that fires at most once has no gap: it returns the
+// horizon.
+func ShortestGap(s *schedule.Schedule, from time.Time, enough time.Duration) (time.Duration, time.Time) {
+	if s.MinInterval() >= enough {
+		return s.MinInterval(), time.Time{}
+	}
+	best, bestAt := horizon, time.Time{}
+	prev := s.Next(from)
+	end := from.Add(horizon)
+	for i := 0; i < maxFires && !prev.IsZero() && prev.Before(end); i++ {
+		next := s.Next(prev)
+		if next.IsZero() {
+			break
+		}
+		if gap := next.Sub(prev); gap < best {
+			best, bestAt = gap, next
+			if best < enough {
+				break
+			}
+		}
+		prev = next
+	}
+	return best, bestAt
+}

@@ -1,0 +1,91 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/hostcron/hostcron/internal/quota"
+)
+
+// DefaultQuotas are the limits of a tenant without overrides until the
+// core's config sets its own: a job count that keeps a converge and the
+// job list bounded (each job is a unit pair on every node of the shard),
+// nothing else.
+var DefaultQuotas = quota.Limits{MaxJobs: 1000}
+
+// SetQuotaDefaults sets the limits of tenants without overrides.
+func (s *Store) SetQuotaDefaults(l quota.Limits) { s.quotaDefaults = &l }
+
+func (s *Store) defaults() quota.Limits {
+	if s.quotaDefaults != nil {
+		return *s.quotaDefaults
+	}
+	return DefaultQuotas
+}
+
+// TenantQuotas returns a tenant's overrides and the limits in force.
+func (s *Store) TenantQuotas(ctx context.Context, tenantID string) (quota.Overrides, quota.Limits, error) {
+	o, err := tenantOverrides(ctx, s.pool, tenantID, false)
+	if err != nil {
+		return o, quota.Limits{}, err
+	}
+	return o, o.Apply(s.defaults()), nil
+}
+
+// SetTenantQuotas replaces a tenant's overrides (nil fields: defaults).
+// Jobs over a lowered limit keep running; their next change is held to it.
+func (s *Store) SetTenantQuotas(ctx context.Context, tenantID string, o quota.Overrides) (quota.Limits, error) {
+	_, err := s.pool.Exec(ctx, `INSERT INTO tenant_quotas (tenant_id, max_jobs, min_interval_seconds, max_timeout_seconds, max_memory_mb)
+		VALUES ($1, $2, $3, $4, $5)
+		ON CONFLICT (tenant_id) DO UPDATE SET max_jobs = $2, min_interval_seconds = $3, max_timeout_seconds = $4,
+			max_memory_mb = $5, updated_at = now()`,
+		tenantID, o.MaxJobs, o.MinIntervalSeconds, o.MaxTimeoutSeconds, o.MaxMemoryMB)
+	switch {
+	case foreignKeyViolation(err):
+		return quota.Limits{}, fmt.Errorf("set quotas: tenant: %w", ErrNotFound)
+	case err != nil:
+		return quota.Limits{}, fmt.Errorf("set quotas: %w", err)
+	}
+	return o.Apply(s.defaults()), nil
+}
+
+// tenantOverrides reads a tenant's overrides; lock also locks the
+// tenant's row, so that concurrent creates count one at a time.
+func tenantOverrides(ctx context.Context, q queryRower, tenantID string, lock bool) (quota.Overrides, error) {
+	var o quota.Overrides
+	sql := `SELECT q.max_jobs, q.min_interval_seconds, q.max_timeout_seconds, q.max_memory_mb
+		FROM tenants t LEFT JOIN tenant_quotas q ON q.tenant_id = t.id WHERE t.id = $1`
+	if lock {
+		sql += ` FOR NO KEY UPDATE OF t`
+	}
+	err := q.QueryRow(ctx, sql, tenantID).Scan(&o.MaxJobs, &o.MinIntervalSeconds, &o.MaxTimeoutSeconds, &o.MaxMemoryMB)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return o, fmt.Errorf("tenant quotas: %w", ErrNotFound)
+	}
+	if err != nil {
+		return o, fmt.Errorf("tenant quotas: %w", err)
+	}
+	return o, nil
+}
+
+// checkJobQuota refuses a job past the tenant's max_jobs. It locks the
+// tenant's row first and counts in a statement of its own: under READ
+// COMMITTED the count sees the jobs of the create that held the lock
+// before.
+func (s *Store) checkJobQuota(ctx context.Context, tx pgx.Tx, tenantID string) error {
+	o, err := tenantOverrides(ctx, tx, tenantID, true)
+	if err != nil {
+		return fmt.Errorf("create cron job: %w", err)
+	}
+	var n int
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM cron_jobs WHERE tenant_id = $1`, tenantID).Scan(&n); err != nil {
+		return fmt.Errorf("create cron job: count jobs: %w", err)
+	}
+	if e := quota.JobCount(o.Apply(s.defaults()), n); e != nil {
+		return e
+	}
+	return nil
+}
