@@ -6,7 +6,7 @@ DIST     ?= dist
 
 # Static binaries: they run inside the test nodes and on web nodes.
 STATIC   := CGO_ENABLED=0
-CMDS     := core-api node-agent cron-outcome cron-run
+CMDS     := core-api node-agent cron-outcome cron-run hostcronctl
 
 .PHONY: all build dev packages test test-unit test-e2e fuzz vet clean
 

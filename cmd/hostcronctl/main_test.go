@@ -1,0 +1,219 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hostcron/hostcron/internal/api"
+	"github.com/hostcron/hostcron/internal/apiclient"
+	"github.com/hostcron/hostcron/internal/pgtest"
+	"github.com/hostcron/hostcron/internal/wire"
+)
+
+const adminKey = "ctl-test-admin-key-0123456789abcdef"
+
+// world is a real core API on a fresh database with a shard, a tenant, a
+// webroot and a tenant key, set up through the admin API.
+type world struct {
+	t                    *testing.T
+	url                  string
+	tenant, webroot, key string
+	setJobStatus         func(id string)
+}
+
+func newWorld(t *testing.T) *world {
+	st := pgtest.New(t)
+	srv := httptest.NewServer(api.New(st, api.Config{AdminKey: adminKey, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}))
+	t.Cleanup(srv.Close)
+	w := &world{t: t, url: srv.URL}
+	admin := &apiclient.Client{BaseURL: srv.URL, Key: adminKey}
+	ctx := context.Background()
+	must := func(path string, body any, field string) string {
+		raw, err := admin.Do(ctx, "POST", path, nil, body, nil)
+		if err != nil {
+			t.Fatalf("POST %s: %v", path, err)
+		}
+		var m map[string]any
+		_ = json.Unmarshal(raw, &m)
+		return m[field].(string)
+	}
+	shard := must("/admin/shards", map[string]any{"name": "web-1", "web_storage_dir": "/srv/shared/www"}, "id")
+	w.tenant = must("/admin/tenants", map[string]any{"name": "acme", "shard_id": shard, "linux_user": "acme"}, "id")
+	w.webroot = must("/admin/tenants/"+w.tenant+"/webroots", map[string]any{"path": "/srv/shared/www/acme/public"}, "id")
+	w.key = must("/admin/api-keys", map[string]any{"tenant_id": w.tenant}, "key")
+	w.setJobStatus = func(id string) {
+		j, err := st.GetJob(ctx, id)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if _, err := st.SetProvisioned(ctx, id, j.Version, wire.StatusActive, "", 1); err != nil {
+			t.Error(err)
+		}
+	}
+	return w
+}
+
+// ctl runs hostcronctl with the tenant's key (or the env's) and returns
+// what it printed and its error.
+func (w *world) ctl(env map[string]string, args ...string) (stdout, stderr string, err error) {
+	w.t.Helper()
+	var out, errb bytes.Buffer
+	getenv := func(k string) string {
+		if v, ok := env[k]; ok {
+			return v
+		}
+		return map[string]string{"HOSTCRON_API": w.url, "HOSTCRON_API_KEY": w.key, "HOSTCRON_TENANT": w.tenant, "HOME": w.t.TempDir()}[k]
+	}
+	root := newRoot(&out, &errb, getenv)
+	root.SetArgs(args)
+	err = root.ExecuteContext(context.Background())
+	return out.String(), errb.String(), err
+}
+
+func TestJobLifecycleThroughTheCommandLine(t *testing.T) {
+	w := newWorld(t)
+	out, _, err := w.ctl(nil, "jobs", "create", "-o", "json", "--webroot", w.webroot, "--schedule", "*/5 * * * *",
+		"--command", "php artisan schedule:run", "--timezone", "Europe/Berlin", "--timeout", "120")
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	var created apiclient.Job
+	if err := json.Unmarshal([]byte(out), &created); err != nil || created.ID == "" {
+		t.Fatalf("create -o json printed %q (%v)", out, err)
+	}
+	if created.Timezone != "Europe/Berlin" || created.Status != "pending" {
+		t.Errorf("created job: %+v", created)
+	}
+
+	out, _, err = w.ctl(nil, "jobs", "list")
+	if err != nil || !strings.Contains(out, created.ID) || !strings.Contains(out, "*/5 * * * *") || !strings.HasPrefix(out, "ID") {
+		t.Errorf("list: %v\n%s", err, out)
+	}
+
+	// update sends only the flags given: the timezone stays.
+	out, _, err = w.ctl(nil, "jobs", "update", created.ID, "-o", "json", "--command", "php artisan queue:work --once")
+	if err != nil {
+		t.Fatalf("update: %v", err)
+	}
+	var updated apiclient.Job
+	_ = json.Unmarshal([]byte(out), &updated)
+	if updated.Timezone != "Europe/Berlin" || updated.Command != "php artisan queue:work --once" || updated.Version != created.Version+1 {
+		t.Errorf("update changed more or less than the command: %+v", updated)
+	}
+
+	// A stale --if-match is refused with the API's own words.
+	if _, _, err := w.ctl(nil, "jobs", "disable", created.ID, "--if-match", "1"); err == nil || !strings.Contains(err.Error(), "412") {
+		t.Errorf("disable at a stale version: %v, want the 412", err)
+	}
+
+	// --wait follows provisioning and shows each status it passes.
+	go func() {
+		time.Sleep(time.Second)
+		w.setJobStatus(created.ID)
+	}()
+	out, progress, err := w.ctl(nil, "jobs", "disable", created.ID, "--wait", "--wait-timeout", "30s")
+	if err != nil {
+		t.Fatalf("disable --wait: %v", err)
+	}
+	if !strings.Contains(progress, "pending") || !strings.Contains(progress, "active") {
+		t.Errorf("--wait showed no progress through pending to active: %q", progress)
+	}
+	if !strings.Contains(out, created.ID) {
+		t.Errorf("disable --wait printed %q", out)
+	}
+
+	out, _, err = w.ctl(nil, "jobs", "list", "--status", "failed")
+	if err != nil || strings.Contains(out, created.ID) {
+		t.Errorf("list --status failed shows the active job: %v\n%s", err, out)
+	}
+}
+
+func TestErrorsAreTheAPIs(t *testing.T) {
+	w := newWorld(t)
+	_, _, err := w.ctl(nil, "jobs", "create", "--webroot", w.webroot, "--schedule", "61 * * * *", "--command", "true")
+	if err == nil || !strings.Contains(err.Error(), "schedule") || !strings.Contains(err.Error(), "400") {
+		t.Errorf("bad schedule: %v, want the API's 400 naming the schedule", err)
+	}
+	if _, _, err := w.ctl(map[string]string{"HOSTCRON_API_KEY": "wrong"}, "jobs", "list"); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Errorf("wrong key: %v, want 401", err)
+	}
+	if _, _, err := w.ctl(map[string]string{"HOSTCRON_API": ""}, "jobs", "list"); err == nil || !strings.Contains(err.Error(), "no API address") {
+		t.Errorf("no API: %v", err)
+	}
+	if _, _, err := w.ctl(nil, "jobs", "list", "-o", "yaml"); err == nil {
+		t.Error("-o yaml accepted")
+	}
+	if _, _, err := w.ctl(nil, "jobs", "update", "00000000-0000-0000-0000-000000000000"); err == nil || !strings.Contains(err.Error(), "nothing to change") {
+		t.Errorf("update without fields: %v", err)
+	}
+}
+
+func TestPreviewAndKeys(t *testing.T) {
+	w := newWorld(t)
+	out, _, err := w.ctl(nil, "preview", "30 4 * * *", "--count", "2")
+	if err != nil || strings.Count(out, "next") != 2 || !strings.Contains(out, "OnCalendar") {
+		t.Errorf("preview: %v\n%s", err, out)
+	}
+	admin := map[string]string{"HOSTCRON_API_KEY": adminKey}
+	out, _, err = w.ctl(admin, "keys", "create", "--for-tenant", w.tenant, "--name", "status page", "--read-only", "-o", "json")
+	if err != nil {
+		t.Fatalf("keys create: %v", err)
+	}
+	var k struct {
+		ID, Key string
+	}
+	_ = json.Unmarshal([]byte(out), &k)
+	out, _, err = w.ctl(admin, "keys", "list", "--for-tenant", w.tenant)
+	if err != nil || !strings.Contains(out, "status page") || strings.Contains(out, k.Key) {
+		t.Errorf("keys list (no secrets): %v\n%s", err, out)
+	}
+	out, _, err = w.ctl(admin, "keys", "rotate", k.ID, "--grace", "1h")
+	if err != nil || !strings.Contains(out, "shown once") {
+		t.Errorf("rotate: %v\n%s", err, out)
+	}
+	out, _, _ = w.ctl(admin, "keys", "list", "--for-tenant", w.tenant)
+	if !strings.Contains(out, "active until") {
+		t.Errorf("the rotated key does not show its grace:\n%s", out)
+	}
+	// The read-only key reads but cannot change.
+	ro := map[string]string{"HOSTCRON_API_KEY": k.Key}
+	if _, _, err := w.ctl(ro, "jobs", "list"); err != nil {
+		t.Errorf("read-only key listing: %v", err)
+	}
+	if _, _, err := w.ctl(ro, "jobs", "create", "--webroot", w.webroot, "--schedule", "* * * * *", "--command", "true"); err == nil || !strings.Contains(err.Error(), "read_only") {
+		t.Errorf("read-only key creating: %v", err)
+	}
+}
+
+func TestSettingsPrecedence(t *testing.T) {
+	env := map[string]string{"HOSTCRON_API": "http://env", "HOSTCRON_API_KEY": "envkey"}
+	file := fileConfig{API: "http://file", Key: "filekey", Tenant: "filetenant"}
+	for _, c := range []struct {
+		name  string
+		flags settings
+		env   map[string]string
+		want  settings
+	}{
+		{"file only", settings{}, nil, settings{"http://file", "filekey", "filetenant"}},
+		{"env over file", settings{}, env, settings{"http://env", "envkey", "filetenant"}},
+		{"flag over env", settings{API: "http://flag"}, env, settings{"http://flag", "envkey", "filetenant"}},
+	} {
+		if got := resolve(c.flags, func(k string) string { return c.env[k] }, file); got != c.want {
+			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
+		}
+	}
+	if _, err := readConfig("/nonexistent/ctl.json", true); err == nil {
+		t.Error("a named config file that is missing is no error")
+	}
+	if _, err := readConfig("/nonexistent/ctl.json", false); err != nil {
+		t.Errorf("the default config file missing: %v", err)
+	}
+}
