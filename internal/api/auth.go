@@ -36,6 +36,7 @@ func (s *Server) requireKey(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		if s.cfg.AdminKey != "" && subtle.ConstantTimeCompare([]byte(key), []byte(s.cfg.AdminKey)) == 1 {
 			c.Set(ctxPrincipal, principal{admin: true})
+			actedBy(c, "admin")
 			return next(c)
 		}
 		k, err := s.store.APIKeyByToken(c.Request().Context(), key)
@@ -50,8 +51,14 @@ func (s *Server) requireKey(next echo.HandlerFunc) echo.HandlerFunc {
 			return errReadOnly
 		}
 		c.Set(ctxPrincipal, p)
+		actedBy(c, "key:"+k.ID)
 		return next(c)
 	}
+}
+
+// actedBy names the request's actor for the jobs' audit trail.
+func actedBy(c echo.Context, actor string) {
+	c.SetRequest(c.Request().WithContext(store.WithActor(c.Request().Context(), actor)))
 }
 
 // readMethod: the methods a read-only key may use; every route that

@@ -89,6 +89,7 @@ func New(st *store.Store, cfg Config) *echo.Echo {
 	v1.POST("/cron-jobs/:id/retry", s.jobAction(st.RetryJob))
 	v1.POST("/cron-jobs/:id/run-now", s.jobAction(st.RunNow))
 	v1.GET("/cron-jobs/:id/runs", s.listRuns)
+	v1.GET("/cron-jobs/:id/events", s.listJobEvents)
 
 	admin := v1.Group("/admin", requireAdmin)
 	admin.POST("/shards", s.createShard)

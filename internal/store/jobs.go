@@ -120,6 +120,9 @@ func (s *Store) CreateJob(ctx context.Context, tenantID string, f JobFields, ide
 				return fmt.Errorf("create cron job: idempotency key: %w", err)
 			}
 		}
+		if err := recordEvent(ctx, tx, job, actorOf(ctx), string(wire.ActionCreate), nil); err != nil {
+			return err
+		}
 		return queueTask(ctx, tx, job.ID, wire.ActionCreate, job.Version)
 	})
 	return job, replayed, err
@@ -247,6 +250,13 @@ func (s *Store) transition(ctx context.Context, id string, ifVersion int64,
 		if err != nil {
 			return fmt.Errorf("update cron job: %w", err)
 		}
+		var detail map[string]any
+		if ch.action == wire.ActionUpdate {
+			detail = map[string]any{"fields": changedFields(before.JobFields, job.JobFields)}
+		}
+		if err := recordEvent(ctx, tx, job, actorOf(ctx), string(ch.action), detail); err != nil {
+			return err
+		}
 		return queueTask(ctx, tx, id, ch.action, job.Version)
 	})
 	return job, err
@@ -370,6 +380,9 @@ func (s *Store) RunNow(ctx context.Context, id string, ifVersion int64) (CronJob
 		if job.Status != wire.StatusActive && job.Status != wire.StatusDisabled {
 			return conflict("cron job is %s; it can run now once it is provisioned (active or disabled)", job.Status)
 		}
+		if err := recordEvent(ctx, tx, job, actorOf(ctx), string(wire.ActionRunNow), nil); err != nil {
+			return err
+		}
 		return queueTask(ctx, tx, id, wire.ActionRunNow, job.Version)
 	})
 	return job, err
@@ -400,10 +413,17 @@ func (s *Store) SetProvisioned(ctx context.Context, id string, version int64, st
 			return fmt.Errorf("set provisioned: %w", err)
 		}
 		status, message, took = provisionedVerdict(status, message, took, nodes)
-		_, err = tx.Exec(ctx, `UPDATE cron_jobs SET status = $2, status_message = $3, updated_at = now(), swept_until = $4 WHERE id = $1`,
-			id, status, message, sweepAfterProvisioning(swept, status, took, now))
+		job, err := scanJob(tx.QueryRow(ctx, `UPDATE cron_jobs SET status = $2, status_message = $3, updated_at = now(), swept_until = $4
+			WHERE id = $1 RETURNING `+jobColumns, id, status, message, sweepAfterProvisioning(swept, status, took, now)))
 		if err != nil {
 			return fmt.Errorf("set provisioned: %w", err)
+		}
+		detail := map[string]any{"status": status, "nodes": took}
+		if message != "" {
+			detail["message"] = message
+		}
+		if err := recordEvent(ctx, tx, job, ActorSystem, "provisioned", detail); err != nil {
+			return err
 		}
 		set = true
 		return nil
@@ -462,6 +482,15 @@ func sweepAfterProvisioning(swept *time.Time, status wire.Status, took int, now 
 // FinishDelete removes a job marked for deletion, with its runs; units on
 // nodes that were unreachable go at their next converge.
 func (s *Store) FinishDelete(ctx context.Context, id string) error {
-	_, err := s.pool.Exec(ctx, `DELETE FROM cron_jobs WHERE id = $1 AND status = 'deleting'`, id)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		job, err := scanJob(tx.QueryRow(ctx, `DELETE FROM cron_jobs WHERE id = $1 AND status = 'deleting' RETURNING `+jobColumns, id))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // gone already, or not being deleted
+		}
+		if err != nil {
+			return err
+		}
+		return recordEvent(ctx, tx, job, ActorSystem, "deleted", nil)
+	})
 	return wrap(err, "finish delete")
 }

@@ -235,6 +235,9 @@ func autoDisable(ctx context.Context, tx pgx.Tx, id string, failures int) (CronJ
 	if err != nil {
 		return job, wrap(err, "auto-disable")
 	}
+	if err := recordEvent(ctx, tx, job, ActorSystem, string(wire.ActionAutoDisable), map[string]any{"consecutive_failures": failures}); err != nil {
+		return job, err
+	}
 	return job, queueTask(ctx, tx, id, wire.ActionAutoDisable, job.Version)
 }
 
@@ -249,6 +252,10 @@ func liftAutoDisabled(ctx context.Context, tx pgx.Tx, id string, failures int) (
 		WHERE id = $1 RETURNING `+jobColumns, id, failures, wire.StatusPending))
 	if err != nil {
 		return job, wrap(err, "lift auto-disable")
+	}
+	// A late real outcome replaced the record that tripped it.
+	if err := recordEvent(ctx, tx, job, ActorSystem, "auto_disable_lifted", map[string]any{"consecutive_failures": failures}); err != nil {
+		return job, err
 	}
 	return job, queueTask(ctx, tx, id, wire.ActionEnable, job.Version)
 }
