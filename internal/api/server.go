@@ -24,7 +24,7 @@ type Config struct {
 	// own (nil: a new set, registered on Registry if that is set).
 	Metrics  *metrics.Core
 	Registry prometheus.Registerer
-	Now      func() time.Time     // nil: time.Now
+	Now      func() time.Time // nil: time.Now
 	// Logs answers the tenant logs endpoint; nil answers 503.
 	Logs LogQuerier
 	// Converger starts a node's converge when it announces itself; nil

@@ -200,4 +200,3 @@ func (c *NodeCollector) debug(what string, err error) {
 		c.Log.Debug("metrics: "+what+" not read", "err", err)
 	}
 }
-
