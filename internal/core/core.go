@@ -140,6 +140,7 @@ func (c *Core) start(ctx, bg context.Context, cfg Config) error {
 		link := c.startTemporal(bg, cfg, m)
 		apiCfg.Converger, apiCfg.Temporal = link, link
 	}
+	c.goLoop(func() { c.initShardMetrics(bg, m, time.Minute) })
 	if cfg.Housekeeping != nil {
 		hk := *cfg.Housekeeping
 		hk.Registry, hk.Metrics = reg, m
@@ -151,6 +152,26 @@ func (c *Core) start(ctx, bg context.Context, cfg Config) error {
 		}
 	}
 	return c.serve(cfg.Listen, apiCfg)
+}
+
+// initShardMetrics starts the per-shard run counters of every shard at 0
+// now and every interval (shards created meanwhile, on any replica), so
+// their first lost or platform_error run is an increase, until bg ends.
+func (c *Core) initShardMetrics(bg context.Context, m *metrics.Core, every time.Duration) {
+	for {
+		ctx, cancel := context.WithTimeout(bg, 5*time.Second)
+		ids, err := c.store.ShardIDs(ctx)
+		cancel()
+		if err != nil && bg.Err() == nil {
+			c.log.Warn("shard metrics not initialised", "err", err)
+		}
+		m.InitShards(ids)
+		select {
+		case <-bg.Done():
+			return
+		case <-time.After(every):
+		}
+	}
 }
 
 // startTemporal connects to Temporal in the background (dispatch.Link):

@@ -63,12 +63,33 @@ func NewCore(reg prometheus.Registerer) *Core {
 			Help: "Provisioning verdicts reported by job workflows: the status reported (active, failed, disabled) when recorded, superseded when the job had moved on.",
 		}, []string{"result"}),
 	}
+	// Every result and trigger starts at 0, so increase() sees a first run.
+	for _, r := range append(append([]wire.Result(nil), wire.NodeResults...), wire.ResultLost) {
+		for _, t := range []wire.Trigger{wire.TriggerScheduled, wire.TriggerManual} {
+			m.Runs.WithLabelValues(string(r), string(t))
+		}
+	}
 	if reg != nil {
 		for _, c := range m.Collectors() {
 			reg.MustRegister(c)
 		}
 	}
 	return m
+}
+
+// InitShards starts the per-shard counters of shards at 0 (those already
+// counting keep their value): a counter that first appears at 1 is a
+// first failure increase() and the alerts built on it cannot see. The core
+// calls it at start and every minute with the shards in the database.
+func (m *Core) InitShards(shards []string) {
+	if m == nil {
+		return
+	}
+	for _, sh := range shards {
+		for _, r := range []wire.Result{wire.ResultLost, wire.ResultPlatformError} {
+			m.ShardRuns.WithLabelValues(sh, string(r))
+		}
+	}
 }
 
 // Collectors lists the metrics NewCore registers.
