@@ -148,8 +148,11 @@ func (m *Core) Provisioned(status wire.Status, recorded bool) {
 		return
 	}
 	result := string(status)
-	if !recorded {
+	switch {
+	case !recorded:
 		result = ProvisioningSuperseded
+	case status != wire.StatusActive && status != wire.StatusFailed && status != wire.StatusDisabled:
+		result = "other" // a label value set by the code, never open-ended
 	}
 	m.Provisionings.WithLabelValues(result).Inc()
 }
