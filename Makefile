@@ -8,7 +8,7 @@ DIST     ?= dist
 STATIC   := CGO_ENABLED=0
 CMDS     := core-api node-agent cron-outcome cron-run hostcronctl
 
-.PHONY: all build dev packages test test-unit test-e2e fuzz vet clean
+.PHONY: all build dev packages test test-unit test-e2e fuzz vet rules clean
 
 all: build
 
@@ -34,9 +34,16 @@ packages: build
 vet:
 	$(GO) vet ./...
 
+# Prometheus alert rules: syntax and their unit tests (promtool, from
+# Debian's prometheus package; scripts/ensure-deps.sh installs it).
+rules:
+	promtool check rules packaging/monitoring/alerts.yml
+	cd packaging/monitoring && promtool test rules alerts_test.yml
+
 # Unit and store tier: pure Go, systemd-analyze (differential and verify
-# tests) and a throwaway PostgreSQL cluster for the store and API tests.
-test-unit: vet
+# tests), the alert rules, and a throwaway PostgreSQL cluster for the
+# store and API tests.
+test-unit: vet rules
 	scripts/with-pg.sh $(GO) test -count=1 ./...
 
 # Short fuzzing of the cron parser; `make fuzz FUZZTIME=5m` for longer.

@@ -70,6 +70,8 @@ func serveCmd(dsn *string, log *slog.Logger) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.Listen, "listen", envOr("HOSTCRON_LISTEN", "127.0.0.1:8080"), "address to listen on (env HOSTCRON_LISTEN)")
+	f.StringVar(&cfg.MetricsAddr, "metrics-addr", envOr("HOSTCRON_METRICS_ADDR", "127.0.0.1:9181"),
+		"address of the /metrics listener, apart from the API (env HOSTCRON_METRICS_ADDR; empty: no metrics)")
 	f.StringVar(&cfg.AdminKey, "admin-key", os.Getenv("HOSTCRON_ADMIN_KEY"), "bootstrap admin API key (env HOSTCRON_ADMIN_KEY)")
 	f.StringVar(&cfg.TemporalAddress, "temporal", os.Getenv("HOSTCRON_TEMPORAL_ADDRESS"),
 		"Temporal frontend host:port (env HOSTCRON_TEMPORAL_ADDRESS); empty: changes stay queued in the outbox")

@@ -17,6 +17,7 @@ import (
 
 	"github.com/hostcron/hostcron/internal/clockoffset"
 	"github.com/hostcron/hostcron/internal/logship"
+	"github.com/hostcron/hostcron/internal/metrics"
 	"github.com/hostcron/hostcron/internal/nodeconf"
 	"github.com/hostcron/hostcron/internal/outcome"
 	"github.com/hostcron/hostcron/internal/trust"
@@ -44,8 +45,17 @@ func runCmd(configPath *string, log *slog.Logger) *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, os.Interrupt)
 			defer stop()
+			reg, nm := nodeMetrics(cfg, log)
+			if cfg.MetricsAddr != nodeconf.MetricsOff {
+				// A taken port costs the metrics, not the node's cron jobs.
+				if srv, err := metrics.Listen(cfg.MetricsAddr, reg, log); err != nil {
+					log.Error("no metrics", "err", err)
+				} else {
+					defer closeMetrics(srv, log)
+				}
+			}
 			if cfg.TemporalAddress != "" {
-				stopWorker, err := startNodeWorker(ctx, cfg, log)
+				stopWorker, err := startNodeWorker(ctx, cfg, nm, log)
 				if err != nil {
 					return err
 				}
@@ -58,6 +68,7 @@ func runCmd(configPath *string, log *slog.Logger) *cobra.Command {
 					Loki: &logship.Client{URL: cfg.LokiURL, OrgID: cfg.LokiOrgID, BearerToken: cfg.LokiToken,
 						Username: cfg.LokiUsername, Password: cfg.LokiPassword}, Node: cfg.NodeName,
 					CursorFile: filepath.Join(cfg.StateDir, "journal.cursor"), Log: log.With("component", "logship"),
+					Shipped: nm.Shipped,
 				})
 			}
 			log.Info("node agent started", "node", cfg.NodeName)
@@ -100,7 +111,7 @@ func redeliverLoop(ctx context.Context, cfg nodeconf.Config, every time.Duration
 }
 
 // startNodeWorker connects to Temporal and serves this node's task queue.
-func startNodeWorker(ctx context.Context, cfg nodeconf.Config, log *slog.Logger) (func(), error) {
+func startNodeWorker(ctx context.Context, cfg nodeconf.Config, nm *metrics.Node, log *slog.Logger) (func(), error) {
 	if cfg.NodeID == "" {
 		return nil, fmt.Errorf("node config: node_id is required to serve the node's task queue")
 	}
@@ -123,6 +134,7 @@ func startNodeWorker(ctx context.Context, cfg nodeconf.Config, log *slog.Logger)
 		tc.Close()
 		return nil, err
 	}
+	m.SetObserver(nm)
 	warnControlPlane(ctx, cfg, log)
 	w := worker.New(tc, workflows.NodeTaskQueue(cfg.NodeID), worker.Options{MaxConcurrentActivityExecutionSize: 4})
 	workflows.RegisterNode(w, &workflows.NodeActivities{Units: m, Admission: admission})

@@ -25,10 +25,12 @@ func (s *Server) outcome(c echo.Context) error {
 	if err := decodeLenient(c, &req); err != nil {
 		return err
 	}
-	if err := validateOutcome(jobID, req, s.now()); err != nil {
+	key, err := validateOutcome(jobID, req, s.now())
+	if err != nil {
 		return err
 	}
-	res, err := s.store.RecordOutcome(c.Request().Context(), nodeOf(c), jobID, store.Outcome{
+	node := nodeOf(c)
+	res, err := s.store.RecordOutcome(c.Request().Context(), node, jobID, store.Outcome{
 		RunKey: req.RunKey, Version: req.Version, ScheduledAt: req.ScheduledAt.UTC(), StartedAt: req.StartedAt, FinishedAt: req.FinishedAt,
 		Result: req.Result, ExitCode: req.ExitCode, Signal: req.Signal, FailureReason: req.FailureReason,
 	})
@@ -39,9 +41,10 @@ func (s *Server) outcome(c echo.Context) error {
 		return err
 	}
 	if !res.Duplicate {
-		s.metrics.observeOutcome(req.Result, req.FinishedAt, s.now())
+		s.metrics.RunRecorded(node.ShardID, req.Result, key.Trigger)
+		s.metrics.OutcomeIngested(req.FinishedAt, s.now())
 		if res.AutoDisabled {
-			s.metrics.autoDisables.Inc()
+			s.metrics.AutoDisabled()
 			s.log.Info("cron job auto-disabled", "cron_job_id", jobID, "consecutive_failures", res.Job.ConsecutiveFailures)
 		}
 	}
@@ -61,8 +64,12 @@ const (
 // validateOutcome checks a report against the path's job and the clock.
 // Everything it refuses is a 400: the store never sees a value it cannot
 // hold (PostgreSQL refuses NUL bytes with an error that would be a 500).
-func validateOutcome(jobID string, req wire.Outcome, now time.Time) error {
+func validateOutcome(jobID string, req wire.Outcome, now time.Time) (runkey.Key, error) {
 	key, err := runkey.Parse(req.RunKey)
+	return key, checkOutcome(jobID, key, err, req, now)
+}
+
+func checkOutcome(jobID string, key runkey.Key, err error, req wire.Outcome, now time.Time) error {
 	switch {
 	case err != nil:
 		return invalid("run_key", "%v", err)

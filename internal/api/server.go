@@ -10,8 +10,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/hostcron/hostcron/internal/metrics"
 	"github.com/hostcron/hostcron/internal/store"
 	"github.com/hostcron/hostcron/internal/wire"
 )
@@ -20,8 +20,11 @@ import (
 type Config struct {
 	AdminKey string // bootstrap admin X-API-Key; empty disables it
 	Logger   *slog.Logger
-	Registry *prometheus.Registry // nil: a new one
-	Now      func() time.Time     // nil: time.Now
+	// Metrics are counted here; core serves them on a listener of its
+	// own (nil: a new set, registered on Registry if that is set).
+	Metrics  *metrics.Core
+	Registry prometheus.Registerer
+	Now      func() time.Time // nil: time.Now
 	// Logs answers the tenant logs endpoint; nil answers 503.
 	Logs LogQuerier
 	// Converger starts a node's converge when it announces itself; nil
@@ -46,7 +49,8 @@ type Server struct {
 	cfg     Config
 	store   *store.Store
 	log     *slog.Logger
-	metrics *metrics
+	metrics *metrics.Core
+	reqs    *requestMetrics
 	now     func() time.Time
 }
 
@@ -55,8 +59,8 @@ func New(st *store.Store, cfg Config) *echo.Echo {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.Registry == nil {
-		cfg.Registry = prometheus.NewRegistry()
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.NewCore(cfg.Registry)
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -67,12 +71,12 @@ func New(st *store.Store, cfg Config) *echo.Echo {
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = 30 * time.Second
 	}
-	s := &Server{cfg: cfg, store: st, log: cfg.Logger, metrics: newMetrics(cfg.Registry), now: cfg.Now}
+	s := &Server{cfg: cfg, store: st, log: cfg.Logger, metrics: cfg.Metrics,
+		reqs: &requestMetrics{m: cfg.Metrics}, now: cfg.Now}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = errorHandler(s.log)
-	e.Use(s.metrics.middleware, requestDeadline(cfg.RequestTimeout))
-	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{})))
+	e.Use(s.reqs.middleware, requestDeadline(cfg.RequestTimeout))
 	e.GET("/healthz", s.healthz)
 	e.GET("/api/v1/openapi.yaml", func(c echo.Context) error { return c.Blob(http.StatusOK, "application/yaml", OpenAPI) })
 
@@ -111,7 +115,7 @@ func New(st *store.Store, cfg Config) *echo.Echo {
 	internal := e.Group("/internal/v1", s.requireNode)
 	internal.POST("/cron-jobs/:id/outcome", s.outcome)
 	internal.POST("/nodes/announce", s.announce)
-	s.metrics.setRoutes(e.Routes())
+	s.reqs.setRoutes(e.Routes())
 	return e
 }
 

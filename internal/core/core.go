@@ -22,6 +22,7 @@ import (
 	"github.com/hostcron/hostcron/internal/dispatch"
 	"github.com/hostcron/hostcron/internal/housekeeping"
 	"github.com/hostcron/hostcron/internal/logship"
+	"github.com/hostcron/hostcron/internal/metrics"
 	"github.com/hostcron/hostcron/internal/quota"
 	"github.com/hostcron/hostcron/internal/store"
 	"github.com/hostcron/hostcron/internal/trust"
@@ -38,6 +39,10 @@ type Config struct {
 	MaxConns    int32  // database pool size (default 32)
 	Listen      string // host:port; port 0 picks one, Addr tells which
 	AdminKey    string // bootstrap admin key; empty: none
+	// MetricsAddr is where /metrics is served, on a listener of its own,
+	// never the tenant API's (host:port; port 0 picks one, MetricsAddr
+	// tells which); empty: not served.
+	MetricsAddr string
 	Log         *slog.Logger
 
 	// TemporalAddress empty: changes wait in the outbox, nodes that
@@ -70,13 +75,14 @@ type Config struct {
 
 // Core is a running core API. Stop ends it.
 type Core struct {
-	log    *slog.Logger
-	store  *store.Store
-	http   *http.Server
-	addr   string
-	cancel context.CancelFunc // ends the background loops
-	loops  sync.WaitGroup
-	served chan error // Serve's end
+	log     *slog.Logger
+	store   *store.Store
+	http    *http.Server
+	addr    string
+	metrics *metrics.Server
+	cancel  context.CancelFunc // ends the background loops
+	loops   sync.WaitGroup
+	served  chan error // Serve's end
 
 	stopOnce sync.Once
 	stopErr  error
@@ -128,30 +134,59 @@ func (c *Core) start(ctx, bg context.Context, cfg Config) error {
 	if cfg.Quotas != nil {
 		c.store.SetQuotaDefaults(*cfg.Quotas)
 	}
-	// One registry: the API serves it at /metrics, housekeeping adds its
-	// counters to it.
+	// One registry, served on the metrics listener: the API, the
+	// dispatcher, the core worker and housekeeping count into it, and the
+	// outbox's depth is read from the database at scrape.
 	reg := prometheus.NewRegistry()
-	apiCfg := api.Config{AdminKey: cfg.AdminKey, Logger: cfg.Log, Registry: reg}
+	m := metrics.NewCore(reg)
+	reg.MustRegister(&metrics.OutboxCollector{Source: c.store, Log: cfg.Log})
+	apiCfg := api.Config{AdminKey: cfg.AdminKey, Logger: cfg.Log, Metrics: m}
 	if cfg.LokiURL != "" {
 		apiCfg.Logs = &logship.Client{URL: cfg.LokiURL, OrgID: cfg.LokiOrgID}
 	}
 	if cfg.TemporalAddress != "" {
-		link := c.startTemporal(bg, cfg)
+		link := c.startTemporal(bg, cfg, m)
 		apiCfg.Converger, apiCfg.Temporal = link, link
 	}
+	c.goLoop(func() { c.initShardMetrics(bg, m, time.Minute) })
 	if cfg.Housekeeping != nil {
 		hk := *cfg.Housekeeping
-		hk.Registry = reg
+		hk.Registry, hk.Metrics = reg, m
 		c.goLoop(func() { housekeeping.Run(bg, c.store, hk, c.log) })
 	}
+	if cfg.MetricsAddr != "" {
+		if c.metrics, err = metrics.Listen(cfg.MetricsAddr, reg, cfg.Log); err != nil {
+			return err
+		}
+	}
 	return c.serve(cfg.Listen, apiCfg)
+}
+
+// initShardMetrics starts the per-shard run counters of every shard at 0
+// now and every interval (shards created meanwhile, on any replica), so
+// their first lost or platform_error run is an increase, until bg ends.
+func (c *Core) initShardMetrics(bg context.Context, m *metrics.Core, every time.Duration) {
+	for {
+		ctx, cancel := context.WithTimeout(bg, 5*time.Second)
+		ids, err := c.store.ShardIDs(ctx)
+		cancel()
+		if err != nil && bg.Err() == nil {
+			c.log.Warn("shard metrics not initialised", "err", err)
+		}
+		m.InitShards(ids)
+		select {
+		case <-bg.Done():
+			return
+		case <-time.After(every):
+		}
+	}
 }
 
 // startTemporal connects to Temporal in the background (dispatch.Link):
 // the core serves while Temporal is down, changes wait in the outbox, and
 // the worker, the periodic converge and the dispatcher start once it
 // answers. The link stops them when bg ends.
-func (c *Core) startTemporal(bg context.Context, cfg Config) *dispatch.Link {
+func (c *Core) startTemporal(bg context.Context, cfg Config, m *metrics.Core) *dispatch.Link {
 	var secure func(*client.Options) error
 	if cfg.Trust.Enabled() {
 		secure = cfg.Trust.ApplyCore
@@ -160,7 +195,7 @@ func (c *Core) startTemporal(bg context.Context, cfg Config) *dispatch.Link {
 	}
 	link := &dispatch.Link{Addr: cfg.TemporalAddress, Namespace: cfg.TemporalNamespace, Secure: secure,
 		Store: c.store, Log: c.log, NodeTimeout: cfg.NodeTimeout, ConvergeEvery: cfg.ConvergeEvery,
-		Hooks: cfg.DispatchTestHooks}
+		Hooks: cfg.DispatchTestHooks, Metrics: m}
 	c.goLoop(func() { link.Run(bg) })
 	return link
 }
@@ -188,6 +223,14 @@ func (c *Core) goLoop(f func()) {
 // Addr is the address the API listens on.
 func (c *Core) Addr() string { return c.addr }
 
+// MetricsAddr is the address /metrics is served on ("" when not served).
+func (c *Core) MetricsAddr() string {
+	if c.metrics == nil {
+		return ""
+	}
+	return c.metrics.Addr()
+}
+
 // Failed delivers the error that ended the HTTP server on its own (not
 // through Stop); the process should then stop.
 func (c *Core) Failed() <-chan error { return c.served }
@@ -207,6 +250,11 @@ func (c *Core) stop(ctx context.Context) error {
 	if c.http != nil {
 		if err := c.http.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("shut down HTTP: %w", err))
+		}
+	}
+	if c.metrics != nil {
+		if err := c.metrics.Close(ctx); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	c.cancel()

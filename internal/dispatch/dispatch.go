@@ -19,6 +19,7 @@ import (
 
 	"go.temporal.io/sdk/client"
 
+	"github.com/hostcron/hostcron/internal/metrics"
 	"github.com/hostcron/hostcron/internal/store"
 	"github.com/hostcron/hostcron/workflows"
 )
@@ -45,6 +46,8 @@ type Dispatcher struct {
 	SendTimeout time.Duration
 	// Hooks are fault points for tests; nil in production.
 	Hooks *TestHooks
+	// Metrics observe each row's dispatch lag; nil: not observed.
+	Metrics *metrics.Core
 }
 
 // TestHooks are fault points a test sets (through core.Config's
@@ -171,7 +174,9 @@ func (d *Dispatcher) send(ctx context.Context, task store.Task) error {
 	}
 	if err := d.Store.MarkDispatched(ctx, task.ID); err != nil {
 		d.Log.Warn("task sent but not marked; it will be sent again", "task", task.ID, "err", err)
+		return nil
 	}
+	d.Metrics.Dispatched(task.CreatedAt, time.Now())
 	return nil
 }
 

@@ -9,7 +9,9 @@ import (
 
 	"go.temporal.io/sdk/client"
 
+	"github.com/hostcron/hostcron/internal/metrics"
 	"github.com/hostcron/hostcron/internal/store"
+	"github.com/hostcron/hostcron/internal/wire"
 	"github.com/hostcron/hostcron/workflows"
 )
 
@@ -27,7 +29,8 @@ type Link struct {
 	Log             *slog.Logger
 	NodeTimeout     time.Duration
 	ConvergeEvery   time.Duration
-	Hooks           *TestHooks // fault points for tests; nil in production
+	Hooks           *TestHooks    // fault points for tests; nil in production
+	Metrics         *metrics.Core // dispatch lag, provisioning verdicts; nil: not counted
 
 	client atomic.Pointer[client.Client]
 }
@@ -40,7 +43,7 @@ func (l *Link) Run(ctx context.Context) {
 		return // ctx ended before Temporal answered
 	}
 	defer c.Close()
-	w, err := workflows.StartCoreWorker(c, l.Store)
+	w, err := workflows.StartCoreWorker(c, CountingStore{CoreStore: l.Store, Metrics: l.Metrics})
 	if err != nil {
 		l.Log.Error("no core worker; changes wait in the outbox", "err", err)
 		return
@@ -54,8 +57,26 @@ func (l *Link) Run(ctx context.Context) {
 	l.client.Store(&c)
 	defer l.client.Store(nil)
 	l.Log.Info("temporal connected; dispatching the outbox", "address", l.Addr)
-	d := &Dispatcher{Store: l.Store, Temporal: c, Log: l.Log, NodeTimeout: l.NodeTimeout, Hooks: l.Hooks}
+	d := &Dispatcher{Store: l.Store, Temporal: c, Log: l.Log, NodeTimeout: l.NodeTimeout, Hooks: l.Hooks, Metrics: l.Metrics}
 	d.Run(ctx)
+}
+
+// CountingStore is the core worker's store: it counts the provisioning
+// verdicts the job workflows record (hostcron_provisionings_total).
+type CountingStore struct {
+	workflows.CoreStore
+	Metrics *metrics.Core
+}
+
+// SetProvisioned records the verdict and counts it: its status when
+// recorded, superseded when the job had moved on; an error counts nothing
+// (the activity is retried).
+func (s CountingStore) SetProvisioned(ctx context.Context, jobID string, version int64, status wire.Status, message string, took int) (bool, error) {
+	set, err := s.CoreStore.SetProvisioned(ctx, jobID, version, status, message, took)
+	if err == nil {
+		s.Metrics.Provisioned(status, set)
+	}
+	return set, err
 }
 
 func (l *Link) get() client.Client {

@@ -14,7 +14,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/hostcron/hostcron/internal/metrics"
 	"github.com/hostcron/hostcron/internal/store"
+	"github.com/hostcron/hostcron/internal/wire"
 )
 
 // Config sets the chores' timing.
@@ -27,6 +29,9 @@ type Config struct {
 	Leader store.LeaderConfig
 	// Registry gets hostcron_sweep_skipped_jobs_total; nil: not exported.
 	Registry prometheus.Registerer
+	// Metrics count the lost runs the sweep records (hostcron_runs_total,
+	// hostcron_shard_runs_total); nil: not counted.
+	Metrics *metrics.Core
 }
 
 func (c *Config) defaults() {
@@ -119,6 +124,7 @@ func (h *Housekeeper) chores(ctx context.Context, c store.Chores, now time.Time)
 		h.Log.Error("sweep skipped a cron job", "cron_job_id", sk.ID, "err", sk.Err)
 	}
 	h.skippedCounter().Add(float64(len(rep.Skipped)))
+	h.countLost(ctx, c, rep) // what was recorded, even if the sweep then failed
 	if err != nil {
 		return fmt.Errorf("sweep lost runs: %w", err)
 	}
@@ -140,6 +146,30 @@ func (h *Housekeeper) chores(ctx context.Context, c store.Chores, now time.Time)
 		return err
 	}
 	return nil
+}
+
+// countLost counts a sweep's lost runs by shard. A shard that cannot be
+// read (the job deleted meanwhile, a database error) is counted as
+// "unknown": the run was recorded all the same.
+func (h *Housekeeper) countLost(ctx context.Context, c store.Chores, rep store.SweepReport) {
+	if h.Config.Metrics == nil || len(rep.LostByJob) == 0 {
+		return
+	}
+	ids := make([]string, 0, len(rep.LostByJob))
+	for id := range rep.LostByJob {
+		ids = append(ids, id)
+	}
+	shards, err := c.JobShards(ctx, ids)
+	if err != nil {
+		h.Log.Warn("lost runs counted without their shard", "err", err)
+	}
+	for id, n := range rep.LostByJob {
+		shard, ok := shards[id]
+		if !ok {
+			shard = "unknown"
+		}
+		h.Config.Metrics.RunsRecorded(shard, wire.ResultLost, wire.TriggerScheduled, n)
+	}
 }
 
 // lead keeps or takes the leader lock. A lead whose session ended (its

@@ -44,6 +44,9 @@ type Config struct {
 	BatchWait  time.Duration // longest a line waits for its batch (default 1s)
 	Journalctl string        // path of journalctl (default "journalctl")
 	Log        *slog.Logger
+	// Shipped is told of each batch Loki accepted: when its oldest line
+	// was written, and now (the agent's lag metric); nil: nobody.
+	Shipped func(oldest, now time.Time)
 }
 
 // Entry is one cron log line.
@@ -145,6 +148,9 @@ func ship(ctx context.Context, cfg Config, batch []Entry) error {
 	for {
 		err := cfg.Loki.Push(ctx, cfg.Node, batch)
 		if err == nil {
+			if cfg.Shipped != nil {
+				cfg.Shipped(oldestEntry(batch), time.Now())
+			}
 			break
 		}
 		if !retryable(err) {
@@ -163,6 +169,18 @@ func ship(ctx context.Context, cfg Config, batch []Entry) error {
 		backoff = min(backoff*2, pushBackoffCap)
 	}
 	return writeCursor(cfg.CursorFile, batch[len(batch)-1].cursor)
+}
+
+// oldestEntry is the earliest journal time of a batch (the journal's order
+// is by time, but a batch may hold entries of several boots' clocks).
+func oldestEntry(batch []Entry) time.Time {
+	var t time.Time
+	for _, e := range batch {
+		if t.IsZero() || (!e.Time.IsZero() && e.Time.Before(t)) {
+			t = e.Time
+		}
+	}
+	return t
 }
 
 // retryable: only Loki's own trouble (5xx), throttling (429) and network

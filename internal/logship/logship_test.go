@@ -1,6 +1,11 @@
 package logship
 
 import (
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/hostcron/hostcron/internal/metrics"
+
 	"cmp"
 	"context"
 	"encoding/json"
@@ -158,7 +163,8 @@ func TestShipSurvivesLokiDownAndRestart(t *testing.T) {
 }
 
 // TestLokiRefusalDropsBatch: a 400 drops the batch (counted) and the
-// cursor moves on, so later lines still ship; a 429 is retried.
+// cursor moves on, so later lines still ship; a 429 is retried. Only a
+// batch Loki accepted feeds the agent's lag metric (Config.Shipped).
 func TestLokiRefusalDropsBatch(t *testing.T) {
 	for _, tc := range []struct {
 		code     int
@@ -175,6 +181,8 @@ func TestLokiRefusalDropsBatch(t *testing.T) {
 			cfg := Config{Loki: &Client{URL: srv.URL, BearerToken: "tok", OrgID: "hosting"}, Node: "node1",
 				CursorFile: filepath.Join(dir, "cursor"), BatchWait: 50 * time.Millisecond, Journalctl: script,
 				Log: slog.New(slog.NewTextHandler(os.Stderr, nil))}
+			nm := metrics.NewNode(nil)
+			cfg.Shipped = nm.Shipped
 			before, _, _ := Dropped()
 			shipUntil(t, cfg, stub, tc.shipped)
 			if b, _ := os.ReadFile(cfg.CursorFile); string(b) != "c6\n" {
@@ -185,6 +193,14 @@ func TestLokiRefusalDropsBatch(t *testing.T) {
 			}
 			if stub.count() != tc.shipped {
 				t.Errorf("shipped %d lines, want %d", stub.count(), tc.shipped)
+			}
+			var pb dto.Metric
+			if err := nm.LogShipLag.(prometheus.Metric).Write(&pb); err != nil {
+				t.Fatal(err)
+			}
+			// The fake journal's lines are from 2025: the lag is that old.
+			if n := pb.GetHistogram().GetSampleCount(); (n > 0) != (tc.shipped > 0) || (n > 0 && pb.GetHistogram().GetSampleSum() < 3600) {
+				t.Errorf("log ship lag: %d samples summing %vs, for %d lines shipped", n, pb.GetHistogram().GetSampleSum(), tc.shipped)
 			}
 			if stub.auth != "Bearer tok|hosting" {
 				t.Errorf("auth headers %q", stub.auth)

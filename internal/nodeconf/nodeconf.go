@@ -42,6 +42,9 @@ type Config struct {
 	LokiPassword string `json:"loki_password,omitempty"`
 	LokiOrgID    string `json:"loki_org_id,omitempty"`
 	StateDir     string `json:"state_dir"` // the agent's own state (journal cursor)
+	// MetricsAddr is where the agent serves /metrics (host:port, default
+	// DefaultMetricsAddr, on loopback; "off": not served).
+	MetricsAddr string `json:"metrics_addr,omitempty"`
 	// WebStorageDir is the shard's shared storage as mounted here: the
 	// agent admits only webroots and lock dirs below {it}/{tenant}/.
 	WebStorageDir string `json:"web_storage_dir"`
@@ -282,4 +285,12 @@ func (c *Config) defaults() {
 	def(&c.UnitDir, "/etc/systemd/system")
 	def(&c.StateDir, "/var/lib/hostcron")
 	def(&c.TemporalNamespace, "default")
+	def(&c.MetricsAddr, DefaultMetricsAddr)
 }
+
+// DefaultMetricsAddr is the agent's metrics listener unless metrics_addr
+// says otherwise: loopback, for a local Prometheus or agent to scrape.
+const DefaultMetricsAddr = "127.0.0.1:9182"
+
+// MetricsOff is the metrics_addr that serves no metrics.
+const MetricsOff = "off"

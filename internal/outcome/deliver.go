@@ -327,3 +327,48 @@ func SpoolCounts(dir string) (pending, dead int) {
 	}
 	return count(dir), count(filepath.Join(dir, DeadLetterDir))
 }
+
+// SpoolStats reads the spool for the agent's metrics: the reports waiting,
+// the dead letters, and when the oldest waiting report was first spooled
+// (zero: none waits; a report it cannot decode counts by its file's time,
+// as the next redelivery dead-letters it). It reads every waiting report,
+// as each redelivery pass does.
+func SpoolStats(dir string) (pending, dead int, oldest time.Time, err error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return 0, 0, time.Time{}, fmt.Errorf("spool stats: %w", err)
+	}
+	for _, e := range entries {
+		if !e.Type().IsRegular() || filepath.Ext(e.Name()) != ".json" {
+			continue
+		}
+		at, ok := spooledAt(filepath.Join(dir, e.Name()))
+		if !ok {
+			continue // delivered meanwhile
+		}
+		pending++
+		if oldest.IsZero() || at.Before(oldest) {
+			oldest = at
+		}
+	}
+	_, dead = SpoolCounts(dir)
+	return pending, dead, oldest, nil
+}
+
+// spooledAt is when a spool file's report was first spooled; ok is false
+// when the file is gone.
+func spooledAt(path string) (time.Time, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return time.Time{}, false
+	}
+	var s Spooled
+	if json.Unmarshal(b, &s) == nil && !s.SpooledAt.IsZero() {
+		return s.SpooledAt, true
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return fi.ModTime(), true
+}

@@ -19,8 +19,11 @@ const maxLostPerSweep = 500
 
 // SweepReport tells what one sweep did.
 type SweepReport struct {
-	Lost    int          // lost runs recorded
-	Skipped []SkippedJob // jobs the sweep could not check
+	Lost int // lost runs recorded
+	// LostByJob is Lost by job id (the sweeper's metrics count them by
+	// shard).
+	LostByJob map[string]int
+	Skipped   []SkippedJob // jobs the sweep could not check
 }
 
 // SkippedJob is a job left out of a sweep, and why.
@@ -73,6 +76,12 @@ func (c Chores) SweepLostRuns(ctx context.Context, now time.Time, grace time.Dur
 			return rep, err
 		}
 		rep.Lost += n
+		if n > 0 {
+			if rep.LostByJob == nil {
+				rep.LostByJob = map[string]int{}
+			}
+			rep.LostByJob[id] += n
+		}
 	}
 	return rep, nil
 }

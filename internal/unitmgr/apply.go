@@ -20,6 +20,15 @@ type executor struct {
 	layout  Layout
 	log     *slog.Logger
 	lockDir func(dir, user, group string) error // ensureLockDir; a fake in tests
+	obs     Observer                            // nil: reloads are not timed
+	steps   map[string]int                      // steps executed, by kind (nil: not counted)
+}
+
+// count records a step (or a batch of n) as executed.
+func (e *executor) count(k Kind, n int) {
+	if e.steps != nil && n > 0 {
+		e.steps[string(k)] += n
+	}
 }
 
 // run executes p and reports as the workflows expect. A step of a unit
@@ -46,6 +55,9 @@ func (e *executor) run(ctx context.Context, p Plan) (wire.NodeReport, error) {
 		if failed[s.Unit] && s.Kind != KindStop && s.Kind != KindDisable {
 			continue
 		}
+		if s.Kind != KindDisable && s.Kind != KindEnable {
+			e.count(s.Kind, 1) // a batch counts below, by its members
+		}
 		switch s.Kind {
 		case KindSetAside:
 			keepTombs = !e.setAsideTombstones(s)
@@ -67,6 +79,7 @@ func (e *executor) run(ctx context.Context, p Plan) (wire.NodeReport, error) {
 			if len(batch) == 0 {
 				continue
 			}
+			e.count(s.Kind, len(batch))
 			if err := e.setEnablement(ctx, s.Kind, batch, deleting, &rep); err != nil {
 				return rep, errors.Join(append(stopErrs, err)...)
 			}
@@ -86,7 +99,12 @@ func (e *executor) run(ctx context.Context, p Plan) (wire.NodeReport, error) {
 				e.fail(&rep, failed, s, err)
 			}
 		case KindReload:
-			if err := e.sys.Reload(ctx); err != nil {
+			start := time.Now()
+			err := e.sys.Reload(ctx)
+			if e.obs != nil {
+				e.obs.Reloaded(time.Since(start))
+			}
+			if err != nil {
 				return rep, errors.Join(append(stopErrs, fmt.Errorf("daemon-reload: %w", err))...)
 			}
 			rep.Reloads = 1

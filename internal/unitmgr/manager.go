@@ -12,7 +12,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,7 +37,21 @@ type Manager struct {
 	lockDir   func(dir, user, group string) error
 	lockDirOK func(dir, user, group string) bool
 	runNow    runNowHooks // zero: the node's (see runNowHooks)
+	obs       Observer    // nil: nothing observes
 }
+
+// Observer is told what each plan+apply did, for the agent's metrics
+// (metrics.Node has it): the operation, whether it was an operator's, how
+// long it took, the steps executed by kind, and how it ended; and each
+// daemon-reload's duration.
+type Observer interface {
+	Applied(op string, operator bool, took time.Duration, steps map[string]int, err error, at time.Time)
+	Reloaded(took time.Duration)
+}
+
+// SetObserver makes o observe every later apply. Call it before the
+// manager is shared.
+func (m *Manager) SetObserver(o Observer) { m.obs = o }
 
 // New returns a manager that talks to systemd through sys.
 func New(sys Systemd, unitDir string, paths units.Paths, log *slog.Logger) *Manager {
@@ -107,6 +123,16 @@ func (m *Manager) plan(ctx context.Context, req Request) (Plan, error) {
 func (m *Manager) do(ctx context.Context, req Request) (wire.NodeReport, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	start := time.Now()
+	e := executor{sys: m.sys, layout: m.layout, log: m.log, lockDir: m.lockDir, obs: m.obs, steps: map[string]int{}}
+	rep, err := m.planAndRun(ctx, req, &e)
+	if m.obs != nil {
+		m.obs.Applied(string(req.Op), req.Operator, time.Since(start), e.steps, err, m.now())
+	}
+	return rep, err
+}
+
+func (m *Manager) planAndRun(ctx context.Context, req Request, e *executor) (wire.NodeReport, error) {
 	p, err := m.plan(ctx, req)
 	if err != nil {
 		return wire.NodeReport{}, err
@@ -114,8 +140,28 @@ func (m *Manager) do(ctx context.Context, req Request) (wire.NodeReport, error) 
 	for _, s := range p.Steps {
 		m.log.Debug("unit step", "op", req.Op, "kind", s.Kind, "unit", s.Unit, "target", s.Target, "reason", s.Reason)
 	}
-	e := executor{sys: m.sys, layout: m.layout, log: m.log, lockDir: m.lockDir}
 	return e.run(ctx, p)
+}
+
+// CountTimers counts the cron timers in unitDir whose unit file exists and
+// those enabled (linked into timers.target.wants), reading the directory
+// only: the agent's metrics call it at every scrape.
+func CountTimers(unitDir string) (present, enabled int, err error) {
+	m := &Manager{layout: Layout{UnitDir: unitDir}}
+	timers, err := filepath.Glob(filepath.Join(unitDir, wire.UnitPrefix+"*"+extTimer))
+	if err != nil {
+		return 0, 0, fmt.Errorf("count cron timers: %w", err)
+	}
+	on, err := m.enabledTimers()
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, p := range timers {
+		if on[strings.TrimSuffix(filepath.Base(p), extTimer)] {
+			enabled++
+		}
+	}
+	return len(timers), enabled, nil
 }
 
 // State lists the node's cron units.
