@@ -3,6 +3,7 @@
 package main
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -14,6 +15,7 @@ import (
 	"github.com/hostcron/hostcron/internal/api"
 	"github.com/hostcron/hostcron/internal/core"
 	"github.com/hostcron/hostcron/internal/housekeeping"
+	"github.com/hostcron/hostcron/internal/quota"
 	"github.com/hostcron/hostcron/internal/store"
 )
 
@@ -64,6 +66,9 @@ func serveCmd(dsn *string, log *slog.Logger) *cobra.Command {
 			if err := api.ValidateAdminKey(cfg.AdminKey); err != nil {
 				return err
 			}
+			if quotas.MaxJobs > quota.MaxJobsCeiling {
+				return fmt.Errorf("--quota-max-jobs %d: at most %d", quotas.MaxJobs, quota.MaxJobsCeiling)
+			}
 			cfg.DatabaseURL, cfg.Housekeeping, cfg.Quotas = *dsn, &hk, &quotas
 			return core.Run(ctx, cfg, 15*time.Second)
 		},
@@ -90,7 +95,7 @@ func serveCmd(dsn *string, log *slog.Logger) *cobra.Command {
 	f.DurationVar(&hk.Interval, "sweep-interval", 30*time.Second, "how often to record lost runs and prune history")
 	f.DurationVar(&hk.Retention, "run-retention", 180*24*time.Hour, "how long run history is kept")
 	// Every tenant's limits unless an admin sets its own (0: no limit).
-	f.IntVar(&quotas.MaxJobs, "quota-max-jobs", quotas.MaxJobs, "default most cron jobs per tenant")
+	f.IntVar(&quotas.MaxJobs, "quota-max-jobs", quotas.MaxJobs, "default most cron jobs per tenant (at most, and 0 means, the ceiling of 1000)")
 	f.IntVar(&quotas.MinIntervalSeconds, "quota-min-interval", 0, "default shortest time between a job's fire times, seconds")
 	f.IntVar(&quotas.MaxTimeoutSeconds, "quota-max-timeout", 0, "default largest timeout_seconds")
 	f.IntVar(&quotas.MaxMemoryMB, "quota-max-memory-mb", 0, "default largest max_memory_mb")

@@ -25,7 +25,7 @@ func main() {
 	defer stop()
 	root := newRoot(os.Stdout, os.Stderr, os.Getenv)
 	if err := root.ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "hostcronctl:", err)
+		fmt.Fprintln(os.Stderr, "hostcronctl:", clean(err.Error()))
 		os.Exit(1)
 	}
 }
@@ -87,6 +87,9 @@ func readConfig(path string, named bool) (fileConfig, error) {
 	if err != nil {
 		return fc, fmt.Errorf("config: %w", err)
 	}
+	if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o077 != 0 {
+		fmt.Fprintf(os.Stderr, "hostcronctl: warning: %s (it may hold a key) is readable by others; chmod 600 it\n", path)
+	}
 	if err := json.Unmarshal(b, &fc); err != nil {
 		return fc, fmt.Errorf("config %s: %w", path, err)
 	}
@@ -106,6 +109,7 @@ func newRoot(stdout, stderr io.Writer, env func(string) string) *cobra.Command {
 	a := &app{out: stdout, err: stderr}
 	var flags settings
 	var configPath string
+	var allowHTTP bool
 	root := &cobra.Command{
 		Use:           "hostcronctl",
 		Short:         "Drive hostcron cron jobs through the core API",
@@ -124,6 +128,11 @@ func newRoot(stdout, stderr io.Writer, env func(string) string) *cobra.Command {
 				return err
 			}
 			a.set = resolve(flags, env, fc)
+			if a.set.API != "" && !allowHTTP {
+				if err := apiclient.CheckBaseURL(a.set.API); err != nil {
+					return err
+				}
+			}
 			a.client = &apiclient.Client{BaseURL: a.set.API, Key: a.set.Key}
 			return nil
 		},
@@ -134,6 +143,7 @@ func newRoot(stdout, stderr io.Writer, env func(string) string) *cobra.Command {
 	pf.StringVar(&flags.Tenant, "tenant", "", "tenant id for tenant-wide commands (env HOSTCRON_TENANT)")
 	pf.StringVar(&configPath, "config", "", "config file (default $XDG_CONFIG_HOME/hostcron/ctl.json)")
 	pf.StringVarP(&a.output, "output", "o", "table", "table or json")
+	pf.BoolVar(&allowHTTP, "allow-http", false, "allow a plain-http API address on another machine (the key travels in the clear)")
 	root.AddCommand(a.jobsCmd(), a.runsCmd(), a.logsCmd(), a.previewCmd(), a.keysCmd())
 	return root
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -215,5 +216,47 @@ func TestSettingsPrecedence(t *testing.T) {
 	}
 	if _, err := readConfig("/nonexistent/ctl.json", false); err != nil {
 		t.Errorf("the default config file missing: %v", err)
+	}
+}
+
+func TestKeyNeverLeavesForAnotherHost(t *testing.T) {
+	leaked := make(chan string, 1)
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		leaked <- r.Header.Get("X-API-Key")
+	}))
+	defer other.Close()
+	redirector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+r.URL.Path, http.StatusTemporaryRedirect)
+	}))
+	defer redirector.Close()
+	w := &world{t: t, url: redirector.URL, key: "hc_secret", tenant: "00000000-0000-0000-0000-000000000001"}
+	if _, _, err := w.ctl(nil, "jobs", "list"); err == nil || !strings.Contains(err.Error(), "redirected") {
+		t.Errorf("a redirect was followed or not reported: %v", err)
+	}
+	select {
+	case k := <-leaked:
+		t.Errorf("the other host got a request (key %q)", k)
+	default:
+	}
+	for base, ok := range map[string]bool{
+		"https://cron.example.net": true, "http://127.0.0.1:8080": true, "http://localhost:8080": true, "http://[::1]:8080": true,
+		"http://cron.example.net": false, "http://10.0.0.5": false, "ftp://x": false, "cron.example.net": false,
+	} {
+		if err := apiclient.CheckBaseURL(base); (err == nil) != ok {
+			t.Errorf("CheckBaseURL(%q) = %v, want ok=%v", base, err, ok)
+		}
+	}
+}
+
+func TestTenantTextCannotDriveTheTerminal(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain output":              "plain output",
+		"a\tb\nc":                   "a b⏎c",
+		"\x1b[2J\x1b]52;c;aGk=\x07": `\u001b[2J\u001b]52;c;aGk=\u0007`,
+		"evil\u202egnp.exe":         `evil\u202egnp.exe`,
+	} {
+		if got := clean(in); got != want {
+			t.Errorf("clean(%q) = %q, want %q", in, got, want)
+		}
 	}
 }

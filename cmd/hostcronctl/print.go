@@ -7,6 +7,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/hostcron/hostcron/internal/apiclient"
 )
@@ -30,13 +32,34 @@ func (a *app) emit(raw json.RawMessage, table func(*tabwriter.Writer) error) err
 	return w.Flush()
 }
 
-// row writes one tab-separated table row; cells never carry a tab or a
-// newline of their own (a command may), so the table stays a table.
+// row writes one tab-separated table row of cleaned cells.
 func row(w *tabwriter.Writer, cells ...string) {
 	for i, c := range cells {
-		cells[i] = strings.NewReplacer("\t", " ", "\n", "⏎", "\r", "").Replace(c)
+		cells[i] = clean(c)
 	}
 	fmt.Fprintln(w, strings.Join(cells, "\t"))
+}
+
+// clean makes text a tenant wrote (a command, its output) safe for a
+// terminal: control characters, escape sequences (which can rewrite the
+// screen, set the clipboard or a window title) and bidirectional
+// overrides are shown as \xNN / \u escapes, a tab as a space and a
+// newline as ⏎, so a table stays a table.
+func clean(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r == '\t':
+			b.WriteByte(' ')
+		case r == '\n':
+			b.WriteString("⏎")
+		case r == utf8.RuneError, unicode.IsControl(r), unicode.Is(unicode.Bidi_Control, r):
+			fmt.Fprintf(&b, "\\u%04x", r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }
 
 func jobTable(w *tabwriter.Writer, jobs ...apiclient.Job) error {

@@ -33,6 +33,7 @@ func (a *app) runsCmd() *cobra.Command {
 			if !follow {
 				return a.emit(raw, func(w *tabwriter.Writer) error { return runTable(w, runs...) })
 			}
+			every = max(every, time.Second) // a loop without a pause would hammer the API
 			return a.follow(cmd, path, runs, every)
 		},
 	}
@@ -61,7 +62,7 @@ func (a *app) follow(cmd *cobra.Command, path string, runs []apiclient.Run, ever
 				}
 				continue
 			}
-			fmt.Fprintf(a.out, "%s  %-14s exit=%s  %s  %s\n", r.ScheduledAt.UTC().Format(time.RFC3339), r.Result, intOr(r.ExitCode), duration(r.DurationMS), r.FailureReason)
+			fmt.Fprintf(a.out, "%s  %-14s exit=%s  %s  %s\n", r.ScheduledAt.UTC().Format(time.RFC3339), clean(r.Result), intOr(r.ExitCode), duration(r.DurationMS), clean(r.FailureReason))
 		}
 		return nil
 	}

@@ -126,6 +126,10 @@ func TestDrainAndRemoveNodeRequeueFailedJobs(t *testing.T) {
 	if c := v.count(`SELECT count(*) FROM cron_job_tasks WHERE cron_job_id = $1 AND action = $2 AND version = 2`, failed, wire.ActionRetry); c != 1 {
 		t.Errorf("%d retry tasks queued for the failed job, want 1", c)
 	}
+	// The change is in the job's trail, with the admin who drained.
+	if c := v.count(`SELECT count(*) FROM cron_job_events WHERE cron_job_id = $1 AND action = 'requeued' AND actor = 'admin' AND version = 2`, failed); c != 1 {
+		t.Errorf("%d requeued events by the admin at version 2, want 1", c)
+	}
 	if c := v.count(`SELECT count(*) FROM cron_job_tasks WHERE cron_job_id = $1 AND action = $2`, ok, wire.ActionRetry); c != 0 {
 		t.Errorf("an active job was requeued")
 	}

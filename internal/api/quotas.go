@@ -40,6 +40,9 @@ func (s *Server) setQuotas(c echo.Context) error {
 	if err := decodeStrict(c, &o); err != nil {
 		return err
 	}
+	if o.MaxJobs != nil && *o.MaxJobs > quota.MaxJobsCeiling {
+		return invalid("max_jobs", "at most %d (the platform's ceiling per tenant)", quota.MaxJobsCeiling)
+	}
 	for name, v := range map[string]*int{"max_jobs": o.MaxJobs, "min_interval_seconds": o.MinIntervalSeconds,
 		"max_timeout_seconds": o.MaxTimeoutSeconds, "max_memory_mb": o.MaxMemoryMB} {
 		if v != nil && (*v < 0 || *v > maxQuotaValue) {

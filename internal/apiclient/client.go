@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -74,7 +75,7 @@ func (c *Client) Do(ctx context.Context, method, path string, query url.Values, 
 	}
 	hc := c.HTTP
 	if hc == nil {
-		hc = &http.Client{Timeout: 2 * time.Minute}
+		hc = &http.Client{Timeout: 2 * time.Minute, CheckRedirect: refuseRedirect}
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
@@ -92,6 +93,32 @@ func (c *Client) Do(ctx context.Context, method, path string, query url.Values, 
 		return json.RawMessage("{}"), nil
 	}
 	return out, nil
+}
+
+// refuseRedirect never follows a redirect: Go would carry X-API-Key (and a
+// POST's body) to wherever the answer points.
+func refuseRedirect(req *http.Request, _ []*http.Request) error {
+	return fmt.Errorf("the API redirected to %s; not following it with the key (point --api at the final address)", req.URL.Redacted())
+}
+
+// CheckBaseURL refuses a base URL that would send the key in the clear
+// to another machine: https, or http to a loopback address.
+func CheckBaseURL(base string) error {
+	u, err := url.Parse(base)
+	if err != nil || u.Host == "" {
+		return fmt.Errorf("API address %q: want an absolute http(s) URL", base)
+	}
+	switch u.Scheme {
+	case "https":
+		return nil
+	case "http":
+		host := u.Hostname()
+		if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
+			return nil
+		}
+		return fmt.Errorf("API address %s: http would send the key in the clear; use https (or --allow-http)", base)
+	}
+	return fmt.Errorf("API address %q: want http or https", base)
 }
 
 // problem reads the API's error body, or keeps the start of anything else

@@ -139,10 +139,10 @@ func (h *Housekeeper) chores(ctx context.Context, c store.Chores, now time.Time)
 	} else if n > 0 {
 		h.Log.Info("deleted old runs", "runs", n)
 	}
-	if _, err := c.DeleteEventsBefore(ctx, now.Add(-h.Config.Retention)); err != nil {
+	if _, err := c.PruneDispatched(ctx, now.Add(-h.Config.PruneAfter)); err != nil {
 		return err
 	}
-	if _, err := c.PruneDispatched(ctx, now.Add(-h.Config.PruneAfter)); err != nil {
+	if _, err := c.DeleteEventsBefore(ctx, now.Add(-h.Config.Retention)); err != nil {
 		return err
 	}
 	return nil

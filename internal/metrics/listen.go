@@ -29,7 +29,12 @@ func Listen(addr string, g prometheus.Gatherer, log *slog.Logger) (*Server, erro
 		return nil, fmt.Errorf("metrics listen on %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorLog: slogErrors{log}, ErrorHandling: promhttp.ContinueOnError}))
+	// Two scrapes at a time at most: on a web node the loopback listener is
+	// reachable by tenants' commands too, and a scrape reads the spool and
+	// the unit directory; a third caller gets 503 rather than queueing work.
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{
+		ErrorLog: slogErrors{log}, ErrorHandling: promhttp.ContinueOnError, MaxRequestsInFlight: 2,
+	}))
 	s := &Server{addr: ln.Addr().String(), done: make(chan struct{}), srv: &http.Server{
 		Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 16 << 10,

@@ -12,7 +12,8 @@ import (
 	"github.com/hostcron/hostcron/internal/schedule"
 )
 
-// Limits are the limits in force for a tenant. A zero field is no limit.
+// Limits are the limits in force for a tenant. A zero field is no limit,
+// except MaxJobs, which never exceeds MaxJobsCeiling.
 type Limits struct {
 	MaxJobs            int `json:"max_jobs"`
 	MinIntervalSeconds int `json:"min_interval_seconds"`
@@ -81,60 +82,39 @@ func Check(l Limits, j Job, changed Changed, now time.Time) *Exceeded {
 	}
 	if changed.Schedule && l.MinIntervalSeconds > 0 && j.Schedule != nil {
 		min := time.Duration(l.MinIntervalSeconds) * time.Second
-		if gap, at := ShortestGap(j.Schedule, now, min); gap < min {
+		if gap := ShortestGap(j.Schedule, now); gap < min {
 			return &Exceeded{"schedule", "min_interval_seconds",
-				fmt.Sprintf("schedule: fires %s apart (at %s), more often than the tenant's limit of once every %s (min_interval_seconds)",
-					gap, at.Format(time.RFC3339), min)}
+				fmt.Sprintf("schedule: fires as little as %s apart, more often than the tenant's limit of once every %s (min_interval_seconds)",
+					gap, min)}
 		}
 	}
 	return nil
 }
 
+// MaxJobsCeiling is the most jobs any tenant may have, whatever its
+// quota says (0, "no limit", means this). The node's tombstones of
+// deleted jobs are bounded per tenant at twice it
+// (unitmgr.MaxTombstonesPerTenant), which is what keeps a late message
+// from reinstalling a deleted job; more jobs per tenant would outrun them.
+const MaxJobsCeiling = 1000
+
 // JobCount checks a create against MaxJobs given the jobs the tenant has.
 func JobCount(l Limits, have int) *Exceeded {
-	if l.MaxJobs > 0 && have >= l.MaxJobs {
+	limit := l.MaxJobs
+	if limit <= 0 || limit > MaxJobsCeiling {
+		limit = MaxJobsCeiling
+	}
+	if have >= limit {
 		return &Exceeded{"max_jobs", "max_jobs",
 			fmt.Sprintf("the tenant has %d cron jobs, its limit (max_jobs); delete one first", have)}
 	}
 	return nil
 }
 
-// maxFires bounds the walk in ShortestGap. A schedule's time-of-day
-// pattern repeats every day it fires, so the walk sees every gap within a
-// day and between days long before it ends, unless the schedule fires
-// more than maxFires times a day, in which case its gap is at most
-// 86400/maxFires s and it is found at once.
-const maxFires = 5000
-
-// horizon bounds the walk in time: a year covers every month, weekday and
-// DST change.
-const horizon = 366 * 24 * time.Hour
-
-// ShortestGap returns the shortest time between two consecutive fire times
-// after from (and the later of the two), stopping at the first gap shorter
-// than enough. When the schedule's own lower bound is already enough it
-// returns that bound without a walk (so the result is exact only below
-// enough). A schedule that fires at most once has no gap: it returns the
-// horizon.
-func ShortestGap(s *schedule.Schedule, from time.Time, enough time.Duration) (time.Duration, time.Time) {
-	if s.MinInterval() >= enough {
-		return s.MinInterval(), time.Time{}
-	}
-	best, bestAt := horizon, time.Time{}
-	prev := s.Next(from)
-	end := from.Add(horizon)
-	for i := 0; i < maxFires && !prev.IsZero() && prev.Before(end); i++ {
-		next := s.Next(prev)
-		if next.IsZero() {
-			break
-		}
-		if gap := next.Sub(prev); gap < best {
-			best, bestAt = gap, next
-			if best < enough {
-				break
-			}
-		}
-		prev = next
-	}
-	return best, bestAt
+// ShortestGap is the schedule's shortest real time between two fire times
+// from `from` on (schedule.ShortestGap: exact over the whole Gregorian
+// cycle and around the zone's clock changes), with NoGap for a schedule
+// that fires at most once.
+func ShortestGap(s *schedule.Schedule, from time.Time) time.Duration {
+	return s.ShortestGap(from)
 }

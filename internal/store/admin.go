@@ -351,19 +351,20 @@ func requeueFailed(ctx context.Context, tx pgx.Tx, shardID string, cures func(me
 	rows, err = tx.Query(ctx, `
 		UPDATE cron_jobs SET status = $2, status_message = '', version = version + 1, updated_at = now(), requeued_at = now()
 		WHERE id = ANY($1) AND status = $3
-		RETURNING id, version`, ids, wire.StatusPending, wire.StatusFailed)
+		RETURNING `+jobColumns, ids, wire.StatusPending, wire.StatusFailed)
 	if err != nil {
 		return 0, fmt.Errorf("requeue failed jobs: %w", err)
 	}
-	type jv struct {
-		ID      string
-		Version int64
-	}
-	jobs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[jv])
+	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (CronJob, error) { return scanJob(r) })
 	if err != nil {
 		return 0, fmt.Errorf("requeue failed jobs: %w", err)
 	}
+	// The retry is the system's (a node announced itself) or the caller's
+	// (an admin drained or removed a node): actorOf(ctx) tells.
 	for _, j := range jobs {
+		if err := recordEvent(ctx, tx, j, actorOf(ctx), "requeued", nil); err != nil {
+			return 0, err
+		}
 		if err := queueTask(ctx, tx, j.ID, wire.ActionRetry, j.Version); err != nil {
 			return 0, err
 		}

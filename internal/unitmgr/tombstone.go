@@ -49,10 +49,9 @@ const MaxTombstones = 10000
 
 // MaxTombstonesPerTenant bounds one tenant's share of the file, so a
 // tenant that churns through jobs evicts its own oldest tombstones, not
-// other tenants' fresh ones. Twice the default job quota
-// (store.DefaultQuotas, 1000 jobs): a tenant at that quota deleting every
-// job it has, twice within the TTL, still keeps them all. An operator who
-// raises a tenant's quota far above it should raise this bound too.
+// other tenants' fresh ones. Twice the most jobs a tenant may have
+// (quota.MaxJobsCeiling, 1000): a tenant deleting every job it has, twice
+// within the TTL, still keeps them all.
 const MaxTombstonesPerTenant = 2000
 
 // tombstoneFile names the file in the spec dir (root-only, beside the
