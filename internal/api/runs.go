@@ -140,7 +140,10 @@ func runRef(jobID, param string) (id int64, key runkey.Key, ok bool) {
 		return 0, key, false
 	}
 	if n, err := strconv.ParseInt(raw, 10, 64); err == nil {
-		return n, key, n > 0 && strconv.FormatInt(n, 10) == raw
+		if n < 1 || strconv.FormatInt(n, 10) != raw {
+			return 0, key, false
+		}
+		return n, key, true
 	}
 	key, err = runkey.Parse(raw)
 	if err != nil || key.JobID != jobID {
