@@ -190,6 +190,11 @@ func printableASCII(s string) bool {
 // deleted.
 func (s *Server) withNext(j store.CronJob) jobResponse {
 	resp := jobResponse{CronJob: j}
+	if j.Enabled {
+		// An enabled job has no disable reason; an older replica's enable
+		// (rolling deploy) does not clear the column.
+		resp.DisabledReason = ""
+	}
 	if !j.Enabled || j.Status == wire.StatusDeleting {
 		return resp
 	}

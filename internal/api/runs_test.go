@@ -364,6 +364,13 @@ func TestDisableReason(t *testing.T) {
 	if j := v.mustJSON("PUT", path, v.key, `{"enabled":true}`, 200); j["disabled_reason"] != "" {
 		t.Errorf("enabled by an update, the reason stays: %v", j["disabled_reason"])
 	}
+	// An older replica's enable leaves the column: an enabled job shows none.
+	if _, err := v.store.Pool().Exec(context.Background(), `UPDATE cron_jobs SET disabled_reason = 'stale' WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	if j := v.mustJSON("GET", path, v.key, "", 200); j["disabled_reason"] != "" {
+		t.Errorf("an enabled job shows a disable reason: %v", j["disabled_reason"])
+	}
 }
 
 func TestJobNameAndListing(t *testing.T) {
