@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -354,20 +355,8 @@ type RunQuery struct {
 // PageRuns returns a page of a job's runs, newest slot first, and the
 // position after which the next page starts (nil: this was the last).
 func (s *Store) PageRuns(ctx context.Context, jobID string, q RunQuery) ([]Run, *RunPos, error) {
-	var before *time.Time
-	var beforeID int64
-	if q.Before != nil {
-		before, beforeID = &q.Before.ScheduledAt, q.Before.ID
-	}
-	rows, err := s.pool.Query(ctx, `SELECT `+runColumns+` FROM cron_job_runs
-		WHERE cron_job_id = $1
-		  AND (coalesce(cardinality($2::text[]), 0) = 0 OR result = ANY($2))
-		  AND (coalesce(cardinality($3::text[]), 0) = 0 OR trigger = ANY($3))
-		  AND ($4::timestamptz IS NULL OR scheduled_at >= $4)
-		  AND ($5::timestamptz IS NULL OR scheduled_at < $5)
-		  AND ($6::timestamptz IS NULL OR (scheduled_at, id) < ($6, $7::bigint))
-		ORDER BY scheduled_at DESC, id DESC LIMIT $8`,
-		jobID, q.Results, q.Triggers, q.From, q.To, before, beforeID, q.Limit+1)
+	sql, args := pageRunsSQL(jobID, q)
+	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list runs: %w", err)
 	}
@@ -381,6 +370,47 @@ func (s *Store) PageRuns(ctx context.Context, jobID string, q RunQuery) ([]Run, 
 	}
 	last := runs[len(runs)-1]
 	return runs, &RunPos{ScheduledAt: last.ScheduledAt, ID: last.ID}, nil
+}
+
+// pageRunsSQL builds the statement of a page of runs with only the
+// conditions q asks for, each one an index can serve (a condition such as
+// "$n IS NULL OR ..." would leave a cached generic plan scanning from the
+// newest run to the cursor). Values are always bound, never spliced.
+func pageRunsSQL(jobID string, q RunQuery) (string, []any) {
+	args := []any{jobID}
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	sql := `SELECT ` + runColumns + ` FROM cron_job_runs WHERE cron_job_id = $1`
+	// One value is an equality, which the (job, result|trigger, slot, id)
+	// index serves in order; several are a filter on the page index
+	// (PostgreSQL 15 cannot merge an index's ranges in order).
+	switch len(q.Results) {
+	case 0:
+	case 1:
+		sql += ` AND result = ` + arg(string(q.Results[0]))
+	default:
+		sql += ` AND result = ANY(` + arg(q.Results) + `::text[])`
+	}
+	switch len(q.Triggers) {
+	case 0:
+	case 1:
+		sql += ` AND trigger = ` + arg(string(q.Triggers[0]))
+	default:
+		sql += ` AND trigger = ANY(` + arg(q.Triggers) + `::text[])`
+	}
+	if q.From != nil {
+		sql += ` AND scheduled_at >= ` + arg(*q.From)
+	}
+	if q.To != nil {
+		sql += ` AND scheduled_at < ` + arg(*q.To)
+	}
+	if q.Before != nil {
+		sql += ` AND (scheduled_at, id) < (` + arg(q.Before.ScheduledAt) + `::timestamptz, ` + arg(q.Before.ID) + `::bigint)`
+	}
+	sql += ` ORDER BY scheduled_at DESC, id DESC LIMIT ` + arg(q.Limit+1)
+	return sql, args
 }
 
 // GetRun returns one run of a job by its record id or, if id is 0, by its
