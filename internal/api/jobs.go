@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -23,6 +24,7 @@ import (
 // jobRequest is the body of create and update. Pointers tell "absent"
 // from "zero": on update, absent fields keep their value.
 type jobRequest struct {
+	Name             *string `json:"name"`
 	WebrootID        *string `json:"webroot_id"`
 	Schedule         *string `json:"schedule"`
 	Timezone         *string `json:"timezone"`
@@ -56,6 +58,7 @@ func (r jobRequest) apply(base store.JobFields) (store.JobFields, error) {
 		}
 	}
 	spec := base
+	set(&spec.Name, r.Name)
 	set(&spec.WebrootID, r.WebrootID)
 	set(&spec.Schedule, r.Schedule)
 	set(&spec.Timezone, r.Timezone)
@@ -70,7 +73,13 @@ func (r jobRequest) apply(base store.JobFields) (store.JobFields, error) {
 	return spec, validateSpec(spec)
 }
 
+// MaxNameChars bounds a job's name.
+const MaxNameChars = 100
+
 func validateSpec(spec store.JobFields) error {
+	if err := checkText("name", spec.Name, MaxNameChars); err != nil {
+		return err
+	}
 	if !wire.ValidID(spec.WebrootID) {
 		return invalid("webroot_id", "must be the UUID of one of the tenant's webroots")
 	}
@@ -153,12 +162,20 @@ func idempotencyKey(c echo.Context, f store.JobFields) (*store.IdempotencyKey, e
 	if len(key) != 1 || len(key[0]) < 1 || len(key[0]) > 128 || !printableASCII(key[0]) {
 		return nil, invalid("Idempotency-Key", "want 1 to 128 printable ASCII characters")
 	}
-	body, err := json.Marshal(f)
+	body, err := json.Marshal(idempotencyFields{JobFields: f, Name: f.Name})
 	if err != nil {
 		return nil, fmt.Errorf("idempotency key: %w", err)
 	}
 	sum := sha256.Sum256(body)
 	return &store.IdempotencyKey{Key: key[0], Hash: sum[:]}, nil
+}
+
+// idempotencyFields is what identifies a create: the job's fields, the
+// name only when given, so a retry across the upgrade that added names
+// hashes as its first request did.
+type idempotencyFields struct {
+	store.JobFields
+	Name string `json:"name,omitempty"` // shadows JobFields.Name
 }
 
 func printableASCII(s string) bool {
@@ -174,6 +191,11 @@ func printableASCII(s string) bool {
 // deleted.
 func (s *Server) withNext(j store.CronJob) jobResponse {
 	resp := jobResponse{CronJob: j}
+	if j.Enabled {
+		// An enabled job has no disable reason; an older replica's enable
+		// (rolling deploy) does not clear the column.
+		resp.DisabledReason = ""
+	}
 	if !j.Enabled || j.Status == wire.StatusDeleting {
 		return resp
 	}
@@ -264,7 +286,11 @@ func (s *Server) listJobs(c echo.Context) error {
 	if _, err := s.store.GetTenant(c.Request().Context(), tenantID); err != nil {
 		return err
 	}
-	jobs, err := s.store.ListJobs(c.Request().Context(), tenantID)
+	q, err := jobQuery(c)
+	if err != nil {
+		return err
+	}
+	jobs, next, err := s.store.ListJobs(c.Request().Context(), tenantID, q)
 	if err != nil {
 		return err
 	}
@@ -272,7 +298,56 @@ func (s *Server) listJobs(c echo.Context) error {
 	for i, j := range jobs {
 		out[i] = s.withNext(j)
 	}
-	return c.JSON(http.StatusOK, map[string]any{"cron_jobs": out})
+	var cursor *string
+	if next != nil {
+		c := encodeJobCursor(*next)
+		cursor = &c
+	}
+	return c.JSON(http.StatusOK, map[string]any{"cron_jobs": out, "next_cursor": cursor})
+}
+
+// maxJobsPage bounds a page of jobs; it is also the default, the most jobs
+// a tenant may have (store.MaxJobsPerTenant), so a client from before
+// paging still gets every job.
+const maxJobsPage = 1000
+
+// jobQuery reads the jobs listing's limit, cursor and status filter (a
+// comma-separated list).
+func jobQuery(c echo.Context) (store.JobQuery, error) {
+	var q store.JobQuery
+	var err error
+	if q.Limit, err = intParam(c, "limit", maxJobsPage, 1, maxJobsPage); err != nil {
+		return q, err
+	}
+	if cur := c.QueryParam("cursor"); cur != "" {
+		pos, ok := decodeJobCursor(cur)
+		if !ok {
+			return q, invalid("cursor", "not a cursor of this listing (pass next_cursor as given)")
+		}
+		q.After = &pos
+	}
+	q.Statuses, err = listParam(c, "status", wire.Statuses)
+	return q, err
+}
+
+// listParam reads an optional comma-separated query parameter whose every
+// element must be one of allowed; repeats are dropped.
+func listParam[T ~string](c echo.Context, name string, allowed []T) ([]T, error) {
+	v := c.QueryParam(name)
+	if v == "" {
+		return nil, nil
+	}
+	var out []T
+	for _, p := range strings.Split(v, ",") {
+		t := T(p)
+		if !slices.Contains(allowed, t) {
+			return nil, invalid(name, "%q is not one of %v", p, allowed)
+		}
+		if !slices.Contains(out, t) {
+			out = append(out, t)
+		}
+	}
+	return out, nil
 }
 
 func (s *Server) getJob(c echo.Context) error {
@@ -356,22 +431,6 @@ func (s *Server) jobAction(act func(context.Context, string, int64) (store.CronJ
 		}
 		return s.respondJob(c, http.StatusAccepted, changed)
 	}
-}
-
-func (s *Server) listRuns(c echo.Context) error {
-	j, err := s.jobInScope(c)
-	if err != nil {
-		return err
-	}
-	limit, err := intParam(c, "limit", 100, 1, 1000)
-	if err != nil {
-		return err
-	}
-	runs, err := s.store.ListRuns(c.Request().Context(), j.ID, limit)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, map[string]any{"runs": runs})
 }
 
 // preview shows the OnCalendar values and next fire times of an expression.

@@ -89,10 +89,11 @@ func New(st *store.Store, cfg Config) *echo.Echo {
 	v1.PUT("/cron-jobs/:id", s.updateJob)
 	v1.DELETE("/cron-jobs/:id", s.jobAction(st.DeleteJob))
 	v1.POST("/cron-jobs/:id/enable", s.jobAction(st.EnableJob))
-	v1.POST("/cron-jobs/:id/disable", s.jobAction(st.DisableJob))
+	v1.POST("/cron-jobs/:id/disable", s.disableJob)
 	v1.POST("/cron-jobs/:id/retry", s.jobAction(st.RetryJob))
-	v1.POST("/cron-jobs/:id/run-now", s.jobAction(st.RunNow))
+	v1.POST("/cron-jobs/:id/run-now", s.runNow)
 	v1.GET("/cron-jobs/:id/runs", s.listRuns)
+	v1.GET("/cron-jobs/:id/runs/:run", s.getRun)
 	v1.GET("/cron-jobs/:id/events", s.listJobEvents)
 
 	admin := v1.Group("/admin", requireAdmin)

@@ -565,21 +565,31 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 	return finish(env, rec, code)
 }
 
+// Attempt is the attempt number of every run: 1 until retries exist.
+const Attempt = 1
+
 // runEnv tells the command which run it is: a script can make itself
-// idempotent per run with HOSTCRON_RUN_KEY, and HOSTCRON_SLOT is the fire
-// time it stands for (which may lie a few seconds before now).
+// idempotent per run with HOSTCRON_RUN_KEY (or per slot with
+// HOSTCRON_SLOT, the fire time it stands for, which may lie a few seconds
+// before now; a run-now's request time), HOSTCRON_TRIGGER says why it
+// started (scheduled, manual) and HOSTCRON_ATTEMPT which attempt it is.
+// Every value is the runner's own decision, never the tenant's text.
 func runEnv(rec Record) []string {
 	return []string{
 		"HOSTCRON_RUN_KEY=" + rec.RunKey,
 		"HOSTCRON_SLOT=" + rec.Slot.UTC().Format(time.RFC3339),
+		"HOSTCRON_TRIGGER=" + rec.Trigger,
+		"HOSTCRON_ATTEMPT=" + strconv.Itoa(Attempt),
 	}
 }
 
-// childEnv is the runner's environment without hostcron's plumbing.
+// childEnv is the runner's environment without hostcron's plumbing, and
+// without any HOSTCRON_ variable it inherited: runEnv's are the only ones.
 func childEnv() []string {
 	var out []string
 	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "CREDENTIALS_DIRECTORY=") || strings.HasPrefix(kv, "RUNTIME_DIRECTORY=") {
+		if strings.HasPrefix(kv, "CREDENTIALS_DIRECTORY=") || strings.HasPrefix(kv, "RUNTIME_DIRECTORY=") ||
+			strings.HasPrefix(kv, "HOSTCRON_") {
 			continue
 		}
 		out = append(out, kv)

@@ -180,13 +180,35 @@ func TestMemoryWatchKillsOverLimit(t *testing.T) {
 	}
 }
 
-// The command learns its run key and slot from its environment.
+// The command learns its run from its environment: key, slot, trigger
+// and attempt, as the runner decided them (a scheduled slot, then a
+// run-now request), whatever HOSTCRON_ values the runner inherited.
 func TestCommandSeesItsRun(t *testing.T) {
-	rec := Record{RunKey: "k#scheduled#2026-11-21T12:00:10Z", Slot: time.Date(2026, 11, 21, 12, 0, 10, 0, time.UTC)}
-	got := strings.Join(runEnv(rec), "\n")
-	for _, want := range []string{"HOSTCRON_RUN_KEY=" + rec.RunKey, "HOSTCRON_SLOT=2026-11-21T12:00:10Z"} {
-		if !strings.Contains(got, want) {
-			t.Errorf("run env %q lacks %q", got, want)
+	t.Setenv("HOSTCRON_TRIGGER", "forged")
+	t.Setenv("HOSTCRON_RUN_KEY", "forged")
+	env, locks := setup(t, `env | grep '^HOSTCRON_' | sort > "env-$HOSTCRON_TRIGGER"`)
+	if code := Run(env); code != 0 {
+		t.Fatalf("scheduled run: exit %d, record %+v", code, record(t, env))
+	}
+	env.ManualDir = t.TempDir()
+	writeRequest(t, env.ManualDir, "42", env.Now().Add(-time.Second))
+	if code := Run(env); code != 0 { // the slot ran: the start takes the request
+		t.Fatalf("manual run: exit %d, record %+v", code, record(t, env))
+	}
+	web := filepath.Join(filepath.Dir(locks), "www")
+	for trigger, want := range map[string]string{
+		"scheduled": "HOSTCRON_ATTEMPT=1\nHOSTCRON_RUN_KEY=" + id + "#scheduled#2026-11-21T12:00:10Z\n" +
+			"HOSTCRON_SLOT=2026-11-21T12:00:10Z\nHOSTCRON_TRIGGER=scheduled\n",
+		"manual": "HOSTCRON_ATTEMPT=1\nHOSTCRON_RUN_KEY=" + id + "#manual#42\n" +
+			"HOSTCRON_SLOT=2026-11-21T12:00:12Z\nHOSTCRON_TRIGGER=manual\n",
+	} {
+		b, err := os.ReadFile(filepath.Join(web, "env-"+trigger))
+		if err != nil {
+			t.Errorf("%s run: %v", trigger, err)
+			continue
+		}
+		if string(b) != want {
+			t.Errorf("%s run's environment:\n%s\nwant:\n%s", trigger, b, want)
 		}
 	}
 }

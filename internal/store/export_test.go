@@ -8,3 +8,6 @@ func (c Chores) Exec(ctx context.Context, sql string) error {
 	_, err := c.db.Exec(ctx, sql)
 	return err
 }
+
+// PageRunsSQL is pageRunsSQL, for the plan test.
+var PageRunsSQL = pageRunsSQL

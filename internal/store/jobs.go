@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -25,11 +26,33 @@ type CronJob struct {
 	NotBefore           time.Time   `json:"not_before"`
 	CreatedAt           time.Time   `json:"created_at"`
 	UpdatedAt           time.Time   `json:"updated_at"`
+	// DisabledReason is the tenant's reason of the last disable, kept
+	// until the job is enabled again ("" when none was given).
+	DisabledReason string `json:"disabled_reason"`
+	// The newest run a node reported (decideLastRun), as a job listing
+	// shows it.
+	LastRuns
+}
+
+// LastRuns is what a job shows of its runs: the newest run a node
+// reported (by slot, then record id; the sweeper's lost records are not
+// reports) and the slot of the newest success. Outcome recording keeps it
+// in the transaction that records the run.
+type LastRuns struct {
+	lastRunID *int64
+	// LastRunAt is the slot (scheduled_at) of the newest run.
+	LastRunAt  *time.Time   `json:"last_run_at"`
+	LastResult *wire.Result `json:"last_result"`
+	// LastFailureReason is that run's failure reason; "" when it succeeded.
+	LastFailureReason string     `json:"last_failure_reason"`
+	LastSuccessAt     *time.Time `json:"last_success_at"`
 }
 
 // JobFields are the fields a tenant sets on a cron job; the API validates
 // them. (Not the node's jobspec.Spec.)
 type JobFields struct {
+	// Name is for people only (never sent to a node); "" when none.
+	Name             string `json:"name"`
 	WebrootID        string `json:"webroot_id"`
 	Schedule         string `json:"schedule"`
 	Timezone         string `json:"timezone"`
@@ -54,24 +77,33 @@ var (
 
 const jobColumns = `id, tenant_id, webroot_id, schedule, timezone, command, working_directory, enabled,
 	timeout_seconds, max_memory_mb, max_failures, consecutive_failures, status, status_message, version,
-	not_before, created_at, updated_at`
+	not_before, created_at, updated_at, name, disabled_reason, last_run_id, last_run_at, last_result,
+	last_failure_reason, last_success_at`
 
 func scanJob(row pgx.Row) (CronJob, error) {
 	var j CronJob
 	err := row.Scan(&j.ID, &j.TenantID, &j.WebrootID, &j.Schedule, &j.Timezone, &j.Command, &j.WorkingDirectory,
 		&j.Enabled, &j.TimeoutSeconds, &j.MaxMemoryMB, &j.MaxFailures, &j.ConsecutiveFailures, &j.Status,
-		&j.StatusMessage, &j.Version, &j.NotBefore, &j.CreatedAt, &j.UpdatedAt)
+		&j.StatusMessage, &j.Version, &j.NotBefore, &j.CreatedAt, &j.UpdatedAt, &j.Name, &j.DisabledReason,
+		&j.lastRunID, &j.LastRunAt, &j.LastResult, &j.LastFailureReason, &j.LastSuccessAt)
 	return j, err
 }
 
 // queueTask adds an outbox row for the workflows, inside tx.
 func queueTask(ctx context.Context, tx pgx.Tx, jobID string, action wire.Action, version int64) error {
-	_, err := tx.Exec(ctx, `INSERT INTO cron_job_tasks (cron_job_id, action, version) VALUES ($1, $2, $3)`,
-		jobID, action, version)
+	_, err := queueTaskID(ctx, tx, jobID, action, version)
+	return err
+}
+
+// queueTaskID is queueTask that returns the row's id (a run-now's request).
+func queueTaskID(ctx context.Context, tx pgx.Tx, jobID string, action wire.Action, version int64) (int64, error) {
+	var id int64
+	err := tx.QueryRow(ctx, `INSERT INTO cron_job_tasks (cron_job_id, action, version) VALUES ($1, $2, $3) RETURNING id`,
+		jobID, action, version).Scan(&id)
 	if err != nil {
-		return fmt.Errorf("queue %s task: %w", action, err)
+		return 0, fmt.Errorf("queue %s task: %w", action, err)
 	}
-	return nil
+	return id, nil
 }
 
 // IdempotencyKey names a create request so a retry returns the first job.
@@ -103,9 +135,9 @@ func (s *Store) CreateJob(ctx context.Context, tenantID string, f JobFields, ide
 		}
 		job, err = scanJob(tx.QueryRow(ctx, `
 			INSERT INTO cron_jobs (tenant_id, webroot_id, schedule, timezone, command, working_directory, enabled,
-			                       timeout_seconds, max_memory_mb, max_failures)
+			                       timeout_seconds, max_memory_mb, max_failures, name)
 			SELECT w.tenant_id, w.id, @schedule, @timezone, @command, @working_directory, @enabled,
-			       @timeout_seconds, @max_memory_mb, @max_failures
+			       @timeout_seconds, @max_memory_mb, @max_failures, @name
 			FROM webroots w WHERE w.id = @webroot_id AND w.tenant_id = @tenant_id
 			RETURNING `+jobColumns, fieldArgs(f, pgx.NamedArgs{"tenant_id": tenantID})))
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -180,7 +212,7 @@ func fieldArgs(f JobFields, extra pgx.NamedArgs) pgx.NamedArgs {
 	args := pgx.NamedArgs{
 		"webroot_id": f.WebrootID, "schedule": f.Schedule, "timezone": f.Timezone, "command": f.Command,
 		"working_directory": f.WorkingDirectory, "enabled": f.Enabled, "timeout_seconds": f.TimeoutSeconds,
-		"max_memory_mb": f.MaxMemoryMB, "max_failures": f.MaxFailures,
+		"max_memory_mb": f.MaxMemoryMB, "max_failures": f.MaxFailures, "name": f.Name,
 	}
 	for k, v := range extra {
 		args[k] = v
@@ -194,13 +226,61 @@ func (s *Store) GetJob(ctx context.Context, id string) (CronJob, error) {
 	return j, notFound(err, "get cron job")
 }
 
-// ListJobs lists a tenant's jobs, oldest first.
-func (s *Store) ListJobs(ctx context.Context, tenantID string) ([]CronJob, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM cron_jobs WHERE tenant_id = $1 ORDER BY created_at, id`, tenantID)
-	if err != nil {
-		return nil, fmt.Errorf("list cron jobs: %w", err)
+// JobPos is a position in a tenant's job listing, which is ordered by
+// (created_at, id), oldest first.
+type JobPos struct {
+	CreatedAt time.Time
+	ID        string
+}
+
+// JobQuery selects a page of a tenant's jobs.
+type JobQuery struct {
+	Statuses []wire.Status // none: any
+	After    *JobPos       // nil: from the first
+	Limit    int           // at least 1
+}
+
+// ListJobs lists a page of a tenant's jobs, oldest first, and the
+// position after which the next page starts (nil: this was the last).
+func (s *Store) ListJobs(ctx context.Context, tenantID string, q JobQuery) ([]CronJob, *JobPos, error) {
+	var after *time.Time
+	var afterID string
+	if q.After != nil {
+		after, afterID = &q.After.CreatedAt, q.After.ID
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (CronJob, error) { return scanJob(r) })
+	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM cron_jobs
+		WHERE tenant_id = $1 AND (coalesce(cardinality($2::text[]), 0) = 0 OR status = ANY($2))
+		  AND ($3::timestamptz IS NULL OR (created_at, id) > ($3, $4::uuid))
+		ORDER BY created_at, id LIMIT $5`, tenantID, q.Statuses, after, nilIfEmpty(afterID), q.Limit+1)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list cron jobs: %w", err)
+	}
+	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (CronJob, error) { return scanJob(r) })
+	if err != nil {
+		return nil, nil, fmt.Errorf("list cron jobs: %w", err)
+	}
+	jobs, more := page(jobs, q.Limit)
+	if !more {
+		return jobs, nil, nil
+	}
+	last := jobs[len(jobs)-1]
+	return jobs, &JobPos{CreatedAt: last.CreatedAt, ID: last.ID}, nil
+}
+
+// page cuts rows, read with one row more than limit, to limit, and says
+// whether there were more.
+func page[T any](rows []T, limit int) ([]T, bool) {
+	if len(rows) > limit {
+		return rows[:limit], true
+	}
+	return rows, false
+}
+
+func nilIfEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 // change is what a transition's decide asks for: the task to queue ("" =
@@ -208,6 +288,23 @@ func (s *Store) ListJobs(ctx context.Context, tenantID string) ([]CronJob, error
 type change struct {
 	action        wire.Action
 	resetFailures bool
+	// disabledReason is a disable's reason ("": none given)
+	disabledReason string
+}
+
+// disabledReasonAfter is the disable reason a job keeps after a change:
+// none once it is enabled (whichever change enabled it: enable, retry of
+// an auto-disabled job, an update setting enabled); else the reason the
+// change gave, or, if it gave none, the one it had (a second disable
+// without a reason keeps the first one's).
+func disabledReasonAfter(enabled bool, had, given string) string {
+	switch {
+	case enabled:
+		return ""
+	case given != "":
+		return given
+	}
+	return had
 }
 
 // transition locks a job, lets decide check and change it, and stores the
@@ -232,11 +329,13 @@ func (s *Store) transition(ctx context.Context, id string, ifVersion int64,
 		if err != nil || ch.action == "" {
 			return err
 		}
+		job.DisabledReason = disabledReasonAfter(job.Enabled, job.DisabledReason, ch.disabledReason)
 		job, err = scanJob(tx.QueryRow(ctx, `
 			UPDATE cron_jobs SET webroot_id = @webroot_id, schedule = @schedule, timezone = @timezone,
 			       command = @command, working_directory = @working_directory, enabled = @enabled,
 			       timeout_seconds = @timeout_seconds, max_memory_mb = @max_memory_mb, max_failures = @max_failures,
 			       consecutive_failures = @consecutive_failures, status = @status, status_message = @status_message,
+			       name = @name, disabled_reason = @disabled_reason,
 			       not_before = CASE WHEN @rearm THEN now() ELSE not_before END,
 			       swept_until = CASE WHEN @rearm THEN NULL ELSE swept_until END,
 			       failures_after_run = CASE WHEN @reset_failures
@@ -246,6 +345,7 @@ func (s *Store) transition(ctx context.Context, id string, ifVersion int64,
 			WHERE id = @id RETURNING `+jobColumns, fieldArgs(job.JobFields, pgx.NamedArgs{
 			"id": id, "consecutive_failures": job.ConsecutiveFailures, "status": job.Status,
 			"status_message": job.StatusMessage, "rearm": rearms(before, job), "reset_failures": ch.resetFailures,
+			"disabled_reason": job.DisabledReason,
 		})))
 		if err != nil {
 			return fmt.Errorf("update cron job: %w", err)
@@ -339,12 +439,19 @@ func (s *Store) EnableJob(ctx context.Context, id string, ifVersion int64) (Cron
 
 // DisableJob disables a job on all nodes.
 func (s *Store) DisableJob(ctx context.Context, id string, ifVersion int64) (CronJob, error) {
+	return s.DisableJobFor(ctx, id, ifVersion, "")
+}
+
+// DisableJobFor disables a job on all nodes, keeping reason (the API
+// validates it; "": none given, an earlier one stays) on the job until it
+// is enabled again.
+func (s *Store) DisableJobFor(ctx context.Context, id string, ifVersion int64, reason string) (CronJob, error) {
 	return s.transition(ctx, id, ifVersion, func(_ pgx.Tx, j *CronJob) (change, error) {
 		if err := notDeleting(j); err != nil {
 			return change{}, err
 		}
 		j.Enabled, j.Status, j.StatusMessage = false, wire.StatusPending, ""
-		return change{action: wire.ActionDisable}, nil
+		return change{action: wire.ActionDisable, disabledReason: reason}, nil
 	})
 }
 
@@ -364,10 +471,12 @@ func (s *Store) RetryJob(ctx context.Context, id string, ifVersion int64) (CronJ
 	})
 }
 
-// RunNow queues one run outside the schedule. The job keeps its version:
-// the run is keyed by the request.
-func (s *Store) RunNow(ctx context.Context, id string, ifVersion int64) (CronJob, error) {
+// RunNow queues one run outside the schedule and returns its request id
+// (the outbox task id; the run's key is runkey.Manual(job, request)). The
+// job keeps its version: the run is keyed by the request.
+func (s *Store) RunNow(ctx context.Context, id string, ifVersion int64) (CronJob, string, error) {
 	var job CronJob
+	var request int64
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
 		job, err = scanJob(tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM cron_jobs WHERE id = $1 FOR SHARE`, id))
@@ -383,9 +492,33 @@ func (s *Store) RunNow(ctx context.Context, id string, ifVersion int64) (CronJob
 		if err := recordEvent(ctx, tx, job, actorOf(ctx), string(wire.ActionRunNow), nil); err != nil {
 			return err
 		}
-		return queueTask(ctx, tx, id, wire.ActionRunNow, job.Version)
+		request, err = queueTaskID(ctx, tx, id, wire.ActionRunNow, job.Version)
+		return err
 	})
-	return job, err
+	if err != nil {
+		return job, "", err
+	}
+	return job, strconv.FormatInt(request, 10), nil
+}
+
+// RunNowRequested returns when a job's run-now request was made; false
+// when the job has no such request (never made, or its outbox row was
+// pruned, an hour after dispatch).
+func (s *Store) RunNowRequested(ctx context.Context, jobID, request string) (time.Time, bool, error) {
+	n, err := strconv.ParseInt(request, 10, 64)
+	if err != nil || n < 1 {
+		return time.Time{}, false, nil
+	}
+	var at time.Time
+	err = s.pool.QueryRow(ctx, `SELECT created_at FROM cron_job_tasks WHERE id = $1 AND cron_job_id = $2 AND action = $3`,
+		n, jobID, wire.ActionRunNow).Scan(&at)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return time.Time{}, false, nil
+	case err != nil:
+		return time.Time{}, false, fmt.Errorf("run-now request: %w", err)
+	}
+	return at, true, nil
 }
 
 // SetProvisioned records the workflow's verdict for a version of a job:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -27,7 +28,14 @@ type Run struct {
 	Signal        *string     `json:"signal"`
 	FailureReason string      `json:"failure_reason"`
 	ReceivedAt    time.Time   `json:"received_at"`
+	// Added fields; the ones above keep their names.
+	Trigger wire.Trigger `json:"trigger"` // the run key's: scheduled, manual
+	Attempt int          `json:"attempt"` // 1 until retries exist
 }
+
+// runColumns are Run's columns in its field order.
+const runColumns = `id, run_key, cron_job_id, version, node_id, scheduled_at, started_at, finished_at, duration_ms,
+	result, exit_code, signal, failure_reason, received_at, trigger, attempt`
 
 // Outcome is what a node reports after a run.
 type Outcome struct {
@@ -87,10 +95,14 @@ func (s *Store) RecordOutcome(ctx context.Context, node Node, jobID string, o Ou
 			res.Duplicate = true // a redelivery changes nothing
 			return nil
 		}
-		if err := writeRun(ctx, tx, node, jobID, o, step); err != nil {
+		runID, err := writeRun(ctx, tx, node, jobID, o, step)
+		if err != nil {
 			return err
 		}
 		if err := startSweepOnOutcome(ctx, tx, job, o); err != nil {
+			return err
+		}
+		if job, err = noteLastRun(ctx, tx, job, LastRun{ID: runID, At: o.ScheduledAt, Result: o.Result, FailureReason: o.FailureReason}); err != nil {
 			return err
 		}
 		res.Replaced = step == replaceRun
@@ -156,8 +168,9 @@ func storedResult(ctx context.Context, tx pgx.Tx, jobID, runKey string) (*wire.R
 	return &r, nil
 }
 
-// writeRun inserts the run, or replaces the record under its run key.
-func writeRun(ctx context.Context, tx pgx.Tx, node Node, jobID string, o Outcome, step recordStep) error {
+// writeRun inserts the run, or replaces the record under its run key, and
+// returns the record's id.
+func writeRun(ctx context.Context, tx pgx.Tx, node Node, jobID string, o Outcome, step recordStep) (int64, error) {
 	var duration *int64
 	if o.StartedAt != nil && o.FinishedAt != nil {
 		d := o.FinishedAt.Sub(*o.StartedAt).Milliseconds()
@@ -172,17 +185,74 @@ func writeRun(ctx context.Context, tx pgx.Tx, node Node, jobID string, o Outcome
 	sql := `INSERT INTO cron_job_runs (run_key, cron_job_id, version, node_id, scheduled_at, started_at, finished_at,
 		                           duration_ms, result, exit_code, signal, failure_reason)
 		VALUES (@run_key, @cron_job_id, @version, @node_id, @scheduled_at, @started_at, @finished_at,
-		        @duration_ms, @result, @exit_code, @signal, @failure_reason)`
+		        @duration_ms, @result, @exit_code, @signal, @failure_reason) RETURNING id`
 	if step == replaceRun {
 		sql = `UPDATE cron_job_runs SET version = @version, node_id = @node_id, started_at = @started_at,
 			       finished_at = @finished_at, duration_ms = @duration_ms, result = @result, exit_code = @exit_code,
 			       signal = @signal, failure_reason = @failure_reason, received_at = now()
-			WHERE run_key = @run_key AND cron_job_id = @cron_job_id`
+			WHERE run_key = @run_key AND cron_job_id = @cron_job_id RETURNING id`
 	}
-	if _, err := tx.Exec(ctx, sql, args); err != nil {
-		return fmt.Errorf("outcome: write run: %w", err)
+	var id int64
+	if err := tx.QueryRow(ctx, sql, args).Scan(&id); err != nil {
+		return 0, fmt.Errorf("outcome: write run: %w", err)
 	}
-	return nil
+	return id, nil
+}
+
+// LastRun is a recorded run as a job's last_* fields see it.
+type LastRun struct {
+	ID            int64 // the record's id: breaks a tie of slots
+	At            time.Time
+	Result        wire.Result
+	FailureReason string
+}
+
+// decideLastRun is what a job shows of its runs (cur) once run is
+// recorded (inserted, or replacing the record with its id), and whether
+// that changed. The last run is the newest by slot, then by record id (the
+// runs listing's order), never the last to arrive: an outcome spooled
+// through an outage, or one replacing a lost, overlap_skipped or
+// platform_error record of an older slot, leaves a newer slot's run
+// standing; a replacement of the standing record itself (same id) takes
+// its place. A lost record is the sweeper's, not a node's report: it
+// changes nothing. The last success is the newest successful slot.
+func decideLastRun(cur LastRuns, run LastRun) (LastRuns, bool) {
+	if run.Result == wire.ResultLost {
+		return cur, false
+	}
+	next := cur
+	changed := false
+	newest := cur.LastRunAt == nil || cur.lastRunID == nil || run.At.After(*cur.LastRunAt) ||
+		(run.At.Equal(*cur.LastRunAt) && run.ID >= *cur.lastRunID)
+	if newest {
+		at, result, id := run.At, run.Result, run.ID
+		next.lastRunID, next.LastRunAt, next.LastResult = &id, &at, &result
+		next.LastFailureReason = run.FailureReason
+		if run.Result == wire.ResultSuccess {
+			next.LastFailureReason = ""
+		}
+		changed = true
+	}
+	if run.Result == wire.ResultSuccess && (cur.LastSuccessAt == nil || run.At.After(*cur.LastSuccessAt)) {
+		at := run.At
+		next.LastSuccessAt = &at
+		changed = true
+	}
+	return next, changed
+}
+
+// noteLastRun applies decideLastRun to job (whose row tx holds) and stores
+// the result.
+func noteLastRun(ctx context.Context, tx pgx.Tx, job CronJob, run LastRun) (CronJob, error) {
+	next, changed := decideLastRun(job.LastRuns, run)
+	if !changed {
+		return job, nil
+	}
+	job.LastRuns = next
+	_, err := tx.Exec(ctx, `UPDATE cron_jobs SET last_run_id = $2, last_run_at = $3, last_result = $4,
+		       last_failure_reason = $5, last_success_at = $6 WHERE id = $1`,
+		job.ID, next.lastRunID, next.LastRunAt, next.LastResult, next.LastFailureReason, next.LastSuccessAt)
+	return job, wrap(err, "outcome: note last run")
 }
 
 // recount recomputes the failure counter from the job's recent counted
@@ -248,7 +318,7 @@ func autoDisable(ctx context.Context, tx pgx.Tx, id string, failures int) (CronJ
 func liftAutoDisabled(ctx context.Context, tx pgx.Tx, id string, failures int) (CronJob, error) {
 	job, err := scanJob(tx.QueryRow(ctx, `
 		UPDATE cron_jobs SET consecutive_failures = $2, enabled = true, status = $3, status_message = '',
-		       not_before = now(), swept_until = NULL, version = version + 1, updated_at = now()
+		       disabled_reason = '', not_before = now(), swept_until = NULL, version = version + 1, updated_at = now()
 		WHERE id = $1 RETURNING `+jobColumns, id, failures, wire.StatusPending))
 	if err != nil {
 		return job, wrap(err, "lift auto-disable")
@@ -269,12 +339,95 @@ func wrap(err error, what string) error {
 
 // ListRuns returns a job's runs, newest slot first.
 func (s *Store) ListRuns(ctx context.Context, jobID string, limit int) ([]Run, error) {
-	rows, err := s.pool.Query(ctx, `
-		SELECT id, run_key, cron_job_id, version, node_id, scheduled_at, started_at, finished_at, duration_ms,
-		       result, exit_code, signal, failure_reason, received_at
-		FROM cron_job_runs WHERE cron_job_id = $1 ORDER BY scheduled_at DESC, id DESC LIMIT $2`, jobID, limit)
+	runs, _, err := s.PageRuns(ctx, jobID, RunQuery{Limit: limit})
+	return runs, err
+}
+
+// RunPos is a position in a job's runs listing, which is ordered by
+// (scheduled_at, id), newest first.
+type RunPos struct {
+	ScheduledAt time.Time
+	ID          int64
+}
+
+// RunQuery selects a page of a job's runs.
+type RunQuery struct {
+	Results  []wire.Result  // none: any
+	Triggers []wire.Trigger // none: any
+	From, To *time.Time     // scheduled_at in [From, To); nil: open
+	Before   *RunPos        // nil: from the newest
+	Limit    int            // at least 1
+}
+
+// PageRuns returns a page of a job's runs, newest slot first, and the
+// position after which the next page starts (nil: this was the last).
+func (s *Store) PageRuns(ctx context.Context, jobID string, q RunQuery) ([]Run, *RunPos, error) {
+	sql, args := pageRunsSQL(jobID, q)
+	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
-		return nil, fmt.Errorf("list runs: %w", err)
+		return nil, nil, fmt.Errorf("list runs: %w", err)
 	}
-	return pgx.CollectRows(rows, pgx.RowToStructByPos[Run])
+	runs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Run])
+	if err != nil {
+		return nil, nil, fmt.Errorf("list runs: %w", err)
+	}
+	runs, more := page(runs, q.Limit)
+	if !more {
+		return runs, nil, nil
+	}
+	last := runs[len(runs)-1]
+	return runs, &RunPos{ScheduledAt: last.ScheduledAt, ID: last.ID}, nil
+}
+
+// pageRunsSQL builds the statement of a page of runs with only the
+// conditions q asks for, each one an index can serve (a condition such as
+// "$n IS NULL OR ..." would leave a cached generic plan scanning from the
+// newest run to the cursor). Values are always bound, never spliced.
+func pageRunsSQL(jobID string, q RunQuery) (string, []any) {
+	args := []any{jobID}
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	sql := `SELECT ` + runColumns + ` FROM cron_job_runs WHERE cron_job_id = $1`
+	// One value is an equality, which the (job, result|trigger, slot, id)
+	// index serves in order; several are a filter on the page index
+	// (PostgreSQL 15 cannot merge an index's ranges in order).
+	switch len(q.Results) {
+	case 0:
+	case 1:
+		sql += ` AND result = ` + arg(string(q.Results[0]))
+	default:
+		sql += ` AND result = ANY(` + arg(q.Results) + `::text[])`
+	}
+	switch len(q.Triggers) {
+	case 0:
+	case 1:
+		sql += ` AND trigger = ` + arg(string(q.Triggers[0]))
+	default:
+		sql += ` AND trigger = ANY(` + arg(q.Triggers) + `::text[])`
+	}
+	if q.From != nil {
+		sql += ` AND scheduled_at >= ` + arg(*q.From)
+	}
+	if q.To != nil {
+		sql += ` AND scheduled_at < ` + arg(*q.To)
+	}
+	if q.Before != nil {
+		sql += ` AND (scheduled_at, id) < (` + arg(q.Before.ScheduledAt) + `::timestamptz, ` + arg(q.Before.ID) + `::bigint)`
+	}
+	sql += ` ORDER BY scheduled_at DESC, id DESC LIMIT ` + arg(q.Limit+1)
+	return sql, args
+}
+
+// GetRun returns one run of a job by its record id or, if id is 0, by its
+// run key; ErrNotFound if the job has no such run.
+func (s *Store) GetRun(ctx context.Context, jobID string, id int64, runKey string) (Run, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+runColumns+` FROM cron_job_runs
+		WHERE cron_job_id = $1 AND CASE WHEN $2::bigint = 0 THEN run_key = $3 ELSE id = $2 END`, jobID, id, runKey)
+	if err != nil {
+		return Run{}, fmt.Errorf("get run: %w", err)
+	}
+	run, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[Run])
+	return run, notFound(err, "get run")
 }

@@ -40,6 +40,12 @@ var NodeResults = []Result{
 	ResultOverlapSkipped, ResultFailed, ResultPlatformError,
 }
 
+// Results are every result a run record may hold: a node's, and lost.
+var Results = []Result{
+	ResultSuccess, ResultExitCode, ResultSignal, ResultTimeout, ResultOOM,
+	ResultOverlapSkipped, ResultFailed, ResultPlatformError, ResultLost,
+}
+
 // ReportedByNode reports whether a node may send r.
 func (r Result) ReportedByNode() bool {
 	for _, v := range NodeResults {
@@ -62,6 +68,9 @@ const (
 	StatusFailed       Status = "failed"
 	StatusDeleting     Status = "deleting"
 )
+
+// Statuses are every job status.
+var Statuses = []Status{StatusPending, StatusActive, StatusDisabled, StatusAutoDisabled, StatusFailed, StatusDeleting}
 
 // NotProvisionedPrefix begins the status message of a failed
 // provisioning; the nodes that failed follow, each as "name: cause",
@@ -92,6 +101,9 @@ const (
 	TriggerScheduled Trigger = "scheduled"
 	TriggerManual    Trigger = "manual"
 )
+
+// Triggers are every trigger a run may have.
+var Triggers = []Trigger{TriggerScheduled, TriggerManual}
 
 // Job is one cron job as a node must have it: what the core sends, what
 // the node agent turns into a unit pair and a run spec.
