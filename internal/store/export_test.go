@@ -8,3 +8,11 @@ func (c Chores) Exec(ctx context.Context, sql string) error {
 	_, err := c.db.Exec(ctx, sql)
 	return err
 }
+
+// SetSweepBatch sets how many due jobs one sweep transaction claims and
+// returns the previous value (tests make batches small).
+func SetSweepBatch(n int) int {
+	old := sweepBatch
+	sweepBatch = n
+	return old
+}

@@ -303,7 +303,7 @@ func (p *sweepPass) write(ctx context.Context, tx pgx.Tx, jobs []sweepJobRow) (l
 	if len(ids) > 0 {
 		_, err := tx.Exec(ctx, `UPDATE cron_jobs j SET swept_until = u.swept_until, sweep_due_at = u.due_at
 			FROM unnest($1::uuid[], $2::timestamptz[], $3::timestamptz[]) AS u(id, swept_until, due_at)
-			WHERE j.id = u.id`, ids, swept, due)
+			WHERE j.id = u.id AND j.id = ANY($1::uuid[])`, ids, swept, due) // the second: an index scan whatever the estimate
 		if err != nil {
 			return 0, nil, fmt.Errorf("sweep: advance: %w", err)
 		}

@@ -118,7 +118,6 @@ func (c Chores) sweepJobOld(ctx context.Context, id string, now time.Time, grace
 	return lost, err
 }
 
-
 // SweepLostRunsPerJob is Chores.SweepLostRunsPerJob on the pool.
 func (s *Store) SweepLostRunsPerJob(ctx context.Context, now time.Time, grace time.Duration) (SweepReport, error) {
 	return Chores{s.pool}.SweepLostRunsPerJob(ctx, now, grace)
