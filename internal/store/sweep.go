@@ -181,9 +181,12 @@ func (c Chores) sweepJob(ctx context.Context, p *sweepPass, id string) (int, err
 // skipJob reports whether the sweep leaves a job out for err and goes on
 // with the others: its stored schedule does not parse, or its row stayed
 // locked past the session's lock_timeout (a long transaction of another
-// replica) or a statement of it ran past statement_timeout. The job's
-// own transaction was rolled back; the next sweep looks at it again. A
-// cancelled or expired context is never a skip: it ends the sweep.
+// replica), a statement of it ran past statement_timeout, or PostgreSQL
+// chose its transaction as a deadlock's victim (an outcome that wrote its
+// run before locking the job). The job's own transaction was rolled back;
+// the next sweep looks at it again. For a batch, the same errors mean:
+// sweep its jobs one by one. A cancelled or expired context is never a
+// skip: it ends the sweep.
 func skipJob(ctx context.Context, err error) bool {
 	if err == nil || ctx.Err() != nil {
 		return false
@@ -192,13 +195,14 @@ func skipJob(ctx context.Context, err error) bool {
 		return true
 	}
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) && (pe.Code == pgLockNotAvailable || pe.Code == pgQueryCanceled)
+	return errors.As(err, &pe) && (pe.Code == pgLockNotAvailable || pe.Code == pgQueryCanceled || pe.Code == pgDeadlockDetected)
 }
 
-// SQLSTATEs of a lock_timeout and of a statement_timeout.
+// SQLSTATEs of a lock_timeout, a statement_timeout and a deadlock.
 const (
 	pgLockNotAvailable = "55P03"
 	pgQueryCanceled    = "57014"
+	pgDeadlockDetected = "40P01"
 )
 
 // sweepJobRow is what the sweep reads of a job.
