@@ -11,3 +11,11 @@ func (c Chores) Exec(ctx context.Context, sql string) error {
 
 // PageRunsSQL is pageRunsSQL, for the plan test.
 var PageRunsSQL = pageRunsSQL
+
+// SetSweepBatch sets how many due jobs one sweep transaction claims and
+// returns the previous value (tests make batches small).
+func SetSweepBatch(n int) int {
+	old := sweepBatch
+	sweepBatch = n
+	return old
+}

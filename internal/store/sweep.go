@@ -17,6 +17,11 @@ import (
 // maxLostPerSweep bounds the work one sweep does for one job.
 const maxLostPerSweep = 500
 
+// sweepBatch is how many due jobs one transaction of a sweep claims and
+// writes with one statement each (a variable so tests can make batches
+// small).
+var sweepBatch = 2000
+
 // SweepReport tells what one sweep did.
 type SweepReport struct {
 	Lost int // lost runs recorded
@@ -24,6 +29,20 @@ type SweepReport struct {
 	// shard).
 	LostByJob map[string]int
 	Skipped   []SkippedJob // jobs the sweep could not check
+}
+
+// addLost adds lost runs by job to the report.
+func (r *SweepReport) addLost(byJob map[string]int) {
+	for id, n := range byJob {
+		if n == 0 {
+			continue
+		}
+		if r.LostByJob == nil {
+			r.LostByJob = map[string]int{}
+		}
+		r.LostByJob[id] += n
+		r.Lost += n
+	}
 }
 
 // SkippedJob is a job left out of a sweep, and why.
@@ -41,10 +60,19 @@ var errBadSchedule = errors.New("stored schedule does not parse")
 // than timeout + grace ago and for which no node reported anything, as a
 // "lost" run. A node that died mid-run never reports, so this is how such
 // a run shows up in history. Lost runs are not the tenant's failures: they
-// never touch the failure counter. Each job is swept in a transaction of
-// its own; a job whose schedule no longer parses, or whose row stays
-// locked past lock_timeout (or a statement past statement_timeout), is
-// skipped and reported (skipJob), not an end of the sweep.
+// never touch the failure counter.
+//
+// A pass reads only the jobs that are due (sweep_due_at, indexed: the end
+// of the next slot not yet swept, at least grace ago), in batches of
+// sweepBatch. Each batch is one transaction: it claims its jobs (FOR
+// UPDATE SKIP LOCKED), works out their slots in Go (planSweep), records
+// the lost ones with one statement and moves every job's swept_until and
+// sweep_due_at with another. A job whose schedule no longer parses is
+// skipped and reported (skipJob), its row unchanged. A job the batch could
+// not claim (another transaction holds its row) is swept on its own
+// afterwards, waiting for the row up to lock_timeout, and skipped and
+// reported if that passes; so is every job of a batch whose statements hit
+// lock_timeout or statement_timeout.
 func (s *Store) SweepLostRuns(ctx context.Context, now time.Time, grace time.Duration) (SweepReport, error) {
 	return Chores{s.pool}.SweepLostRuns(ctx, now, grace)
 }
@@ -52,75 +80,99 @@ func (s *Store) SweepLostRuns(ctx context.Context, now time.Time, grace time.Dur
 // SweepLostRuns is Store.SweepLostRuns on the chores' connection.
 func (c Chores) SweepLostRuns(ctx context.Context, now time.Time, grace time.Duration) (SweepReport, error) {
 	var rep SweepReport
-	// A NULL swept_until (no node has the current schedule yet) never
-	// compares true: such a job is not listed, unless an old replica made
-	// it active (sweepFrom decides).
-	rows, err := c.db.Query(ctx, `SELECT id FROM cron_jobs WHERE enabled AND status IN ($3, $4)
-		AND coalesce(swept_until, CASE WHEN status = $3 THEN updated_at END)
-		    < $1::timestamptz - make_interval(secs => timeout_seconds) - $2::interval`,
-		now, grace, wire.StatusActive, wire.StatusFailed)
-	if err != nil {
-		return rep, fmt.Errorf("sweep: list jobs: %w", err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return rep, fmt.Errorf("sweep: list jobs: %w", err)
-	}
-	for _, id := range ids {
-		n, err := c.sweepJob(ctx, id, now, grace)
-		if skipJob(ctx, err) {
-			rep.Skipped = append(rep.Skipped, SkippedJob{ID: id, Err: err})
-			continue
-		}
+	p := newSweepPass(now, grace)
+	// Keyset over the due index: jobs a batch swept are no longer due, the
+	// ones it skipped stay behind the cursor until the next pass.
+	var afterDue time.Time
+	afterID := "00000000-0000-0000-0000-000000000000"
+	for {
+		rows, err := c.db.Query(ctx, `SELECT id, sweep_due_at FROM cron_jobs
+			WHERE sweep_due_at <= $1 AND (sweep_due_at, id) > ($2, $3)
+			ORDER BY sweep_due_at, id LIMIT $4`, p.dueBy, afterDue, afterID, sweepBatch)
 		if err != nil {
+			return rep, fmt.Errorf("sweep: list due jobs: %w", err)
+		}
+		var ids []string
+		_, err = pgx.ForEachRow(rows, []any{&afterID, &afterDue}, func() error {
+			ids = append(ids, afterID)
+			return nil
+		})
+		if err != nil {
+			return rep, fmt.Errorf("sweep: list due jobs: %w", err)
+		}
+		if len(ids) == 0 {
+			return rep, nil
+		}
+		alone, err := c.sweepBatch(ctx, p, ids, &rep)
+		if skipJob(ctx, err) {
+			alone = ids // rolled back: each on its own, to find the one
+		} else if err != nil {
 			return rep, err
 		}
-		rep.Lost += n
-		if n > 0 {
-			if rep.LostByJob == nil {
-				rep.LostByJob = map[string]int{}
+		for _, id := range alone {
+			n, err := c.sweepJob(ctx, p, id)
+			if skipJob(ctx, err) {
+				rep.Skipped = append(rep.Skipped, SkippedJob{ID: id, Err: err})
+				continue
 			}
-			rep.LostByJob[id] += n
+			if err != nil {
+				return rep, err
+			}
+			rep.addLost(map[string]int{id: n})
+		}
+		if len(ids) < sweepBatch {
+			return rep, nil
 		}
 	}
-	return rep, nil
 }
 
-// skipJob reports whether the sweep leaves a job out for err and goes on
-// with the others: its stored schedule does not parse, or its row stayed
-// locked past the session's lock_timeout (a long transaction of another
-// replica) or a statement of it ran past statement_timeout. The job's
-// own transaction was rolled back; the next sweep looks at it again. A
-// cancelled or expired context is never a skip: it ends the sweep.
-func skipJob(ctx context.Context, err error) bool {
-	if err == nil || ctx.Err() != nil {
-		return false
+// sweepBatch sweeps the jobs of ids it can claim in one transaction and
+// returns the ones it could not (their rows locked by another
+// transaction, or changed since they were listed) for sweepJob. rep gets
+// the batch's lost runs and skipped jobs once it committed.
+func (c Chores) sweepBatch(ctx context.Context, p *sweepPass, ids []string, rep *SweepReport) (alone []string, err error) {
+	var lost map[string]int
+	var skipped []SkippedJob
+	err = pgx.BeginFunc(ctx, c.db, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT `+sweepColumns+` FROM cron_jobs j
+			WHERE j.id = ANY($1::uuid[]) AND j.sweep_due_at <= $2 AND j.enabled AND j.status IN ($3, $4)
+			FOR UPDATE OF j SKIP LOCKED`, ids, p.dueBy, wire.StatusActive, wire.StatusFailed)
+		if err != nil {
+			return fmt.Errorf("sweep: claim jobs: %w", err)
+		}
+		jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (sweepJobRow, error) { return scanSweepJob(r) })
+		if err != nil {
+			return fmt.Errorf("sweep: claim jobs: %w", err)
+		}
+		claimed := make(map[string]bool, len(jobs))
+		for _, j := range jobs {
+			claimed[j.id] = true
+		}
+		alone = alone[:0]
+		for _, id := range ids {
+			if !claimed[id] {
+				alone = append(alone, id)
+			}
+		}
+		lost, skipped, err = p.write(ctx, tx, jobs)
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
-	if errors.Is(err, errBadSchedule) {
-		return true
-	}
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && (pe.Code == pgLockNotAvailable || pe.Code == pgQueryCanceled)
+	rep.addLost(lost)
+	rep.Skipped = append(rep.Skipped, skipped...)
+	return alone, nil
 }
 
-// SQLSTATEs of a lock_timeout and of a statement_timeout.
-const (
-	pgLockNotAvailable = "55P03"
-	pgQueryCanceled    = "57014"
-)
-
-// sweepJob records the lost slots of one job. Slots start where sweepFrom
-// says (swept_until, set when a node first had the job's current schedule;
-// NULL until then, and the job is not swept; never before not_before). A
-// lost record is keyed by the slot's run key, so a slot has one row
-// whatever the job's version, and a slot a node reported (or an earlier
-// sweep recorded) is left alone.
-func (c Chores) sweepJob(ctx context.Context, id string, now time.Time, grace time.Duration) (int, error) {
+// sweepJob sweeps one job in a transaction of its own, waiting for its row
+// (up to the session's lock_timeout); a schedule that does not parse is an
+// errBadSchedule error.
+func (c Chores) sweepJob(ctx context.Context, p *sweepPass, id string) (int, error) {
 	lost := 0
 	err := pgx.BeginFunc(ctx, c.db, func(tx pgx.Tx) error {
-		var sweptUntil *time.Time
-		job, err := scanJob(tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM cron_jobs
-			WHERE id = $1 AND enabled AND status IN ($2, $3) FOR UPDATE`, id, wire.StatusActive, wire.StatusFailed))
+		j, err := scanSweepJob(tx.QueryRow(ctx, `SELECT `+sweepColumns+` FROM cron_jobs j
+			WHERE j.id = $1 AND j.enabled AND j.status IN ($2, $3) FOR UPDATE OF j`, id, wire.StatusActive, wire.StatusFailed))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil // changed since listed; the next sweep looks again
 		}
@@ -130,51 +182,209 @@ func (c Chores) sweepJob(ctx context.Context, id string, now time.Time, grace ti
 			// decides whether the sweep goes on.
 			return fmt.Errorf("sweep %s: lock job: %w", id, err)
 		}
-		var verdictAt time.Time
-		var shardHasNode bool
-		if err := tx.QueryRow(ctx, `SELECT j.swept_until, j.updated_at,
-			       EXISTS (SELECT 1 FROM nodes n WHERE n.shard_id = t.shard_id AND NOT n.draining)
-			FROM cron_jobs j JOIN tenants t ON t.id = j.tenant_id WHERE j.id = $1`, id).
-			Scan(&sweptUntil, &verdictAt, &shardHasNode); err != nil {
-			return fmt.Errorf("sweep %s: %w", id, err)
-		}
-		at, ok := sweepFrom(sweptUntil, job.Status, verdictAt, job.NotBefore, shardHasNode)
-		if !ok {
-			return nil // no node has the job's current schedule yet
-		}
-		sched, err := schedule.ParseWithSeconds(job.Schedule, job.Timezone)
+		byJob, skipped, err := p.write(ctx, tx, []sweepJobRow{j})
 		if err != nil {
-			return fmt.Errorf("sweep %s: %w: %v", id, errBadSchedule, err)
+			return err
 		}
-		cutoff := now.Add(-time.Duration(job.TimeoutSeconds)*time.Second - grace)
-		reason := fmt.Sprintf("no node reported an outcome within timeout + %s; the node running it may have died", grace)
-		caughtUp := false // every slot up to cutoff was looked at
-		for n := 0; n < maxLostPerSweep; n++ {
-			slot := sched.Next(at)
-			if slot.IsZero() || slot.After(cutoff) {
-				caughtUp = true
-				break
-			}
-			at = slot
-			tag, err := tx.Exec(ctx, `
-				INSERT INTO cron_job_runs (run_key, cron_job_id, version, scheduled_at, result, failure_reason)
-				VALUES (@run_key, @cron_job_id, @version, @scheduled_at, @result, @failure_reason)
-				ON CONFLICT (run_key) DO NOTHING`, pgx.NamedArgs{
-				"run_key": runkey.Scheduled(id, slot), "cron_job_id": id, "version": job.Version,
-				"scheduled_at": slot, "result": wire.ResultLost, "failure_reason": reason,
-			})
-			if err != nil {
-				return fmt.Errorf("sweep %s: record lost run: %w", id, err)
-			}
-			lost += int(tag.RowsAffected())
+		if len(skipped) > 0 {
+			return skipped[0].Err
 		}
-		if caughtUp && at.Before(cutoff) {
-			at = cutoff
-		}
-		_, err = tx.Exec(ctx, `UPDATE cron_jobs SET swept_until = $2 WHERE id = $1`, id, at)
-		return wrap(err, "sweep: advance")
+		lost = byJob[id]
+		return nil
 	})
 	return lost, err
+}
+
+// skipJob reports whether the sweep leaves a job out for err and goes on
+// with the others: its stored schedule does not parse, or its row stayed
+// locked past the session's lock_timeout (a long transaction of another
+// replica), a statement of it ran past statement_timeout, or PostgreSQL
+// chose its transaction as a deadlock's victim (an outcome that wrote its
+// run before locking the job). The job's own transaction was rolled back;
+// the next sweep looks at it again. For a batch, the same errors mean:
+// sweep its jobs one by one. A cancelled or expired context is never a
+// skip: it ends the sweep.
+func skipJob(ctx context.Context, err error) bool {
+	if err == nil || ctx.Err() != nil {
+		return false
+	}
+	if errors.Is(err, errBadSchedule) {
+		return true
+	}
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == pgLockNotAvailable || pe.Code == pgQueryCanceled || pe.Code == pgDeadlockDetected)
+}
+
+// SQLSTATEs of a lock_timeout, a statement_timeout and a deadlock.
+const (
+	pgLockNotAvailable = "55P03"
+	pgQueryCanceled    = "57014"
+	pgDeadlockDetected = "40P01"
+)
+
+// sweepJobRow is what the sweep reads of a job.
+type sweepJobRow struct {
+	id           string
+	version      int64
+	schedule     string
+	timezone     string
+	timeout      time.Duration
+	sweptUntil   *time.Time
+	notBefore    time.Time
+	verdictAt    time.Time // updated_at: for an active job, its provisioning verdict
+	status       wire.Status
+	shardHasNode bool // read only where sweepFrom needs it (swept_until NULL)
+}
+
+const sweepColumns = `j.id, j.version, j.schedule, j.timezone, j.timeout_seconds, j.swept_until, j.not_before,
+	j.updated_at, j.status, CASE WHEN j.swept_until IS NULL THEN EXISTS (SELECT 1 FROM tenants t
+		JOIN nodes n ON n.shard_id = t.shard_id WHERE t.id = j.tenant_id AND NOT n.draining) ELSE false END`
+
+func scanSweepJob(row pgx.Row) (sweepJobRow, error) {
+	var j sweepJobRow
+	var timeoutSeconds int
+	err := row.Scan(&j.id, &j.version, &j.schedule, &j.timezone, &timeoutSeconds, &j.sweptUntil, &j.notBefore,
+		&j.verdictAt, &j.status, &j.shardHasNode)
+	j.timeout = time.Duration(timeoutSeconds) * time.Second
+	return j, err
+}
+
+// sweepPass is one pass's clock and its parsed schedules (many jobs share
+// one expression).
+type sweepPass struct {
+	now    time.Time
+	grace  time.Duration
+	dueBy  time.Time // a job is due when its sweep_due_at is at or before this
+	reason string
+	scheds map[[2]string]parsedSchedule
+}
+
+type parsedSchedule struct {
+	s   *schedule.Schedule
+	err error
+}
+
+func newSweepPass(now time.Time, grace time.Duration) *sweepPass {
+	return &sweepPass{now: now, grace: grace, dueBy: now.Add(-grace), scheds: map[[2]string]parsedSchedule{},
+		reason: fmt.Sprintf("no node reported an outcome within timeout + %s; the node running it may have died", grace)}
+}
+
+func (p *sweepPass) schedule(expr, tz string) (*schedule.Schedule, error) {
+	k := [2]string{expr, tz}
+	ps, ok := p.scheds[k]
+	if !ok {
+		ps.s, ps.err = schedule.ParseWithSeconds(expr, tz)
+		p.scheds[k] = ps
+	}
+	return ps.s, ps.err
+}
+
+// write plans the sweep of jobs (their rows held by tx) and records it
+// with two statements: the lost runs (a slot with a run of any kind, or an
+// earlier lost record, keeps it: the run key is unique) and where each
+// job's sweep stands. A job whose schedule does not parse is returned in
+// skipped and left as it is.
+func (p *sweepPass) write(ctx context.Context, tx pgx.Tx, jobs []sweepJobRow) (lost map[string]int, skipped []SkippedJob, err error) {
+	var keys, runJobs, ids []string
+	var versions []int64
+	var slots, swept []time.Time
+	var due []*time.Time
+	for _, j := range jobs {
+		from, ok := sweepFrom(j.sweptUntil, j.status, j.verdictAt, j.notBefore, j.shardHasNode)
+		if !ok {
+			continue // no node has the job's current schedule yet
+		}
+		sched, err := p.schedule(j.schedule, j.timezone)
+		if err != nil {
+			skipped = append(skipped, SkippedJob{ID: j.id, Err: fmt.Errorf("sweep %s: %w: %v", j.id, errBadSchedule, err)})
+			continue
+		}
+		step := planSweep(sched.Next, from, j.timeout, p.now, p.grace, maxLostPerSweep)
+		for _, slot := range step.Slots {
+			keys = append(keys, runkey.Scheduled(j.id, slot))
+			runJobs = append(runJobs, j.id)
+			versions = append(versions, j.version)
+			slots = append(slots, slot)
+		}
+		ids = append(ids, j.id)
+		swept = append(swept, step.SweptUntil)
+		due = append(due, step.DueAt)
+	}
+	if len(keys) > 0 {
+		// RETURNING names the job of each row written (a slot with a run
+		// writes none): the metrics count lost runs by shard.
+		rows, err := tx.Query(ctx, `
+			INSERT INTO cron_job_runs (run_key, cron_job_id, version, scheduled_at, result, failure_reason)
+			SELECT u.run_key, u.cron_job_id, u.version, u.scheduled_at, $5, $6
+			FROM unnest($1::text[], $2::uuid[], $3::bigint[], $4::timestamptz[]) AS u(run_key, cron_job_id, version, scheduled_at)
+			ON CONFLICT (run_key) DO NOTHING RETURNING cron_job_id::text`, keys, runJobs, versions, slots, wire.ResultLost, p.reason)
+		if err != nil {
+			return nil, nil, fmt.Errorf("sweep: record lost runs: %w", err)
+		}
+		written, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return nil, nil, fmt.Errorf("sweep: record lost runs: %w", err)
+		}
+		for _, id := range written {
+			if lost == nil {
+				lost = map[string]int{}
+			}
+			lost[id]++
+		}
+	}
+	if len(ids) > 0 {
+		_, err := tx.Exec(ctx, `UPDATE cron_jobs j SET swept_until = u.swept_until, sweep_due_at = u.due_at
+			FROM unnest($1::uuid[], $2::timestamptz[], $3::timestamptz[]) AS u(id, swept_until, due_at)
+			WHERE j.id = u.id AND j.id = ANY($1::uuid[])`, ids, swept, due) // the second: an index scan whatever the estimate
+		if err != nil {
+			return nil, nil, fmt.Errorf("sweep: advance: %w", err)
+		}
+	}
+	return lost, skipped, nil
+}
+
+// sweepStep is the sweep of one job, decided.
+type sweepStep struct {
+	Slots      []time.Time // slots to record lost where nothing was reported
+	SweptUntil time.Time   // where the sweep then stands
+	// DueAt is when the next slot's run should have ended (slot +
+	// timeout): the job is due again once that is a grace period ago.
+	// nil: the schedule fires no more.
+	DueAt *time.Time
+}
+
+// planSweep decides the sweep of a job whose schedule's next fire time
+// after a time is next, swept from from (sweepFrom), at now: the slots
+// after from whose run should have ended (slot + timeout) at least grace
+// before now, at most max of them. Caught up, the sweep stands at the
+// cutoff (now - timeout - grace), or at from if that is later, and is due
+// when the first slot after that ends; otherwise it stands at the last
+// slot taken and is due at once.
+func planSweep(next func(time.Time) time.Time, from time.Time, timeout time.Duration, now time.Time, grace time.Duration, max int) sweepStep {
+	cutoff := now.Add(-timeout - grace)
+	var slots []time.Time
+	at := from
+	for {
+		slot := next(at)
+		if slot.IsZero() || slot.After(cutoff) {
+			break // caught up
+		}
+		if len(slots) == max {
+			due := slot.Add(timeout)
+			return sweepStep{Slots: slots, SweptUntil: at, DueAt: &due}
+		}
+		slots = append(slots, slot)
+		at = slot
+	}
+	if at.Before(cutoff) {
+		at = cutoff
+	}
+	step := sweepStep{Slots: slots, SweptUntil: at}
+	if slot := next(at); !slot.IsZero() {
+		due := slot.Add(timeout)
+		step.DueAt = &due
+	}
+	return step
 }
 
 // sweepFrom is where the sweep of a job looks for slots after (ok false:

@@ -108,6 +108,7 @@ func TestSkipJob(t *testing.T) {
 	}{
 		{"swept", context.Background(), nil, false},
 		{"a schedule that does not parse", context.Background(), fmt.Errorf("sweep j: %w", errBadSchedule), true},
+		{"a deadlock's victim", context.Background(), fmt.Errorf("sweep: record lost runs: %w", &pgconn.PgError{Code: "40P01"}), true},
 		{"a row locked past lock_timeout", context.Background(), lockTimeout, true},
 		{"a statement past statement_timeout", context.Background(), statementTimeout, true},
 		{"another database error ends the sweep", context.Background(), &pgconn.PgError{Code: "08006"}, false},
