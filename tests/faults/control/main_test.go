@@ -9,7 +9,9 @@
 //     cgroup) while the API is up;
 //   - g: PostgreSQL stopped while jobs run and tenants call the API;
 //   - h: Temporal down, with a core-api restart inside the outage, while
-//     tenants change jobs through the API.
+//     tenants change jobs through the API;
+//   - j: 3,000 jobs on one shard while deletes, edits, disables and
+//     auto-disables race periodic and announce converges (scale_test.go).
 //
 // Every scenario is checked against run history and against an
 // independent witness: the commands append "{node} {run key}" to a file
