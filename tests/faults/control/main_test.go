@@ -3,7 +3,7 @@
 // Package control injects outages of the control plane into three real
 // systemd nodes on a cluster of its own (its own PostgreSQL, its own
 // Temporal with state in a file), so that stopping them disturbs no other
-// tier running beside it (issue 12, scenarios f, g and h):
+// tier running beside it (issue 12, scenarios f, g, h and j):
 //
 //   - f: one node cut off from the core API (iptables, by the node's
 //     cgroup) while the API is up;
