@@ -62,6 +62,11 @@ type TestHooks struct {
 	// the replica. The lease then runs out and another dispatcher sends
 	// the task again.
 	AfterSignal func(ctx context.Context, task store.Task) error
+	// BeforeClaim runs at the start of every pass, before anything is
+	// claimed. If it returns an error the pass claims and sends nothing
+	// (as during an outage); a test holds the outbox back by blocking in
+	// it (tests/faults/control fills a shard through a converge first).
+	BeforeClaim func(ctx context.Context) error
 }
 
 func (d *Dispatcher) defaults() {
@@ -117,6 +122,11 @@ func (d *Dispatcher) Run(ctx context.Context) {
 // the others still go.
 func (d *Dispatcher) Pass(ctx context.Context) (int, error) {
 	d.defaults()
+	if d.Hooks != nil && d.Hooks.BeforeClaim != nil {
+		if err := d.Hooks.BeforeClaim(ctx); err != nil {
+			return 0, fmt.Errorf("outbox held (test hook): %w", err)
+		}
+	}
 	claimed := time.Now() // no later than the lease's start in the database
 	tasks, err := d.Store.ClaimTasks(ctx, d.Batch, d.Lease)
 	if err != nil {

@@ -351,3 +351,36 @@ func dedupeJobs(f *fakeTemporal) []string {
 	}
 	return out
 }
+
+// TestBeforeClaimHoldsTheOutbox: while the BeforeClaim hook refuses, a
+// pass claims and sends nothing and leaves every task pending and
+// unclaimed; once it lets go, every task goes.
+func TestBeforeClaimHoldsTheOutbox(t *testing.T) {
+	st := pgtest.New(t)
+	queue(t, st, 3, 2)
+	f := &fakeTemporal{}
+	hold := true
+	d := &Dispatcher{Store: st, Temporal: f, Log: quiet(), Hooks: &TestHooks{BeforeClaim: func(context.Context) error {
+		if hold {
+			return fmt.Errorf("held")
+		}
+		return nil
+	}}}
+	sent, err := d.Pass(context.Background())
+	if err == nil || sent != 0 || len(f.sent) != 0 {
+		t.Fatalf("held pass: sent %d (%d signals), err %v; want nothing sent and an error", sent, len(f.sent), err)
+	}
+	var claimed int
+	if err := st.Pool().QueryRow(context.Background(), `SELECT count(*) FROM cron_job_tasks WHERE claimed_until IS NOT NULL`).Scan(&claimed); err != nil {
+		t.Fatal(err)
+	}
+	if n := pending(t, st); n != 6 || claimed != 0 {
+		t.Fatalf("after a held pass: %d pending, %d claimed; want 6, 0", n, claimed)
+	}
+	hold = false
+	runUntil(t, func() bool { return pending(t, st) == 0 }, d)
+	if len(f.sent) != 6 {
+		t.Errorf("after the release: %d signals, want 6", len(f.sent))
+	}
+	checkOrder(t, f)
+}

@@ -27,6 +27,10 @@ type ReplicaOptions struct {
 	DispatchTestHooks *dispatch.TestHooks
 	// Name labels its log lines.
 	Name string
+	// ConvergeEvery creates the periodic converge schedule with this
+	// interval (core-api's --converge-every; 0: none). The schedule
+	// outlives the replica: a test that sets it deletes it.
+	ConvergeEvery time.Duration
 }
 
 // Replica is a core (internal/core) beside the cluster's own, on the same
@@ -53,6 +57,7 @@ func (c *Cluster) StartReplica(opts ReplicaOptions) (*Replica, error) {
 		DatabaseURL: c.db.DSN, MaxConns: 20, Listen: listen, AdminKey: AdminKey, Log: log,
 		TemporalAddress: c.temporalAddr, NodeTimeout: c.opts.NodeTimeout, LokiURL: c.LokiURL,
 		Trust: c.coreTrust(), Housekeeping: opts.Housekeeping, DispatchTestHooks: opts.DispatchTestHooks,
+		ConvergeEvery: opts.ConvergeEvery,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -3,13 +3,15 @@
 // Package control injects outages of the control plane into three real
 // systemd nodes on a cluster of its own (its own PostgreSQL, its own
 // Temporal with state in a file), so that stopping them disturbs no other
-// tier running beside it (issue 12, scenarios f, g and h):
+// tier running beside it (issue 12, scenarios f, g, h and j):
 //
 //   - f: one node cut off from the core API (iptables, by the node's
 //     cgroup) while the API is up;
 //   - g: PostgreSQL stopped while jobs run and tenants call the API;
 //   - h: Temporal down, with a core-api restart inside the outage, while
-//     tenants change jobs through the API.
+//     tenants change jobs through the API;
+//   - j: 3,000 jobs on one shard while deletes, edits, disables and
+//     auto-disables race periodic and announce converges (scale_test.go).
 //
 // Every scenario is checked against run history and against an
 // independent witness: the commands append "{node} {run key}" to a file
