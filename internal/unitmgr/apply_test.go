@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -319,5 +320,52 @@ func TestApplyReloadsOnNeedDaemonReload(t *testing.T) {
 	}
 	if got := f.Calls()[before:]; !reflect.DeepEqual(got, []string{"reload"}) || rep.Reloads != 1 || rep.Changed() {
 		t.Errorf("calls %q report %+v", got, rep)
+	}
+}
+
+// Issue 12 (h): a call whose context ends while another holds the node's
+// unit lock gives up without touching anything, so an activity past its
+// deadline frees its worker slot instead of waiting and then applying a
+// plan nobody waits for.
+func TestCallGivesUpWaitingForTheLock(t *testing.T) {
+	m, f := testManager(t)
+	f.inReload = make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		_, err := m.Apply(context.Background(), []wire.Job{job(idA)})
+		first <- err
+	}()
+	for !slices.Contains(f.Calls(), "reload") { // the first call holds the lock
+		time.Sleep(time.Millisecond)
+	}
+	before := len(f.Calls())
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	for name, call := range map[string]func() error{
+		"apply":  func() error { _, err := m.Apply(ctx, []wire.Job{job(idB)}); return err },
+		"delete": func() error { _, err := m.Delete(ctx, []string{job(idA).UnitName()}, 3); return err },
+		"plan":   func() error { _, err := m.Plan(ctx, Request{Op: OpApply, Jobs: []wire.Job{job(idB)}}); return err },
+	} {
+		done := make(chan error, 1)
+		go func() { done <- call() }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("%s while the lock is held: %v, want the context's deadline", name, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s still waits for the lock 5 s after its context ended", name)
+		}
+	}
+	if got := f.Calls()[before:]; len(got) > 0 {
+		t.Errorf("calls that gave up still acted: %v", got)
+	}
+	close(f.inReload)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	// The lock is free again.
+	if _, err := m.Apply(context.Background(), []wire.Job{job(idB)}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/hostcron/hostcron/internal/desired"
@@ -25,9 +24,11 @@ import (
 
 // Manager manages cron-* units in a unit directory.
 type Manager struct {
-	// mu makes observe+plan+apply one step: the state a plan was made from
-	// must not change under it by another activity on the same node.
-	mu     sync.Mutex
+	// lock makes observe+plan+apply one step: the state a plan was made
+	// from must not change under it by another activity on the same node.
+	// A channel, not a mutex, so that a caller whose context ends while it
+	// waits gives up (see acquire).
+	lock   chan struct{}
 	sys    Systemd
 	layout Layout
 	log    *slog.Logger
@@ -55,7 +56,7 @@ func (m *Manager) SetObserver(o Observer) { m.obs = o }
 
 // New returns a manager that talks to systemd through sys.
 func New(sys Systemd, unitDir string, paths units.Paths, log *slog.Logger) *Manager {
-	return &Manager{sys: sys, layout: Layout{UnitDir: unitDir, Paths: paths}, log: log, now: time.Now, lockDir: ensureLockDir, lockDirOK: lockDirOK}
+	return &Manager{lock: make(chan struct{}, 1), sys: sys, layout: Layout{UnitDir: unitDir, Paths: paths}, log: log, now: time.Now, lockDir: ensureLockDir, lockDirOK: lockDirOK}
 }
 
 // SetNode sets what the node adds to every job's units (IPAddressDeny=, see
@@ -103,9 +104,31 @@ func (m *Manager) Remove(ctx context.Context, names []string) (wire.NodeReport, 
 
 // Plan returns what req would do, changing nothing.
 func (m *Manager) Plan(ctx context.Context, req Request) (Plan, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	release, err := m.acquire(ctx)
+	if err != nil {
+		return Plan{}, err
+	}
+	defer release()
 	return m.plan(ctx, req)
+}
+
+// acquire takes the manager's lock, or gives up when ctx ends first. An
+// activity waits here behind the node's other changes (after a Temporal
+// outage every change that waited arrives at once); one past its deadline
+// must not go on waiting and then apply a plan nobody waits for while it
+// holds one of the worker's few activity slots: Temporal has retried it
+// meanwhile, and the attempts that pile up so starve the next task (a
+// run-now) of a slot.
+func (m *Manager) acquire(ctx context.Context) (release func(), err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("wait for the node's unit lock: %w", err)
+	}
+	select {
+	case m.lock <- struct{}{}:
+		return func() { <-m.lock }, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("wait for the node's unit lock: %w", ctx.Err())
+	}
 }
 
 func (m *Manager) plan(ctx context.Context, req Request) (Plan, error) {
@@ -121,8 +144,11 @@ func (m *Manager) plan(ctx context.Context, req Request) (Plan, error) {
 
 // do plans and applies req under the manager's lock.
 func (m *Manager) do(ctx context.Context, req Request) (wire.NodeReport, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	release, err := m.acquire(ctx)
+	if err != nil {
+		return wire.NodeReport{}, err
+	}
+	defer release()
 	start := time.Now()
 	e := executor{sys: m.sys, layout: m.layout, log: m.log, lockDir: m.lockDir, obs: m.obs, steps: map[string]int{}}
 	rep, err := m.planAndRun(ctx, req, &e)

@@ -12,11 +12,13 @@ import (
 	"github.com/hostcron/hostcron/tests/harness"
 )
 
-// partition is how long the node is cut off: more than max_failures ×
-// interval (so a bug that counted its unreported slots, or their lost
-// records, would auto-disable the job), and long enough for the sweeper
-// to record those slots lost (timeout + grace) many times over.
-const partition = 2 * time.Minute
+// partition is how long the node is cut off: issue 12 (f)'s six minutes,
+// more than max_failures × interval many times over (so a bug that counted
+// its unreported slots, or their lost records, would auto-disable the
+// job), the sweeper records those slots lost (timeout + grace) many times
+// over, and each spooled report's backoff grows past its cap, so recovery
+// is tested from a spool that has stopped retrying often.
+const partition = 6 * time.Minute
 
 // TestNodePartitionedFromAPI (issue 12, scenario f): the node that wins a
 // 10-second job's elections is cut off from the core API (its packets to

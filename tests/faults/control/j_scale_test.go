@@ -544,7 +544,7 @@ func editJob(ctx context.Context, id string, i int) error {
 func listJobs(ctx context.Context, tenantIDs []string, ours map[string]string) (map[string]store.CronJob, error) {
 	out := map[string]store.CronJob{}
 	for _, tid := range tenantIDs {
-		js, err := c.Store.ListJobs(ctx, tid)
+		js, _, err := c.Store.ListJobs(ctx, tid, store.JobQuery{Limit: 10000})
 		if err != nil {
 			return nil, err
 		}
