@@ -268,6 +268,15 @@ func (s *Server) createJob(c echo.Context) error {
 		return err
 	}
 	if err := s.checkQuota(limits, store.JobFields{}, spec); err != nil {
+		// A retry of a create that succeeded before the limits were
+		// lowered answers with its job, as every replay does.
+		if idem != nil {
+			if first, ok, rerr := s.store.IdempotentReplay(c.Request().Context(), tenantID, *idem); rerr != nil {
+				return rerr
+			} else if ok {
+				return s.respondJob(c, http.StatusCreated, first)
+			}
+		}
 		return err
 	}
 	// A replayed create answers as the first one did: 201 with that job.

@@ -73,3 +73,27 @@ func TestQuotasOnlyForAdmins(t *testing.T) {
 		t.Errorf("quotas of an unknown tenant = %d, want 404", code)
 	}
 }
+
+// A retry of a create that succeeded answers with its job even after the
+// tenant's limits were lowered; a new create is held to them.
+func TestIdempotentReplayBeatsALoweredQuota(t *testing.T) {
+	v := newEnv(t)
+	body := `{"webroot_id":"` + v.webroot + `","schedule":"*/5 * * * *","command":"true","timeout_seconds":900}`
+	path := "/api/v1/tenants/" + v.tenant + "/cron-jobs"
+	code, _, out := v.doHeaders("POST", path, v.key, body, map[string]string{"Idempotency-Key": "create-1"})
+	if code != 201 {
+		t.Fatalf("create: %d %s", code, out)
+	}
+	first := string(out)
+	v.mustJSON("PUT", "/api/v1/admin/tenants/"+v.tenant+"/quotas", adminKey, `{"max_timeout_seconds":600}`, 200)
+	code, _, out = v.doHeaders("POST", path, v.key, body, map[string]string{"Idempotency-Key": "create-1"})
+	if code != 201 || !strings.Contains(first, `"id":"`) || !strings.Contains(string(out), first[strings.Index(first, `"id":"`):strings.Index(first, `"id":"`)+44]) {
+		t.Errorf("replay after the limit was lowered: %d %s, want 201 with the first job", code, out)
+	}
+	if code, _, out := v.doHeaders("POST", path, v.key, body, map[string]string{"Idempotency-Key": "create-2"}); code != 422 {
+		t.Errorf("a new create over the lowered limit: %d %s, want 422", code, out)
+	}
+	if n := v.count(`SELECT count(*) FROM cron_jobs`); n != 1 {
+		t.Errorf("%d jobs, want 1", n)
+	}
+}

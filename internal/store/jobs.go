@@ -164,6 +164,28 @@ func (s *Store) CreateJob(ctx context.Context, tenantID string, f JobFields, ide
 // returns the job an earlier request with that key created. A concurrent
 // request with the same key waits on the key's row until the first
 // commits, then finds its job.
+// IdempotentReplay returns the job an earlier create with this key and
+// request made (ok false if there is none within the key's lifetime). The
+// API asks it before refusing a create over a quota: a retry of a create
+// that succeeded answers with its job, whatever the limits are now.
+func (s *Store) IdempotentReplay(ctx context.Context, tenantID string, k IdempotencyKey) (CronJob, bool, error) {
+	var jobID string
+	err := s.pool.QueryRow(ctx, `SELECT cron_job_id FROM idempotency_keys
+		WHERE tenant_id = $1 AND key = $2 AND request_hash = $3 AND cron_job_id IS NOT NULL
+		  AND created_at >= now() - $4::interval`, tenantID, k.Key, k.Hash, idempotencyTTL).Scan(&jobID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return CronJob{}, false, nil
+	}
+	if err != nil {
+		return CronJob{}, false, fmt.Errorf("idempotency replay: %w", err)
+	}
+	job, err := s.GetJob(ctx, jobID)
+	if errors.Is(err, ErrNotFound) {
+		return CronJob{}, false, nil
+	}
+	return job, err == nil, err
+}
+
 func claimIdempotencyKey(ctx context.Context, tx pgx.Tx, tenantID string, k IdempotencyKey) (CronJob, bool, error) {
 	if _, err := tx.Exec(ctx, `DELETE FROM idempotency_keys WHERE tenant_id = $1 AND created_at < now() - $2::interval`,
 		tenantID, idempotencyTTL); err != nil {
@@ -295,14 +317,18 @@ type change struct {
 // disabledReasonAfter is the disable reason a job keeps after a change:
 // none once it is enabled (whichever change enabled it: enable, retry of
 // an auto-disabled job, an update setting enabled); else the reason the
-// change gave, or, if it gave none, the one it had (a second disable
-// without a reason keeps the first one's).
-func disabledReasonAfter(enabled bool, had, given string) string {
+// change gave; else, if it was disabled already, the one it had (a second
+// disable without a reason keeps the first one's). A job that was enabled
+// before has no reason to keep: a reason left in the column by an older
+// replica's enable must not come back with the next disable.
+func disabledReasonAfter(wasEnabled, enabled bool, had, given string) string {
 	switch {
 	case enabled:
 		return ""
 	case given != "":
 		return given
+	case wasEnabled:
+		return ""
 	}
 	return had
 }
@@ -329,7 +355,7 @@ func (s *Store) transition(ctx context.Context, id string, ifVersion int64,
 		if err != nil || ch.action == "" {
 			return err
 		}
-		job.DisabledReason = disabledReasonAfter(job.Enabled, job.DisabledReason, ch.disabledReason)
+		job.DisabledReason = disabledReasonAfter(before.Enabled, job.Enabled, job.DisabledReason, ch.disabledReason)
 		job, err = scanJob(tx.QueryRow(ctx, `
 			UPDATE cron_jobs SET webroot_id = @webroot_id, schedule = @schedule, timezone = @timezone,
 			       command = @command, working_directory = @working_directory, enabled = @enabled,

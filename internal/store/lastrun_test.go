@@ -98,19 +98,22 @@ func deref[T any](p *T) any {
 
 func TestDisabledReasonAfter(t *testing.T) {
 	for _, tc := range []struct {
-		name       string
-		enabled    bool
-		had, given string
-		want       string
+		name                string
+		wasEnabled, enabled bool
+		had, given          string
+		want                string
 	}{
-		{"a disable with a reason keeps it", false, "", "migrating", "migrating"},
-		{"a second disable with a reason replaces it", false, "migrating", "broken", "broken"},
-		{"a disable without a reason keeps the earlier one", false, "migrating", "", "migrating"},
-		{"an edit of a disabled job keeps it", false, "migrating", "", "migrating"},
-		{"enabling clears it", true, "migrating", "", ""},
-		{"an enabled job never has one", true, "", "ignored", ""},
+		{"a disable with a reason keeps it", true, false, "", "migrating", "migrating"},
+		{"a second disable with a reason replaces it", false, false, "migrating", "broken", "broken"},
+		{"a disable without a reason keeps the earlier one", false, false, "migrating", "", "migrating"},
+		{"an edit of a disabled job keeps it", false, false, "migrating", "", "migrating"},
+		{"enabling clears it", false, true, "migrating", "", ""},
+		{"an enabled job never has one", true, true, "", "ignored", ""},
+		// An older replica's enable left the column set; the next disable
+		// without a reason must not bring it back.
+		{"a stale reason does not come back", true, false, "migrating", "", ""},
 	} {
-		if got := disabledReasonAfter(tc.enabled, tc.had, tc.given); got != tc.want {
+		if got := disabledReasonAfter(tc.wasEnabled, tc.enabled, tc.had, tc.given); got != tc.want {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
 	}

@@ -23,7 +23,7 @@ const partition = 6 * time.Minute
 // TestNodePartitionedFromAPI (issue 12, scenario f): the node that wins a
 // 10-second job's elections is cut off from the core API (its packets to
 // the API dropped by iptables; the API stays up, the node keeps Temporal
-// and the shared storage) for two minutes. It keeps running the slots;
+// and the shared storage) for six minutes. It keeps running the slots;
 // its outcome hooks spool them; the sweeper records them lost meanwhile.
 // After the partition the spooled real outcomes replace every lost
 // record: one record per slot, each a witnessed run, none duplicated, the
