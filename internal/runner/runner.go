@@ -485,7 +485,7 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 	cmd.Dir = spec.Dir()
 	cmd.Stdin = nil // /dev/null: the command is on fd 3, never on stdin
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	cmd.Env = append(childEnv(), runEnv(rec)...)
+	cmd.Env = append(childEnv(), runEnv(spec, rec)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // one group to signal and measure
 	started := env.Now().UTC()
 	rec.Kind, rec.StartedAt = KindRan, &started
@@ -572,10 +572,13 @@ const Attempt = 1
 // idempotent per run with HOSTCRON_RUN_KEY (or per slot with
 // HOSTCRON_SLOT, the fire time it stands for, which may lie a few seconds
 // before now; a run-now's request time), HOSTCRON_TRIGGER says why it
-// started (scheduled, manual) and HOSTCRON_ATTEMPT which attempt it is.
-// Every value is the runner's own decision, never the tenant's text.
-func runEnv(rec Record) []string {
+// started (scheduled, manual) and HOSTCRON_ATTEMPT which attempt it is;
+// HOSTCRON_TENANT and HOSTCRON_CRON_JOB_ID name its job. Every value is
+// the runner's own (its spec's, its decision's), never the tenant's text.
+func runEnv(spec jobspec.Spec, rec Record) []string {
 	return []string{
+		"HOSTCRON_TENANT=" + spec.Tenant,
+		"HOSTCRON_CRON_JOB_ID=" + spec.ID,
 		"HOSTCRON_RUN_KEY=" + rec.RunKey,
 		"HOSTCRON_SLOT=" + rec.Slot.UTC().Format(time.RFC3339),
 		"HOSTCRON_TRIGGER=" + rec.Trigger,

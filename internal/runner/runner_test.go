@@ -186,6 +186,7 @@ func TestMemoryWatchKillsOverLimit(t *testing.T) {
 func TestCommandSeesItsRun(t *testing.T) {
 	t.Setenv("HOSTCRON_TRIGGER", "forged")
 	t.Setenv("HOSTCRON_RUN_KEY", "forged")
+	t.Setenv("HOSTCRON_CRON_JOB_ID", "forged")
 	env, locks := setup(t, `env | grep '^HOSTCRON_' | sort > "env-$HOSTCRON_TRIGGER"`)
 	if code := Run(env); code != 0 {
 		t.Fatalf("scheduled run: exit %d, record %+v", code, record(t, env))
@@ -197,10 +198,10 @@ func TestCommandSeesItsRun(t *testing.T) {
 	}
 	web := filepath.Join(filepath.Dir(locks), "www")
 	for trigger, want := range map[string]string{
-		"scheduled": "HOSTCRON_ATTEMPT=1\nHOSTCRON_RUN_KEY=" + id + "#scheduled#2026-11-21T12:00:10Z\n" +
-			"HOSTCRON_SLOT=2026-11-21T12:00:10Z\nHOSTCRON_TRIGGER=scheduled\n",
-		"manual": "HOSTCRON_ATTEMPT=1\nHOSTCRON_RUN_KEY=" + id + "#manual#42\n" +
-			"HOSTCRON_SLOT=2026-11-21T12:00:12Z\nHOSTCRON_TRIGGER=manual\n",
+		"scheduled": "HOSTCRON_ATTEMPT=1\nHOSTCRON_CRON_JOB_ID=" + id + "\nHOSTCRON_RUN_KEY=" + id + "#scheduled#2026-11-21T12:00:10Z\n" +
+			"HOSTCRON_SLOT=2026-11-21T12:00:10Z\nHOSTCRON_TENANT=acme\nHOSTCRON_TRIGGER=scheduled\n",
+		"manual": "HOSTCRON_ATTEMPT=1\nHOSTCRON_CRON_JOB_ID=" + id + "\nHOSTCRON_RUN_KEY=" + id + "#manual#42\n" +
+			"HOSTCRON_SLOT=2026-11-21T12:00:12Z\nHOSTCRON_TENANT=acme\nHOSTCRON_TRIGGER=manual\n",
 	} {
 		b, err := os.ReadFile(filepath.Join(web, "env-"+trigger))
 		if err != nil {
