@@ -159,7 +159,7 @@ func TestFailureClassification(t *testing.T) {
 		want           wire.Result
 	}{
 		{"echo failing; exit 3", 30, 64, "exit_code"},
-		{"sleep 30", 2, 64, "timeout"},
+		{"sleep 30", 4, 64, "timeout"},
 		{`x=$(head -c 200000000 /dev/zero | tr '\0' x); echo survived`, 30, 32, "oom"},
 		{"exit 75", 30, 64, "exit_code"},
 	}
@@ -171,17 +171,33 @@ func TestFailureClassification(t *testing.T) {
 		c.Agent(t, n, jobs, nil, "apply")
 	}
 	for i, tc := range cases {
-		runs := c.WaitRuns(t, jobs[i].ID, 60*time.Second, func(r []store.Run) bool { return len(r) >= 2 })
+		runs := c.WaitRuns(t, jobs[i].ID, 90*time.Second, func(r []store.Run) bool {
+			n := 0
+			for _, x := range r {
+				n += b2i(x.Result == tc.want)
+			}
+			return len(r) >= 2 && n >= 1
+		})
 		for _, r := range runs {
-			if r.Result != tc.want {
+			// A runner systemd started so late (a loaded test host) that
+			// the timeout ran out before the command began is the
+			// platform's fault, and says so; every other run must be
+			// what the command did.
+			if r.Result != tc.want && !(r.Result == wire.ResultPlatformError && strings.Contains(r.FailureReason, "before the command started")) {
 				t.Errorf("%q: result %s (%s), want %s", tc.command, r.Result, r.FailureReason, tc.want)
 			}
 		}
-		if tc.want == "exit_code" && runs[0].ExitCode == nil {
-			t.Errorf("%q: no exit code recorded", tc.command)
+		var ran store.Run // a run the command itself ended
+		for _, r := range runs {
+			if r.Result == tc.want {
+				ran = r
+				break
+			}
 		}
-		if strings.HasPrefix(tc.command, "exit 75") && *runs[0].ExitCode != 75 {
-			t.Errorf("own exit 75 recorded as %d", *runs[0].ExitCode)
+		if tc.want == "exit_code" && ran.ExitCode == nil {
+			t.Errorf("%q: no exit code recorded", tc.command)
+		} else if strings.HasPrefix(tc.command, "exit 75") && *ran.ExitCode != 75 {
+			t.Errorf("own exit 75 recorded as %d", *ran.ExitCode)
 		}
 	}
 	for _, n := range c.Nodes {
@@ -191,4 +207,11 @@ func TestFailureClassification(t *testing.T) {
 		}
 		c.Agent(t, n, nil, nil, append([]string{"remove"}, names...)...)
 	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
