@@ -371,11 +371,7 @@ func (s *Server) getJob(c echo.Context) error {
 // store's transaction holds it locked, never on the copy read here for
 // the scope check: a racing disable cannot be undone by a command edit.
 func (s *Server) updateJob(c echo.Context) error {
-	ifVersion, err := ifMatch(c)
-	if err != nil {
-		return err
-	}
-	j, err := s.jobInScope(c)
+	j, ifVersion, err := s.jobToChange(c)
 	if err != nil {
 		return err
 	}
@@ -421,16 +417,24 @@ func (s *Server) checkQuota(l quota.Limits, before, after store.JobFields) error
 	return nil
 }
 
+// jobToChange is the job a change request names, if the key may see it,
+// and the version its If-Match names (0: any). A malformed If-Match
+// answers 400 before the job is looked up.
+func (s *Server) jobToChange(c echo.Context) (store.CronJob, int64, error) {
+	ifVersion, err := ifMatch(c)
+	if err != nil {
+		return store.CronJob{}, 0, err
+	}
+	j, err := s.jobInScope(c)
+	return j, ifVersion, err
+}
+
 // jobAction wraps delete, enable, disable, retry and run-now: scope check,
 // If-Match, then the store's state transition (409 when the state does not
 // allow it, 412 when the job is not at the named version).
 func (s *Server) jobAction(act func(context.Context, string, int64) (store.CronJob, error)) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		ifVersion, err := ifMatch(c)
-		if err != nil {
-			return err
-		}
-		j, err := s.jobInScope(c)
+		j, ifVersion, err := s.jobToChange(c)
 		if err != nil {
 			return err
 		}

@@ -166,11 +166,7 @@ type runNowResponse struct {
 // runNow queues one run and answers 202 with its key and, as Location,
 // the run (queued until a node reports it).
 func (s *Server) runNow(c echo.Context) error {
-	ifVersion, err := ifMatch(c)
-	if err != nil {
-		return err
-	}
-	j, err := s.jobInScope(c)
+	j, ifVersion, err := s.jobToChange(c)
 	if err != nil {
 		return err
 	}
@@ -195,11 +191,7 @@ type disableRequest struct {
 // disableJob disables a job, with an optional reason kept on it until it
 // is enabled again. No body (or an empty one) is a disable without reason.
 func (s *Server) disableJob(c echo.Context) error {
-	ifVersion, err := ifMatch(c)
-	if err != nil {
-		return err
-	}
-	j, err := s.jobInScope(c)
+	j, ifVersion, err := s.jobToChange(c)
 	if err != nil {
 		return err
 	}

@@ -82,7 +82,7 @@ func Check(l Limits, j Job, changed Changed, now time.Time) *Exceeded {
 	}
 	if changed.Schedule && l.MinIntervalSeconds > 0 && j.Schedule != nil {
 		min := time.Duration(l.MinIntervalSeconds) * time.Second
-		if gap := ShortestGap(j.Schedule, now); gap < min {
+		if gap := j.Schedule.ShortestGap(now); gap < min {
 			return &Exceeded{"schedule", "min_interval_seconds",
 				fmt.Sprintf("schedule: fires as little as %s apart, more often than the tenant's limit of once every %s (min_interval_seconds)",
 					gap, min)}
@@ -109,12 +109,4 @@ func JobCount(l Limits, have int) *Exceeded {
 			fmt.Sprintf("the tenant has %d cron jobs, its limit (max_jobs); delete one first", have)}
 	}
 	return nil
-}
-
-// ShortestGap is the schedule's shortest real time between two fire times
-// from `from` on (schedule.ShortestGap: exact over the whole Gregorian
-// cycle and around the zone's clock changes), with NoGap for a schedule
-// that fires at most once.
-func ShortestGap(s *schedule.Schedule, from time.Time) time.Duration {
-	return s.ShortestGap(from)
 }

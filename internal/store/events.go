@@ -101,18 +101,12 @@ func (s *Store) ListJobEvents(ctx context.Context, jobID string, before int64, l
 }
 
 // DeleteEventsBefore prunes the trail with the run history's retention,
-// in batches, as DeleteRunsBefore does.
+// in batches (deleteBatched), as DeleteRunsBefore does.
 func (c Chores) DeleteEventsBefore(ctx context.Context, cutoff time.Time) (int64, error) {
-	var total int64
-	for {
-		tag, err := c.db.Exec(ctx, `DELETE FROM cron_job_events WHERE id IN
-			(SELECT id FROM cron_job_events WHERE at < $1 LIMIT 5000)`, cutoff)
-		if err != nil {
-			return total, fmt.Errorf("prune job events: %w", err)
-		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < 5000 {
-			return total, nil
-		}
+	n, err := c.deleteBatched(ctx, `DELETE FROM cron_job_events WHERE id IN
+		(SELECT id FROM cron_job_events WHERE at < $1 LIMIT 5000)`, cutoff)
+	if err != nil {
+		return n, fmt.Errorf("prune job events: %w", err)
 	}
+	return n, nil
 }

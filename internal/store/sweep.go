@@ -425,12 +425,23 @@ func (s *Store) DeleteRunsBefore(ctx context.Context, cutoff time.Time) (int64, 
 
 // DeleteRunsBefore is Store.DeleteRunsBefore on the chores' connection.
 func (c Chores) DeleteRunsBefore(ctx context.Context, cutoff time.Time) (int64, error) {
+	n, err := c.deleteBatched(ctx, `DELETE FROM cron_job_runs WHERE id IN
+		(SELECT id FROM cron_job_runs WHERE received_at < $1 LIMIT 5000)`, cutoff)
+	if err != nil {
+		return n, fmt.Errorf("delete old runs: %w", err)
+	}
+	return n, nil
+}
+
+// deleteBatched runs a DELETE of at most 5,000 rows older than cutoff
+// until it deletes fewer: short transactions, so retention never holds
+// locks or bloats WAL in one go. It returns how many rows went.
+func (c Chores) deleteBatched(ctx context.Context, sql string, cutoff time.Time) (int64, error) {
 	var total int64
 	for {
-		tag, err := c.db.Exec(ctx, `DELETE FROM cron_job_runs WHERE id IN
-			(SELECT id FROM cron_job_runs WHERE received_at < $1 LIMIT 5000)`, cutoff)
+		tag, err := c.db.Exec(ctx, sql, cutoff)
 		if err != nil {
-			return total, fmt.Errorf("delete old runs: %w", err)
+			return total, err
 		}
 		total += tag.RowsAffected()
 		if tag.RowsAffected() < 5000 {
