@@ -66,12 +66,7 @@ func (s *Store) CreateAPIKeyWith(ctx context.Context, o KeyOptions) (APIKey, str
 	return s.insertKey(ctx, s.pool, o)
 }
 
-// queryRower is a pool or a transaction.
-type queryRower interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-func (s *Store) insertKey(ctx context.Context, q queryRower, o KeyOptions) (APIKey, string, error) {
+func (s *Store) insertKey(ctx context.Context, q dbtx, o KeyOptions) (APIKey, string, error) {
 	token, hash := NewToken()
 	scope, tid := "admin", (*string)(nil)
 	if o.TenantID != "" {

@@ -54,7 +54,7 @@ func (s *Store) SetTenantQuotas(ctx context.Context, tenantID string, o quota.Ov
 
 // tenantOverrides reads a tenant's overrides; lock also locks the
 // tenant's row, so that concurrent creates count one at a time.
-func tenantOverrides(ctx context.Context, q queryRower, tenantID string, lock bool) (quota.Overrides, error) {
+func tenantOverrides(ctx context.Context, q dbtx, tenantID string, lock bool) (quota.Overrides, error) {
 	var o quota.Overrides
 	sql := `SELECT q.max_jobs, q.min_interval_seconds, q.max_timeout_seconds, q.max_memory_mb
 		FROM tenants t LEFT JOIN tenant_quotas q ON q.tenant_id = t.id WHERE t.id = $1`
