@@ -36,7 +36,11 @@ func (a *app) jobsList() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			raw, err := a.client.Do(cmd.Context(), "GET", "/tenants/"+url.PathEscape(tenant)+"/cron-jobs", nil, nil, nil)
+			var q url.Values
+			if status != "" {
+				q = url.Values{"status": {status}} // the API filters (and checks the value)
+			}
+			raw, err := a.client.Do(cmd.Context(), "GET", "/tenants/"+url.PathEscape(tenant)+"/cron-jobs", q, nil, nil)
 			if err != nil {
 				return err
 			}
@@ -44,15 +48,7 @@ func (a *app) jobsList() *cobra.Command {
 			if err := apiclient.Decode(raw, "cron_jobs", &list); err != nil {
 				return err
 			}
-			return a.emit(raw, func(w *tabwriter.Writer) error {
-				shown := list[:0:0]
-				for _, j := range list {
-					if status == "" || j.Status == status {
-						shown = append(shown, j)
-					}
-				}
-				return jobTable(w, shown...)
-			})
+			return a.emit(raw, func(w *tabwriter.Writer) error { return jobTable(w, list...) })
 		},
 	}
 	cmd.Flags().StringVar(&status, "status", "", "only jobs in this status (active, disabled, auto_disabled, failed, pending, deleting)")
