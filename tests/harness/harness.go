@@ -65,10 +65,6 @@ type Options struct {
 	// a file, so StopPostgres/StartPostgres and StopTemporal/StartTemporal
 	// disturb no other tier (outages.go).
 	PrivatePostgres, RestartableTemporal bool
-	// NodeAPIRelays gives every node a relay of its own to the core API
-	// (its api_url points there), so PartitionFromAPI can drop one node's
-	// traffic by the relay's port (outages.go).
-	NodeAPIRelays bool
 }
 
 // Cluster is a running hostcron.
@@ -105,8 +101,7 @@ type Cluster struct {
 	// Options.DenyControlPlane; firewalled the node whose iptables
 	// installed the operator's rule (controlplane.go).
 	controlPlane, firewalled string
-	pgDir                    string            // the private PostgreSQL cluster ("" without one)
-	relayPorts               map[string]string // node -> its API relay's port (Options.NodeAPIRelays)
+	pgDir                    string // the private PostgreSQL cluster ("" without one)
 	pgPort                   int
 	tport                    int // the embedded Temporal's frontend port
 }
@@ -469,11 +464,6 @@ func (c *Cluster) prepareNode(n string) error {
 	}
 	c.NodeIDs[n] = node.ID
 	cfg := nodeconf.Config{APIURL: c.APIURL, Credential: token, NodeName: n, NodeID: node.ID, WebStorageDir: sharedWWW}
-	if c.opts.NodeAPIRelays {
-		if cfg.APIURL, err = c.startRelay(n); err != nil {
-			return err
-		}
-	}
 	cfg.TemporalAddress, cfg.LokiURL, cfg.DenyAddresses = c.temporalAddr, c.LokiURL, c.denyAddresses()
 	if cfg.Trust, err = c.nodeTrust(n); err != nil {
 		return fmt.Errorf("trust files for %s: %w", n, err)

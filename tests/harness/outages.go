@@ -6,7 +6,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
 	"os"
@@ -158,31 +157,34 @@ func (c *Cluster) StartTemporal() error {
 
 // PartitionFromAPI drops every packet a node sends to the core API (its
 // agent's announcements, its outcome hooks' reports, its spool's
-// redeliveries) with an iptables rule on the host; the API itself stays up
-// for everyone else, and the node keeps reaching Temporal and the shared
-// storage. With Options.NodeAPIRelays the rule matches the node's own
-// relay port; else it matches the node's cgroup, which needs the kernel to
-// resolve cgroup paths for xt_cgroup (on this project's CI host that
-// lookup once started failing for every path: "xt_cgroup: invalid path,
-// errno=-2"). heal removes the rule; call it (it is idempotent) also on
-// failure.
+// redeliveries) with an iptables rule on the host that matches the node's
+// cgroup; the API itself stays up for everyone else, and the node keeps
+// reaching Temporal and the shared storage. heal removes the rule; call it
+// (it is idempotent) also on failure.
 func (c *Cluster) PartitionFromAPI(n string) (heal func() error, err error) {
+	_, port, err := net.SplitHostPort(c.apiAddr)
+	if err != nil {
+		return nil, fmt.Errorf("API address %q: %w", c.apiAddr, err)
+	}
+	// The kernel resolves the rule's cgroup path when the rule is
+	// inserted; once in a CI run it answered ENOENT ("xt_cgroup: invalid
+	// path, errno=-2") for the path the node's leader had just shown. Read
+	// the path afresh and try again a few times before giving up.
 	var rule []string
-	if port, ok := c.relayPorts[n]; ok {
-		rule = []string{"OUTPUT", "-p", "tcp", "-d", "127.0.0.1", "--dport", port, "-j", "DROP"}
-	} else {
-		_, port, err := net.SplitHostPort(c.apiAddr)
-		if err != nil {
-			return nil, fmt.Errorf("API address %q: %w", c.apiAddr, err)
-		}
-		cg, err := c.nodeCgroup(n)
-		if err != nil {
-			return nil, err
+	for attempt := 1; ; attempt++ {
+		cg, cerr := c.nodeCgroup(n)
+		if cerr != nil {
+			return nil, cerr
 		}
 		rule = []string{"OUTPUT", "-p", "tcp", "-d", "127.0.0.1", "--dport", port, "-m", "cgroup", "--path", cg, "-j", "DROP"}
-	}
-	if err := c.iptables(append([]string{"-I"}, rule...)...); err != nil {
-		return nil, err
+		err = c.iptables(append([]string{"-I"}, rule...)...)
+		if err == nil {
+			break
+		}
+		if attempt == 5 {
+			return nil, err
+		}
+		time.Sleep(time.Second)
 	}
 	healed := false
 	return func() error {
@@ -195,46 +197,6 @@ func (c *Cluster) PartitionFromAPI(n string) (heal func() error, err error) {
 		healed = true
 		return nil
 	}, nil
-}
-
-// startRelay listens on a loopback port of node n's own and relays each
-// connection to the core API wherever it is at that moment (a restarted
-// API keeps its address); it returns the URL the node's api_url takes.
-// The relay lives as long as the test process.
-func (c *Cluster) startRelay(n string) (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("API relay for %s: %w", n, err)
-	}
-	go func() {
-		for {
-			in, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go relay(in, c.apiAddr)
-		}
-	}()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	if c.relayPorts == nil {
-		c.relayPorts = map[string]string{}
-	}
-	c.relayPorts[n] = port
-	return "http://" + ln.Addr().String(), nil
-}
-
-// relay copies one connection both ways to addr; a closed API closes it.
-func relay(in net.Conn, addr string) {
-	defer in.Close()
-	out, err := net.Dial("tcp", addr)
-	if err != nil {
-		return
-	}
-	defer out.Close()
-	done := make(chan struct{}, 2)
-	go func() { _, _ = io.Copy(out, in); done <- struct{}{} }()
-	go func() { _, _ = io.Copy(in, out); done <- struct{}{} }()
-	<-done
 }
 
 // iptables changes the host's firewall with the iptables of a running node

@@ -61,6 +61,6 @@ func TestMain(m *testing.M) {
 		// (a delete timed out so on two nodes, and finished leaving its
 		// units there until the next converge). Production's 2 minutes.
 		Nodes: 3, Temporal: true, OutcomeGrace: grace, NodeTimeout: 2 * time.Minute,
-		PrivatePostgres: true, RestartableTemporal: true, NodeAPIRelays: true,
+		PrivatePostgres: true, RestartableTemporal: true,
 	}, func(k *harness.Cluster) { c = k }))
 }
