@@ -162,29 +162,32 @@ func (c *Cluster) StartTemporal() error {
 // reaching Temporal and the shared storage. heal removes the rule; call it
 // (it is idempotent) also on failure.
 func (c *Cluster) PartitionFromAPI(n string) (heal func() error, err error) {
+	pid, err := c.leader(n)
+	if err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%s/cgroup", pid))
+	if err != nil {
+		return nil, fmt.Errorf("cgroup of %s: %w", n, err)
+	}
+	cg := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		if p, ok := strings.CutPrefix(line, "0::/"); ok {
+			if i := strings.Index(p+"/", "/"+n+"/"); i >= 0 {
+				cg = p[:i+len(n)+1]
+			}
+		}
+	}
+	if cg == "" {
+		return nil, fmt.Errorf("no cgroup v2 path naming %s in\n%s", n, b)
+	}
 	_, port, err := net.SplitHostPort(c.apiAddr)
 	if err != nil {
 		return nil, fmt.Errorf("API address %q: %w", c.apiAddr, err)
 	}
-	// The kernel resolves the rule's cgroup path when the rule is
-	// inserted; once in a CI run it answered ENOENT ("xt_cgroup: invalid
-	// path, errno=-2") for the path the node's leader had just shown. Read
-	// the path afresh and try again a few times before giving up.
-	var rule []string
-	for attempt := 1; ; attempt++ {
-		cg, cerr := c.nodeCgroup(n)
-		if cerr != nil {
-			return nil, cerr
-		}
-		rule = []string{"OUTPUT", "-p", "tcp", "-d", "127.0.0.1", "--dport", port, "-m", "cgroup", "--path", cg, "-j", "DROP"}
-		err = c.iptables(append([]string{"-I"}, rule...)...)
-		if err == nil {
-			break
-		}
-		if attempt == 5 {
-			return nil, err
-		}
-		time.Sleep(time.Second)
+	rule := []string{"OUTPUT", "-p", "tcp", "-d", "127.0.0.1", "--dport", port, "-m", "cgroup", "--path", cg, "-j", "DROP"}
+	if err := c.iptables(append([]string{"-I"}, rule...)...); err != nil {
+		return nil, err
 	}
 	healed := false
 	return func() error {
@@ -220,26 +223,6 @@ func (c *Cluster) iptables(args ...string) error {
 }
 
 // leader is the host PID of a node's systemd.
-// nodeCgroup is the cgroup v2 path (below the root) of node n's leader.
-func (c *Cluster) nodeCgroup(n string) (string, error) {
-	pid, err := c.leader(n)
-	if err != nil {
-		return "", err
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%s/cgroup", pid))
-	if err != nil {
-		return "", fmt.Errorf("cgroup of %s: %w", n, err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if p, ok := strings.CutPrefix(line, "0::/"); ok {
-			if i := strings.Index(p+"/", "/"+n+"/"); i >= 0 {
-				return p[:i+len(n)+1], nil
-			}
-		}
-	}
-	return "", fmt.Errorf("no cgroup v2 path naming %s in\n%s", n, b)
-}
-
 func (c *Cluster) leader(n string) (string, error) {
 	out, err := c.NodesSh("pid", n)
 	pid := strings.TrimSpace(out)
