@@ -213,13 +213,73 @@ func (c *Cluster) iptables(args ...string) error {
 			last = err
 			continue
 		}
-		out, err := exec.Command("nsenter", append([]string{"-t", pid, "-m", "--", "iptables-legacy", "-w"}, args...)...).CombinedOutput()
-		if err != nil {
+		run := func(args ...string) ([]byte, error) {
+			return exec.Command("nsenter", append([]string{"-t", pid, "-m", "--", "iptables-legacy", "-w"}, args...)...).CombinedOutput()
+		}
+		if len(args) > 0 && args[0] == "-I" {
+			if err := purgeStaleCgroupRules(run); err != nil {
+				return err
+			}
+		}
+		if out, err := run(args...); err != nil {
 			return fmt.Errorf("iptables %v: %w\n%s", args, err, out)
 		}
 		return nil
 	}
 	return fmt.Errorf("iptables %v: no running node: %v", args, last)
+}
+
+// purgeStaleCgroupRules deletes OUTPUT rules that match a node cgroup
+// which no longer exists: the partition rule of a test run killed before
+// it healed. iptables-legacy hands the kernel the whole table on every
+// change, and the kernel checks every rule again, so one rule naming a
+// vanished cgroup makes every later change fail ("Invalid argument";
+// dmesg: "xt_cgroup: invalid path, errno=-2"). Deleting such a rule
+// works: the table handed over then has only valid rules.
+func purgeStaleCgroupRules(run func(args ...string) ([]byte, error)) error {
+	out, err := run("-S", "OUTPUT")
+	if err != nil {
+		return fmt.Errorf("iptables -S OUTPUT: %w\n%s", err, out)
+	}
+	for _, rule := range staleCgroupRules(string(out), cgroupExists) {
+		if out, err := run(append([]string{"-D"}, rule...)...); err != nil {
+			return fmt.Errorf("delete stale rule %v: %w\n%s", rule, err, out)
+		}
+	}
+	return nil
+}
+
+// staleCgroupRules picks, from `iptables -S OUTPUT`, the rules (as -D
+// arguments) whose --path names a hostcron-nodes cgroup that exists not.
+func staleCgroupRules(listing string, exists func(path string) bool) [][]string {
+	var stale [][]string
+	for _, line := range strings.Split(listing, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || f[0] != "-A" {
+			continue
+		}
+		for i, w := range f {
+			f[i] = strings.Trim(w, `"`)
+		}
+		for i := 0; i+1 < len(f); i++ {
+			if f[i] == "--path" && strings.HasPrefix(f[i+1], "hostcron-nodes/") && !exists(f[i+1]) {
+				stale = append(stale, f[1:])
+				break
+			}
+		}
+	}
+	return stale
+}
+
+// cgroupExists looks for a cgroup v2 path under the unified mount of a
+// hybrid host or the root of a unified one.
+func cgroupExists(path string) bool {
+	for _, root := range []string{"/sys/fs/cgroup/unified", "/sys/fs/cgroup"} {
+		if _, err := os.Stat(filepath.Join(root, path, "cgroup.procs")); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // leader is the host PID of a node's systemd.
