@@ -121,14 +121,36 @@ func runNowAndWait(t *testing.T, node string, job wire.Job, n int, timeout time.
 	return run
 }
 
-// journal is the unit's output on node.
-func journal(t *testing.T, node string, job wire.Job) string {
+// journal is the unit's output on node. The run's record can arrive
+// before journald has read the last of the unit's output stream (the
+// stream is read asynchronously; on a loaded host seconds later), so
+// when complete is given the journal is read again until complete says
+// the output is all there, for at most 30 s; the caller's assertions
+// judge whatever was read last.
+func journal(t *testing.T, node string, job wire.Job, complete func(string) bool) string {
 	t.Helper()
-	out, err := c.Exec(node, nil, "journalctl", "-q", "--no-pager", "-o", "cat", "-u", job.UnitName()+".service")
-	if err != nil {
-		t.Fatalf("journalctl on %s: %v %s", node, err, out)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := c.Exec(node, nil, "journalctl", "-q", "--no-pager", "-o", "cat", "-u", job.UnitName()+".service")
+		if err != nil {
+			t.Fatalf("journalctl on %s: %v %s", node, err, out)
+		}
+		if complete == nil || complete(out) || time.Now().After(deadline) {
+			return out
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
-	return out
+}
+
+// phpFinished says the workload's output is complete: its last line, a
+// failed step, or PHP's own report of the refused JIT mapping.
+func phpFinished(out string) bool {
+	for _, end := range []string{"HOSTCRON-PHP-OK", "FAIL ", "mprotect() failed"} {
+		if strings.Contains(out, end) {
+			return true
+		}
+	}
+	return false
 }
 
 // startListener starts a TCP service on node's loopback outside any
@@ -188,7 +210,7 @@ func TestPHPWorkloadUnderHardenedUnit(t *testing.T) {
 	t.Cleanup(func() { c.Agent(t, node, nil, nil, "remove", job.UnitName(), control.UnitName()) })
 
 	run := runNowAndWait(t, node, job, 1, 90*time.Second)
-	out := journal(t, node, job)
+	out := journal(t, node, job, phpFinished)
 	if run.Result != wire.ResultSuccess {
 		t.Errorf("workload: result %s (%s), want success; journal:\n%s", run.Result, run.FailureReason, out)
 	}
@@ -207,7 +229,7 @@ func TestPHPWorkloadUnderHardenedUnit(t *testing.T) {
 	}
 	t.Cleanup(func() { c.Exec(node, nil, "sh", "-c", "rm -rf "+dropIn+" && systemctl daemon-reload") })
 	crun := runNowAndWait(t, node, control, 1, 90*time.Second)
-	cout := journal(t, node, control)
+	cout := journal(t, node, control, phpFinished)
 	// PHP 8.2's JIT is refused its mprotect(PROT_EXEC) and the process
 	// crashes (seen: "mprotect() failed [1] Operation not permitted", then
 	// a segmentation fault); a PHP that fell back to no JIT would fail the
@@ -234,7 +256,7 @@ func TestMemoryWatchFollowsCgroup(t *testing.T) {
 	t.Cleanup(func() { c.Agent(t, node, nil, nil, "remove", job.UnitName()) })
 
 	run := runNowAndWait(t, node, job, 1, 60*time.Second)
-	out := journal(t, node, job)
+	out := journal(t, node, job, nil)
 	if run.Result != wire.ResultOOM {
 		t.Errorf("result %s (%s), want oom; journal:\n%s", run.Result, run.FailureReason, out)
 	}
