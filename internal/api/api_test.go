@@ -135,6 +135,7 @@ func TestAuthAndTenantIsolation(t *testing.T) {
 		{"POST", "/api/v1/cron-jobs/" + otherJob + "/retry", ""},
 		{"POST", "/api/v1/cron-jobs/" + otherJob + "/run-now", ""},
 		{"GET", "/api/v1/cron-jobs/" + otherJob + "/runs", ""},
+		{"GET", "/api/v1/cron-jobs/" + otherJob + "/preview", ""},
 		{"GET", "/api/v1/cron-jobs/" + otherJob + "/runs/1", ""},
 		{"GET", "/api/v1/cron-jobs/" + otherJob + "/runs/" + otherJob + "%23manual%231", ""},
 		{"POST", "/api/v1/cron-jobs/" + otherJob + "/disable", `{"reason":"mine now"}`},

@@ -40,6 +40,37 @@ type jobRequest struct {
 type jobResponse struct {
 	store.CronJob
 	NextRunAt *time.Time `json:"next_run_at"`
+	// Warnings is set on create and update answers only: the DST notes
+	// of the schedule as saved ([] when none), so a tenant learns of a
+	// skipped or merged run when it writes the schedule, not when it
+	// misses one.
+	Warnings *[]dstNote `json:"warnings,omitempty"`
+}
+
+// dstNote is schedule.DSTNote as the API shows it.
+type dstNote struct {
+	Kind    string     `json:"kind"`
+	Wall    string     `json:"wall"`
+	At      *time.Time `json:"at"` // null for a skipped run
+	Message string     `json:"message"`
+}
+
+// dstHorizonMonths is how far ahead preview and warnings look for clock
+// changes: a year holds every change of a zone's yearly rule.
+const dstHorizonMonths = 12
+
+// dstNotes lists the schedule's DST notes from `from` on ([] when none).
+func dstNotes(sched *schedule.Schedule, from time.Time) []dstNote {
+	out := []dstNote{}
+	for _, n := range sched.DSTNotes(from, dstHorizonMonths) {
+		note := dstNote{Kind: n.Kind, Wall: n.Wall, Message: n.Message}
+		if !n.At.IsZero() {
+			at := n.At
+			note.At = &at
+		}
+		out = append(out, note)
+	}
+	return out
 }
 
 // defaults of a new job.
@@ -111,6 +142,19 @@ func validateSpec(spec store.JobFields) error {
 func (s *Server) respondJob(c echo.Context, status int, j store.CronJob) error {
 	c.Response().Header().Set("ETag", `"`+strconv.FormatInt(j.Version, 10)+`"`)
 	return c.JSON(status, s.withNext(j))
+}
+
+// respondWritten answers a create or update: the job as respondJob does,
+// plus the DST warnings of the schedule it now has.
+func (s *Server) respondWritten(c echo.Context, status int, j store.CronJob) error {
+	c.Response().Header().Set("ETag", `"`+strconv.FormatInt(j.Version, 10)+`"`)
+	resp := s.withNext(j)
+	warnings := []dstNote{}
+	if sched, err := schedule.ParseWithSeconds(j.Schedule, j.Timezone); err == nil {
+		warnings = dstNotes(sched, s.now())
+	}
+	resp.Warnings = &warnings
+	return c.JSON(status, resp)
 }
 
 // ifMatch returns the version an If-Match header names: a bare or quoted
@@ -274,7 +318,7 @@ func (s *Server) createJob(c echo.Context) error {
 			if first, ok, rerr := s.store.IdempotentReplay(c.Request().Context(), tenantID, *idem); rerr != nil {
 				return rerr
 			} else if ok {
-				return s.respondJob(c, http.StatusCreated, first)
+				return s.respondWritten(c, http.StatusCreated, first)
 			}
 		}
 		return err
@@ -284,7 +328,7 @@ func (s *Server) createJob(c echo.Context) error {
 	if err != nil {
 		return jobError(err)
 	}
-	return s.respondJob(c, http.StatusCreated, j)
+	return s.respondWritten(c, http.StatusCreated, j)
 }
 
 func (s *Server) listJobs(c echo.Context) error {
@@ -395,7 +439,7 @@ func (s *Server) updateJob(c echo.Context) error {
 	if err != nil {
 		return jobError(err)
 	}
-	return s.respondJob(c, http.StatusOK, updated)
+	return s.respondWritten(c, http.StatusOK, updated)
 }
 
 // checkQuota holds a job to the tenant's limits in what it changes from
@@ -446,7 +490,8 @@ func (s *Server) jobAction(act func(context.Context, string, int64) (store.CronJ
 	}
 }
 
-// preview shows the OnCalendar values and next fire times of an expression.
+// preview shows the OnCalendar values, next fire times, explanation and
+// DST notes of an expression.
 func (s *Server) preview(c echo.Context) error {
 	tz := c.QueryParam("timezone")
 	if tz == "" {
@@ -460,8 +505,42 @@ func (s *Server) preview(c echo.Context) error {
 	if err != nil {
 		return scheduleError(err)
 	}
-	return c.JSON(http.StatusOK, map[string]any{
-		"schedule": sched.Expr(), "timezone": tz,
-		"on_calendar": sched.OnCalendar(), "next_runs": sched.NextN(s.now(), count),
-	})
+	return c.JSON(http.StatusOK, s.previewOf(sched, tz, count))
+}
+
+// jobPreview is preview for a job's own schedule and zone, whether or not
+// the job is enabled (next_run_at says whether it will run).
+func (s *Server) jobPreview(c echo.Context) error {
+	j, err := s.jobInScope(c)
+	if err != nil {
+		return err
+	}
+	count, err := intParam(c, "count", 5, 1, 100)
+	if err != nil {
+		return err
+	}
+	// Operator-made jobs may carry a seconds field; the node accepts it.
+	sched, err := schedule.ParseWithSeconds(j.Schedule, j.Timezone)
+	if err != nil {
+		return fmt.Errorf("job %s: stored schedule: %w", j.ID, err)
+	}
+	return c.JSON(http.StatusOK, s.previewOf(sched, j.Timezone, count))
+}
+
+// previewBody is the answer of both previews.
+type previewBody struct {
+	Schedule    string      `json:"schedule"`
+	Timezone    string      `json:"timezone"`
+	OnCalendar  []string    `json:"on_calendar"`
+	NextRuns    []time.Time `json:"next_runs"`
+	Explanation string      `json:"explanation"`
+	DSTNotes    []dstNote   `json:"dst_notes"`
+}
+
+func (s *Server) previewOf(sched *schedule.Schedule, tz string, count int) previewBody {
+	now := s.now()
+	return previewBody{
+		Schedule: sched.Expr(), Timezone: tz, OnCalendar: sched.OnCalendar(),
+		NextRuns: sched.NextN(now, count), Explanation: sched.Explain(), DSTNotes: dstNotes(sched, now),
+	}
 }

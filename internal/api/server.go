@@ -95,6 +95,7 @@ func New(st *store.Store, cfg Config) *echo.Echo {
 	v1.GET("/cron-jobs/:id/runs", s.listRuns)
 	v1.GET("/cron-jobs/:id/runs/:run", s.getRun)
 	v1.GET("/cron-jobs/:id/events", s.listJobEvents)
+	v1.GET("/cron-jobs/:id/preview", s.jobPreview)
 
 	admin := v1.Group("/admin", requireAdmin)
 	admin.POST("/shards", s.createShard)
