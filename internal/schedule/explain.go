@@ -57,7 +57,11 @@ func (s *Schedule) Explain() string {
 	if or {
 		out += " " + orRuleNote
 	}
-	if sec := s.secondPhrase(); sec != "" {
+	switch sec := s.secondPhrase(); {
+	case sec == "":
+	case out == "Every minute":
+		out = sec // "every 10 seconds" says it all
+	default:
 		out = sec + ", " + lowerFirst(out)
 	}
 	return out

@@ -50,12 +50,18 @@ func TestExplain(t *testing.T) {
 }
 
 func TestExplainSeconds(t *testing.T) {
-	s, err := ParseWithSeconds("*/10 * * * * *", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, want := s.Explain(), "Every 10 seconds, every minute"; got != want {
-		t.Errorf("Explain = %q, want %q", got, want)
+	for expr, want := range map[string]string{
+		"*/10 * * * * *": "Every 10 seconds",
+		"30 15 3 * * *":  "At second 30, at 03:15 every day",
+		"0 15 3 * * *":   "At 03:15 every day",
+	} {
+		s, err := ParseWithSeconds(expr, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.Explain(); got != want {
+			t.Errorf("Explain(%q) = %q, want %q", expr, got, want)
+		}
 	}
 }
 
