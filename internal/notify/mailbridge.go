@@ -12,6 +12,7 @@ package notify
 //		MailWindow  = mail.Window
 //		MailDue     = mail.Due
 //		MailPlan    = mail.Plan
+//		MailPermanentError = mail.PermanentError
 //	)
 //	var (
 //		PlanTenant   = mail.PlanTenant
@@ -30,10 +31,10 @@ import (
 
 // MailEvent is mail.Event.
 type MailEvent struct {
-	ID                                                                                     int64
+	ID                                                                                      int64
 	Kind, TenantID, CronJobID, JobName, Schedule, RunKey, Result, FailureReason, OutputTail string
-	At                                                                                     time.Time
-	ConsecutiveFailures, MaxFailures                                                       int
+	At                                                                                      time.Time
+	ConsecutiveFailures, MaxFailures                                                        int
 }
 
 // MailMessage is mail.Message.
@@ -107,3 +108,10 @@ var RenderDigest = func(to, tenantID string, events []MailEvent) MailMessage {
 	return MailMessage{To: to, Subject: fmt.Sprintf("[hostcron] %d notifications", len(events)), Body: b.String(),
 		ID: fmt.Sprintf("hostcron-digest-%s-%d", tenantID, events[0].ID)}
 }
+
+// MailPermanentError is mail.PermanentError: the relay refused a message
+// for good (5xx); the delivery is not tried again.
+type MailPermanentError struct{ Err error }
+
+func (e *MailPermanentError) Error() string { return "permanent: " + e.Err.Error() }
+func (e *MailPermanentError) Unwrap() error { return e.Err }

@@ -20,13 +20,13 @@ func (f *fixture) target(tenant string, job *string, events ...string) store.Not
 	return t
 }
 
-// kinds lists the kinds a target's deliveries are of, by run key (slot)
+// kinds lists the kinds a target's deliveries are of, by run record
 // and kind: the events of one outcome are written by one statement, in no
 // particular order.
 func (f *fixture) kinds(targetID string) []string {
 	f.t.Helper()
 	rows, err := f.st.Pool().Query(context.Background(), `SELECT e.kind FROM notification_deliveries d
-		JOIN notification_events e ON e.id = d.event_id WHERE d.target_id = $1 ORDER BY e.run_key, e.kind`, targetID)
+		JOIN notification_events e ON e.id = d.event_id WHERE d.target_id = $1 ORDER BY e.run_id, e.kind`, targetID)
 	must(f.t, err)
 	defer rows.Close()
 	var out []string
