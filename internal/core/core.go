@@ -66,6 +66,9 @@ type Config struct {
 	// (nil: store.DefaultQuotas).
 	Quotas *quota.Limits
 
+	// Notify configures tenant notifications (webhooks, e-mail).
+	Notify NotifyConfig
+
 	// DispatchTestHooks are the outbox dispatcher's fault points, for
 	// tests only (tests/flow kills a replica between Temporal accepting a
 	// signal and the row being marked); nil in production, and core-api
@@ -140,7 +143,7 @@ func (c *Core) start(ctx, bg context.Context, cfg Config) error {
 	reg := prometheus.NewRegistry()
 	m := metrics.NewCore(reg)
 	reg.MustRegister(&metrics.OutboxCollector{Source: c.store, Log: cfg.Log})
-	apiCfg := api.Config{AdminKey: cfg.AdminKey, Logger: cfg.Log, Metrics: m}
+	apiCfg := api.Config{AdminKey: cfg.AdminKey, Logger: cfg.Log, Metrics: m, AllowPrivateTargets: cfg.Notify.AllowPrivateTargets}
 	if cfg.LokiURL != "" {
 		apiCfg.Logs = &logship.Client{URL: cfg.LokiURL, OrgID: cfg.LokiOrgID}
 	}
@@ -149,6 +152,7 @@ func (c *Core) start(ctx, bg context.Context, cfg Config) error {
 		apiCfg.Converger, apiCfg.Temporal = link, link
 	}
 	c.goLoop(func() { c.initShardMetrics(bg, m, time.Minute) })
+	c.startNotify(bg, cfg.Notify, reg)
 	if cfg.Housekeeping != nil {
 		hk := *cfg.Housekeeping
 		hk.Registry, hk.Metrics = reg, m
