@@ -384,6 +384,8 @@ func (c *Cluster) startAPI() error {
 		Log:             slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		TemporalAddress: c.temporalAddr, NodeTimeout: c.opts.NodeTimeout, LokiURL: c.LokiURL,
 		Trust: c.coreTrust(),
+		// Test receivers listen on 127.0.0.1; production refuses that.
+		Notify: core.NotifyConfig{AllowPrivateTargets: true, Interval: 200 * time.Millisecond},
 	}
 	if c.opts.OutcomeGrace > 0 {
 		cfg.Housekeeping = &housekeeping.Config{Interval: 5 * time.Second, Grace: c.opts.OutcomeGrace}
