@@ -278,3 +278,38 @@ func TestMailRateLimitAndDigest(t *testing.T) {
 		t.Errorf("permanent: %+v", ds[0])
 	}
 }
+
+// Two workers (two replicas) on one outbox deliver each event once, and
+// Run ends when its context does.
+func TestTwoWorkersDeliverOnce(t *testing.T) {
+	f := newFixture(t)
+	rcv := &receiver{}
+	srv := httptest.NewServer(rcv)
+	defer srv.Close()
+	f.webhook(srv.URL)
+	for i := 0; i < 10; i++ {
+		f.fail()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i := 0; i < 2; i++ {
+		w := newWorker(f, true)
+		w.Interval, w.Batch = 10*time.Millisecond, 3
+		wg.Add(1)
+		go func() { defer wg.Done(); w.Run(ctx) }()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for rcv.count() < 10 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	cancel()
+	wg.Wait()
+	seen := map[string]int{}
+	for _, r := range rcv.got {
+		seen[r.Header.Get(worker.EventIDHeader)]++
+	}
+	if len(seen) != 10 || len(rcv.got) != 10 {
+		t.Errorf("%d requests for %d events, want 10 each once: %v", len(rcv.got), len(seen), seen)
+	}
+}
