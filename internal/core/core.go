@@ -144,15 +144,18 @@ func (c *Core) start(ctx, bg context.Context, cfg Config) error {
 	m := metrics.NewCore(reg)
 	reg.MustRegister(&metrics.OutboxCollector{Source: c.store, Log: cfg.Log})
 	apiCfg := api.Config{AdminKey: cfg.AdminKey, Logger: cfg.Log, Metrics: m, AllowPrivateTargets: cfg.Notify.AllowPrivateTargets}
+	var logs *logship.Client
 	if cfg.LokiURL != "" {
-		apiCfg.Logs = &logship.Client{URL: cfg.LokiURL, OrgID: cfg.LokiOrgID}
+		logs = &logship.Client{URL: cfg.LokiURL, OrgID: cfg.LokiOrgID}
+		apiCfg.Logs = logs
 	}
+	c.startNotify(bg, cfg.Notify, logs, reg)
 	if cfg.TemporalAddress != "" {
 		link := c.startTemporal(bg, cfg, m)
 		apiCfg.Converger, apiCfg.Temporal = link, link
 	}
 	c.goLoop(func() { c.initShardMetrics(bg, m, time.Minute) })
-	c.startNotify(bg, cfg.Notify, reg)
+
 	if cfg.Housekeeping != nil {
 		hk := *cfg.Housekeeping
 		hk.Registry, hk.Metrics = reg, m

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/hostcron/hostcron/internal/logship"
 	"github.com/hostcron/hostcron/internal/metrics"
 	"github.com/hostcron/hostcron/internal/notify/worker"
 	"github.com/hostcron/hostcron/internal/store"
@@ -49,7 +50,7 @@ func newMailer(c SMTPConfig, log *slog.Logger) worker.Mailer {
 
 // startNotify starts the notification worker until bg ends, and counts
 // into reg.
-func (c *Core) startNotify(bg context.Context, cfg NotifyConfig, reg prometheus.Registerer) {
+func (c *Core) startNotify(bg context.Context, cfg NotifyConfig, logs *logship.Client, reg prometheus.Registerer) {
 	reg.MustRegister(&metrics.NotifyCollector{Source: c.store, Log: c.log})
 	mailer := cfg.Mailer
 	if mailer == nil {
@@ -57,6 +58,9 @@ func (c *Core) startNotify(bg context.Context, cfg NotifyConfig, reg prometheus.
 	}
 	w := &worker.Worker{Store: c.store, Log: c.log, Webhook: worker.NewWebhook(cfg.AllowPrivateTargets),
 		Mailer: mailer, MailLimit: cfg.MailLimit, Interval: cfg.Interval, Metrics: metrics.NewNotify(reg)}
+	if logs != nil {
+		w.Tail = lokiTail{logs: logs, store: c.store}
+	}
 	c.goLoop(func() { w.Run(bg) })
 }
 

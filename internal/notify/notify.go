@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/hostcron/hostcron/internal/wire"
@@ -160,3 +161,29 @@ func errorf(format string, args ...any) string {
 
 // Truncate bounds an error text stored as a delivery's last_error.
 func Truncate(s string) string { return errorf("%s", s) }
+
+// MaxTailBytes bounds the output tail a disable_warning carries.
+const MaxTailBytes = 4 << 10
+
+// Tail joins a run's output lines, oldest first, into the tail a
+// disable_warning carries: the last lines that fit in max bytes (the end
+// of the output is what tells why it failed), cut at a line boundary
+// where one fits at all.
+func Tail(lines []string, max int) string {
+	var out []string
+	size := 0
+	for i := len(lines) - 1; i >= 0; i-- {
+		n := len(lines[i]) + 1
+		if size+n > max {
+			if len(out) == 0 { // one long line: its end
+				l := lines[i]
+				return l[len(l)-max:]
+			}
+			break
+		}
+		out = append(out, lines[i])
+		size += n
+	}
+	slices.Reverse(out)
+	return strings.Join(out, "\n")
+}

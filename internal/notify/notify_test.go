@@ -199,3 +199,22 @@ func TestPlanTenantStandIn(t *testing.T) {
 		t.Fatalf("digest plan %+v", p)
 	}
 }
+
+func TestTail(t *testing.T) {
+	cases := []struct {
+		lines []string
+		max   int
+		want  string
+	}{
+		{nil, 10, ""},
+		{[]string{"a", "b", "c"}, 100, "a\nb\nc"},
+		{[]string{"first", "second", "third"}, 12, "third"},
+		{[]string{"first", "second", "third"}, 13, "second\nthird"},
+		{[]string{"x", "0123456789"}, 4, "6789"},
+	}
+	for _, c := range cases {
+		if got := Tail(c.lines, c.max); got != c.want {
+			t.Errorf("Tail(%q, %d) = %q, want %q", c.lines, c.max, got, c.want)
+		}
+	}
+}

@@ -135,7 +135,8 @@ func emitEvents(ctx context.Context, tx pgx.Tx, runIDs []int64, kinds []string) 
 			       'job_name', j.name, 'schedule', j.schedule, 'timezone', j.timezone, 'job_status', j.status,
 			       'consecutive_failures', j.consecutive_failures, 'max_failures', j.max_failures,
 			       'run_id', r.id, 'run_key', r.run_key, 'scheduled_at', r.scheduled_at, 'result', r.result,
-			       'exit_code', r.exit_code, 'failure_reason', r.failure_reason, 'trigger', r.trigger)
+			       'exit_code', r.exit_code, 'failure_reason', r.failure_reason, 'trigger', r.trigger,
+			       'started_at', r.started_at, 'finished_at', r.finished_at, 'timeout_seconds', j.timeout_seconds)
 			FROM u JOIN cron_job_runs r ON r.id = u.run_id JOIN cron_jobs j ON j.id = r.cron_job_id
 			WHERE EXISTS (SELECT 1 FROM notification_targets t WHERE t.tenant_id = j.tenant_id
 			              AND (t.cron_job_id IS NULL OR t.cron_job_id = j.id) AND u.kind = ANY(t.events))

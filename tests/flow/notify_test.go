@@ -29,6 +29,9 @@ type receivedEvent struct {
 	ID   int64  `json:"id"`
 	Kind string `json:"kind"`
 	Job  string `json:"cron_job_id"`
+	Data struct {
+		OutputTail string `json:"output_tail"`
+	} `json:"data"`
 }
 
 func (h *hookReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -100,6 +103,10 @@ func TestNotifications(t *testing.T) {
 		seen[e.ID] = true
 		if e.Job != id {
 			t.Errorf("event of another job: %+v", e)
+		}
+		if e.Kind == "disable_warning" {
+			// Best effort: the journal may not have reached Loki yet.
+			t.Logf("disable_warning output tail: %q", e.Data.OutputTail)
 		}
 	}
 	if bad != 0 || len(got) != 5 || kinds["run_failed"] != 3 || kinds["disable_warning"] != 1 || kinds["auto_disabled"] != 1 {

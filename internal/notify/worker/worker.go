@@ -9,6 +9,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"math/rand/v2"
@@ -34,6 +35,12 @@ type Mailer interface {
 	Send(ctx context.Context, m notify.MailMessage) error
 }
 
+// Tailer reads the end of a run's output for a disable_warning (the core
+// asks the log store); "" when there is none.
+type Tailer interface {
+	OutputTail(ctx context.Context, d store.Delivery) (string, error)
+}
+
 // Worker polls the notification outbox until its context ends.
 type Worker struct {
 	Store Store
@@ -54,6 +61,9 @@ type Worker struct {
 	Lease   time.Duration
 	Metrics *metrics.Notify
 	Rand    func() float64 // jitter source (default math/rand/v2)
+	// Tail adds the run's output tail to disable_warning events (nil:
+	// none). Best effort: a log store that does not answer leaves it out.
+	Tail Tailer
 }
 
 func (w *Worker) defaults() {
@@ -125,6 +135,7 @@ func (w *Worker) webhookPass(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			d.Payload = withTail(d.Payload, w.tail(ctx, d))
 			res := w.Webhook.Post(ctx, d)
 			w.record(ctx, d, "webhook", res.Verdict, res.Status, res.Err, res.Reason, notify.StatePending)
 		}()
@@ -193,6 +204,7 @@ func (w *Worker) executeMailPlan(ctx context.Context, tenant string, p notify.Ma
 		byID[d.ID] = d
 	}
 	for _, due := range p.Send {
+		due.Event.OutputTail = w.tail(ctx, byID[due.DeliveryID])
 		err := w.Mailer.Send(ctx, notify.RenderMail(due.To, due.Event))
 		v, reason := mailVerdict(err)
 		w.record(ctx, byID[due.DeliveryID], "email", v, nil, err, reason, notify.StatePending)
@@ -208,6 +220,40 @@ func (w *Worker) executeMailPlan(ctx context.Context, tenant string, p notify.Ma
 			w.record(ctx, byID[due.DeliveryID], "email", v, nil, err, reason, notify.StateHeld)
 		}
 	}
+}
+
+// tail is the output tail of a disable_warning's run ("" for other kinds,
+// without a Tailer, or when the log store does not answer).
+func (w *Worker) tail(ctx context.Context, d store.Delivery) string {
+	if w.Tail == nil || d.Kind != string(notify.DisableWarning) {
+		return ""
+	}
+	tctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	t, err := w.Tail.OutputTail(tctx, d)
+	if err != nil {
+		w.Log.Warn("notifications: no output tail", "event", d.EventID, "err", err)
+		return ""
+	}
+	return t
+}
+
+// withTail adds output_tail to an event's payload (unchanged when tail is
+// empty or the payload is not an object).
+func withTail(payload json.RawMessage, tail string) json.RawMessage {
+	if tail == "" {
+		return payload
+	}
+	var m map[string]any
+	if err := json.Unmarshal(payload, &m); err != nil {
+		return payload
+	}
+	m["output_tail"] = tail
+	b, err := json.Marshal(m)
+	if err != nil {
+		return payload
+	}
+	return b
 }
 
 // mailVerdict classifies a relay's answer.

@@ -313,3 +313,37 @@ func TestTwoWorkersDeliverOnce(t *testing.T) {
 		t.Errorf("%d requests for %d events, want 10 each once: %v", len(rcv.got), len(seen), seen)
 	}
 }
+
+type fakeTail string
+
+func (f fakeTail) OutputTail(context.Context, store.Delivery) (string, error) { return string(f), nil }
+
+// A disable_warning carries the run's output tail; other kinds do not.
+func TestDisableWarningCarriesTheOutputTail(t *testing.T) {
+	f := newFixture(t)
+	rcv := &receiver{}
+	srv := httptest.NewServer(rcv)
+	defer srv.Close()
+	_, err := f.st.CreateTarget(context.Background(), store.NotificationTarget{TenantID: f.tenant, Kind: "webhook",
+		URL: srv.URL, Secret: "topsecret", Events: []string{"run_failed", "disable_warning"}})
+	must(t, err)
+	f.fail()
+	f.fail()
+	w := newWorker(f, true)
+	w.Tail = fakeTail("Fatal error: out of coffee")
+	w.Pass(context.Background())
+	tails := map[string]string{}
+	for _, b := range rcv.bodies {
+		var body struct {
+			Kind string `json:"kind"`
+			Data struct {
+				OutputTail string `json:"output_tail"`
+			} `json:"data"`
+		}
+		must(t, json.Unmarshal(b, &body))
+		tails[body.Kind] += body.Data.OutputTail
+	}
+	if len(rcv.bodies) != 3 || tails["disable_warning"] != "Fatal error: out of coffee" || tails["run_failed"] != "" {
+		t.Errorf("%d bodies, tails %q", len(rcv.bodies), tails)
+	}
+}
