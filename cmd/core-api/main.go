@@ -70,6 +70,7 @@ func serveCmd(dsn *string, log *slog.Logger) *cobra.Command {
 				return fmt.Errorf("--quota-max-jobs %d: at most %d", quotas.MaxJobs, quota.MaxJobsCeiling)
 			}
 			cfg.DatabaseURL, cfg.Housekeeping, cfg.Quotas = *dsn, &hk, &quotas
+			cfg.Notify.SMTP.Password = os.Getenv("HOSTCRON_SMTP_PASSWORD") // never a flag: flags show in ps
 			return core.Run(ctx, cfg, 15*time.Second)
 		},
 	}
@@ -94,6 +95,13 @@ func serveCmd(dsn *string, log *slog.Logger) *cobra.Command {
 	f.DurationVar(&hk.Grace, "outcome-grace", 2*time.Minute, "how long after a run's timeout its outcome may still arrive")
 	f.DurationVar(&hk.Interval, "sweep-interval", 30*time.Second, "how often to record lost runs and prune history")
 	f.DurationVar(&hk.Retention, "run-retention", 180*24*time.Hour, "how long run history is kept")
+	f.BoolVar(&cfg.Notify.AllowPrivateTargets, "notify-allow-private-targets", false,
+		"let webhooks use http and reach loopback, link-local and private addresses (tests, private installs only)")
+	f.StringVar(&cfg.Notify.SMTP.Addr, "smtp-addr", os.Getenv("HOSTCRON_SMTP_ADDR"), "SMTP relay host:port for e-mail notifications (empty: no e-mail)")
+	f.StringVar(&cfg.Notify.SMTP.From, "smtp-from", os.Getenv("HOSTCRON_SMTP_FROM"), "From address of notification e-mail")
+	f.StringVar(&cfg.Notify.SMTP.Username, "smtp-username", os.Getenv("HOSTCRON_SMTP_USERNAME"), "SMTP AUTH user (password: env HOSTCRON_SMTP_PASSWORD)")
+	f.BoolVar(&cfg.Notify.SMTP.StartTLS, "smtp-starttls", true, "require STARTTLS with the relay")
+	f.IntVar(&cfg.Notify.MailLimit, "mail-limit", 20, "notification e-mails per tenant per hour; beyond it a digest")
 	// Every tenant's limits unless an admin sets its own (0: no limit).
 	f.IntVar(&quotas.MaxJobs, "quota-max-jobs", quotas.MaxJobs, "default most cron jobs per tenant (at most, and 0 means, the ceiling of 1000)")
 	f.IntVar(&quotas.MinIntervalSeconds, "quota-min-interval", 0, "default shortest time between a job's fire times, seconds")

@@ -37,6 +37,10 @@ type Config struct {
 	OutboxMaxAge time.Duration
 	// RequestTimeout bounds every request (default 30s).
 	RequestTimeout time.Duration
+	// AllowPrivateTargets accepts webhook URLs with http and with
+	// private, loopback or link-local literal addresses (the operator's
+	// --notify-allow-private-targets).
+	AllowPrivateTargets bool
 }
 
 // Converger starts converging a node to its shard's desired state.
@@ -96,6 +100,10 @@ func New(st *store.Store, cfg Config) *echo.Echo {
 	v1.GET("/cron-jobs/:id/runs/:run", s.getRun)
 	v1.GET("/cron-jobs/:id/events", s.listJobEvents)
 	v1.GET("/cron-jobs/:id/preview", s.jobPreview)
+	v1.POST("/tenants/:tenant/notification-targets", s.createTarget)
+	v1.GET("/tenants/:tenant/notification-targets", s.listTargets)
+	v1.DELETE("/notification-targets/:id", s.deleteTarget)
+	v1.GET("/notification-targets/:id/deliveries", s.listDeliveries)
 
 	admin := v1.Group("/admin", requireAdmin)
 	admin.POST("/shards", s.createShard)

@@ -66,6 +66,9 @@ type Config struct {
 	// (nil: store.DefaultQuotas).
 	Quotas *quota.Limits
 
+	// Notify configures tenant notifications (webhooks, e-mail).
+	Notify NotifyConfig
+
 	// DispatchTestHooks are the outbox dispatcher's fault points, for
 	// tests only (tests/flow kills a replica between Temporal accepting a
 	// signal and the row being marked); nil in production, and core-api
@@ -140,15 +143,19 @@ func (c *Core) start(ctx, bg context.Context, cfg Config) error {
 	reg := prometheus.NewRegistry()
 	m := metrics.NewCore(reg)
 	reg.MustRegister(&metrics.OutboxCollector{Source: c.store, Log: cfg.Log})
-	apiCfg := api.Config{AdminKey: cfg.AdminKey, Logger: cfg.Log, Metrics: m}
+	apiCfg := api.Config{AdminKey: cfg.AdminKey, Logger: cfg.Log, Metrics: m, AllowPrivateTargets: cfg.Notify.AllowPrivateTargets}
+	var logs *logship.Client
 	if cfg.LokiURL != "" {
-		apiCfg.Logs = &logship.Client{URL: cfg.LokiURL, OrgID: cfg.LokiOrgID}
+		logs = &logship.Client{URL: cfg.LokiURL, OrgID: cfg.LokiOrgID}
+		apiCfg.Logs = logs
 	}
+	c.startNotify(bg, cfg.Notify, logs, reg)
 	if cfg.TemporalAddress != "" {
 		link := c.startTemporal(bg, cfg, m)
 		apiCfg.Converger, apiCfg.Temporal = link, link
 	}
 	c.goLoop(func() { c.initShardMetrics(bg, m, time.Minute) })
+
 	if cfg.Housekeeping != nil {
 		hk := *cfg.Housekeeping
 		hk.Registry, hk.Metrics = reg, m

@@ -145,6 +145,10 @@ func (h *Housekeeper) chores(ctx context.Context, c store.Chores, now time.Time)
 	if _, err := c.DeleteEventsBefore(ctx, now.Add(-h.Config.Retention)); err != nil {
 		return err
 	}
+	// Notifications are kept as long as the runs they were about.
+	if _, err := c.PruneNotifications(ctx, now.Add(-h.Config.Retention)); err != nil {
+		return err
+	}
 	return nil
 }
 

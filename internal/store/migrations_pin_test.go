@@ -25,6 +25,7 @@ var released = []struct{ name, sha string }{
 	{"010_job_events.sql", "3ab4061d3310952e"},
 	{"011_sweep_due_at.sql", "71f6da9c83aaff1c"},
 	{"012_runs_tenants_see.sql", "0e2da23240813ad6"},
+	{"013_notifications.sql", "32bb91a2509c5e31"},
 }
 
 func TestReleasedMigrationsNeverChange(t *testing.T) {

@@ -107,9 +107,13 @@ func (s *Store) RecordOutcome(ctx context.Context, node Node, jobID string, o Ou
 		}
 		res.Replaced = step == replaceRun
 		var st autoDisableStep
-		res.Job, st, err = recount(ctx, tx, job, res.Replaced)
+		if res.Job, st, err = recount(ctx, tx, job, res.Replaced); err != nil {
+			return err
+		}
 		res.AutoDisabled, res.Reenabled = st == tripAutoDisable, st == liftAutoDisable
-		return err
+		// The tenant's notifications are written with the run: an
+		// outcome recorded is an outcome notified (the outbox).
+		return notifyOutcome(ctx, tx, job, res, runID, o.Result)
 	})
 	return res, err
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/hostcron/hostcron/internal/notify"
 	"github.com/hostcron/hostcron/internal/runkey"
 	"github.com/hostcron/hostcron/internal/schedule"
 	"github.com/hostcron/hostcron/internal/wire"
@@ -279,6 +280,12 @@ func (p *sweepPass) schedule(expr, tz string) (*schedule.Schedule, error) {
 	return ps.s, ps.err
 }
 
+// lostRun is a lost record the sweep wrote.
+type lostRun struct {
+	JobID string
+	ID    int64
+}
+
 // write plans the sweep of jobs (their rows held by tx) and records it
 // with two statements: the lost runs (a slot with a run of any kind, or an
 // earlier lost record, keeps it: the run key is unique) and where each
@@ -317,19 +324,26 @@ func (p *sweepPass) write(ctx context.Context, tx pgx.Tx, jobs []sweepJobRow) (l
 			INSERT INTO cron_job_runs (run_key, cron_job_id, version, scheduled_at, result, failure_reason)
 			SELECT u.run_key, u.cron_job_id, u.version, u.scheduled_at, $5, $6
 			FROM unnest($1::text[], $2::uuid[], $3::bigint[], $4::timestamptz[]) AS u(run_key, cron_job_id, version, scheduled_at)
-			ON CONFLICT (run_key) DO NOTHING RETURNING cron_job_id::text`, keys, runJobs, versions, slots, wire.ResultLost, p.reason)
+			ON CONFLICT (run_key) DO NOTHING RETURNING cron_job_id::text, id`, keys, runJobs, versions, slots, wire.ResultLost, p.reason)
 		if err != nil {
 			return nil, nil, fmt.Errorf("sweep: record lost runs: %w", err)
 		}
-		written, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		written, err := pgx.CollectRows(rows, pgx.RowToStructByPos[lostRun])
 		if err != nil {
 			return nil, nil, fmt.Errorf("sweep: record lost runs: %w", err)
 		}
-		for _, id := range written {
+		var runIDs []int64
+		var kinds []string
+		for _, w := range written {
 			if lost == nil {
 				lost = map[string]int{}
 			}
-			lost[id]++
+			lost[w.JobID]++
+			runIDs, kinds = append(runIDs, w.ID), append(kinds, string(notify.Lost))
+		}
+		// Each lost run notifies, in the batch's transaction.
+		if err := emitEvents(ctx, tx, runIDs, kinds); err != nil {
+			return nil, nil, fmt.Errorf("sweep: %w", err)
 		}
 	}
 	if len(ids) > 0 {

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hostcron/hostcron/internal/core"
 	"github.com/hostcron/hostcron/tests/harness"
 	"github.com/hostcron/hostcron/workflows"
 )
@@ -25,11 +26,21 @@ import (
 var (
 	c   *harness.Cluster
 	key string // acme's tenant key
+	// mail is the relay the core sends notification e-mail through.
+	mail     *mailbox
+	mailAddr string
 )
 
 func TestMain(m *testing.M) {
 	var err error
-	c, err = harness.Start(harness.Options{Nodes: 3, Temporal: true, Loki: true, NodeTimeout: 15 * time.Second, DenyControlPlane: true})
+	var stopMail func()
+	mail, mailAddr, stopMail, err = startMailbox()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "flow setup:", err)
+		os.Exit(1)
+	}
+	c, err = harness.Start(harness.Options{Nodes: 3, Temporal: true, Loki: true, NodeTimeout: 15 * time.Second, DenyControlPlane: true,
+		Mail: core.SMTPConfig{Addr: mailAddr, From: "Hostcron <cron@platform.test>"}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "flow setup:", err)
 		os.Exit(1)
@@ -42,6 +53,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "flow setup:", err)
 	}
 	c.Stop()
+	stopMail()
 	os.Exit(code)
 }
 

@@ -65,6 +65,9 @@ type Options struct {
 	// a file, so StopPostgres/StartPostgres and StopTemporal/StartTemporal
 	// disturb no other tier (outages.go).
 	PrivatePostgres, RestartableTemporal bool
+	// Mail is the SMTP relay notification e-mail goes through (empty
+	// Addr: none).
+	Mail core.SMTPConfig
 }
 
 // Cluster is a running hostcron.
@@ -384,6 +387,8 @@ func (c *Cluster) startAPI() error {
 		Log:             slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		TemporalAddress: c.temporalAddr, NodeTimeout: c.opts.NodeTimeout, LokiURL: c.LokiURL,
 		Trust: c.coreTrust(),
+		// Test receivers listen on 127.0.0.1; production refuses that.
+		Notify: core.NotifyConfig{AllowPrivateTargets: true, Interval: 200 * time.Millisecond, SMTP: c.opts.Mail},
 	}
 	if c.opts.OutcomeGrace > 0 {
 		cfg.Housekeeping = &housekeeping.Config{Interval: 5 * time.Second, Grace: c.opts.OutcomeGrace}

@@ -1,0 +1,222 @@
+package api
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"math"
+	"net/http"
+	"net/mail"
+	"slices"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/hostcron/hostcron/internal/notify"
+	"github.com/hostcron/hostcron/internal/store"
+	"github.com/hostcron/hostcron/internal/wire"
+)
+
+// targetRequest is the body of a target's create.
+type targetRequest struct {
+	Kind      string   `json:"kind"` // webhook, email
+	URL       string   `json:"url"`
+	Secret    *string  `json:"secret"` // webhook; absent: generated
+	Address   string   `json:"address"`
+	Events    []string `json:"events"` // absent: all
+	CronJobID *string  `json:"cron_job_id"`
+}
+
+// targetCreated is a target as its create answers: the only time its
+// secret is shown.
+type targetCreated struct {
+	store.NotificationTarget
+	Secret string `json:"secret,omitempty"`
+}
+
+// Secret lengths a tenant may choose.
+const (
+	minSecret = 16
+	maxSecret = 256
+)
+
+// checkTarget validates a target request into a target of tenantID,
+// generating a webhook's secret when none is given.
+func checkTarget(r targetRequest, tenantID string, allowPrivate bool) (store.NotificationTarget, error) {
+	t := store.NotificationTarget{TenantID: tenantID, Kind: r.Kind, CronJobID: r.CronJobID}
+	events, err := checkEvents(r.Events)
+	if err != nil {
+		return t, err
+	}
+	t.Events = events
+	if r.CronJobID != nil && !wire.ValidID(*r.CronJobID) {
+		return t, invalid("cron_job_id", "not a cron job id")
+	}
+	switch r.Kind {
+	case "webhook":
+		if r.Address != "" {
+			return t, invalid("address", "only for kind email")
+		}
+		if err := notify.CheckURL(r.URL, allowPrivate); err != nil {
+			return t, invalid("url", "%s", err.Error())
+		}
+		t.URL = r.URL
+		if t.Secret, err = webhookSecret(r.Secret); err != nil {
+			return t, err
+		}
+	case "email":
+		if r.URL != "" || r.Secret != nil {
+			return t, invalid("url", "url and secret are only for kind webhook")
+		}
+		if t.Address, err = checkAddress(r.Address); err != nil {
+			return t, err
+		}
+	default:
+		return t, invalid("kind", "must be webhook or email")
+	}
+	return t, nil
+}
+
+// checkEvents validates the event kinds, naming an unknown one; none
+// given subscribes to all.
+func checkEvents(in []string) ([]string, error) {
+	if in == nil {
+		in = make([]string, len(notify.Kinds))
+		for i, k := range notify.Kinds {
+			in[i] = string(k)
+		}
+	}
+	if len(in) == 0 {
+		return nil, invalid("events", "at least one event kind")
+	}
+	var out []string
+	for _, k := range in {
+		if !notify.ValidKind(k) {
+			return nil, invalid("events", "unknown event kind %q (known: run_failed, recovered, disable_warning, auto_disabled, lost)", k)
+		}
+		if !slices.Contains(out, k) {
+			out = append(out, k)
+		}
+	}
+	return out, nil
+}
+
+// webhookSecret is the given secret, checked, or a new random one.
+func webhookSecret(given *string) (string, error) {
+	if given == nil {
+		b := make([]byte, 32)
+		if _, err := rand.Read(b); err != nil {
+			return "", err
+		}
+		return hex.EncodeToString(b), nil
+	}
+	s := *given
+	if len(s) < minSecret || len(s) > maxSecret || strings.ContainsFunc(s, func(r rune) bool { return r < 0x21 || r > 0x7e }) {
+		return "", invalid("secret", "%d to %d printable ASCII characters", minSecret, maxSecret)
+	}
+	return s, nil
+}
+
+// checkAddress accepts a bare e-mail address (no display name: it goes
+// into a header as it is).
+func checkAddress(s string) (string, error) {
+	a, err := mail.ParseAddress(s)
+	if err != nil || a.Address != s || a.Name != "" || len(s) > 254 {
+		return "", invalid("address", "must be a bare e-mail address such as ops@example.com")
+	}
+	return s, nil
+}
+
+func (s *Server) createTarget(c echo.Context) error {
+	tenantID, err := tenantInScope(c)
+	if err != nil {
+		return err
+	}
+	if _, err := s.store.GetTenant(c.Request().Context(), tenantID); err != nil {
+		return err
+	}
+	var req targetRequest
+	if err := decodeStrict(c, &req); err != nil {
+		return err
+	}
+	t, err := checkTarget(req, tenantID, s.cfg.AllowPrivateTargets)
+	if err != nil {
+		return err
+	}
+	created, err := s.store.CreateTarget(c.Request().Context(), t)
+	switch {
+	case errors.Is(err, store.ErrNotFound) && t.CronJobID != nil:
+		return invalid("cron_job_id", "no such cron job for this tenant")
+	case errors.Is(err, store.ErrTooManyTargets):
+		return &apiError{http.StatusUnprocessableEntity, ProblemDetail{Code: "quota_exceeded", Message: err.Error()}}
+	case err != nil:
+		return err
+	}
+	return c.JSON(http.StatusCreated, targetCreated{NotificationTarget: created, Secret: t.Secret})
+}
+
+func (s *Server) listTargets(c echo.Context) error {
+	tenantID, err := tenantInScope(c)
+	if err != nil {
+		return err
+	}
+	ts, err := s.store.ListTargets(c.Request().Context(), tenantID)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"targets": ts})
+}
+
+// targetInScope loads the target of the path if the caller may see it
+// (another tenant's is not found, as jobs are).
+func (s *Server) targetInScope(c echo.Context) (store.NotificationTarget, error) {
+	id, err := pathID(c, "id")
+	if err != nil {
+		return store.NotificationTarget{}, err
+	}
+	t, err := s.store.GetTarget(c.Request().Context(), id)
+	if err != nil {
+		return t, err
+	}
+	if !who(c).canSee(t.TenantID) {
+		return t, errNotFound
+	}
+	return t, nil
+}
+
+func (s *Server) deleteTarget(c echo.Context) error {
+	t, err := s.targetInScope(c)
+	if err != nil {
+		return err
+	}
+	if err := s.store.DeleteTarget(c.Request().Context(), t.ID); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+// listDeliveries is a target's deliveries, newest first; next_before
+// pages on (absent at the end).
+func (s *Server) listDeliveries(c echo.Context) error {
+	t, err := s.targetInScope(c)
+	if err != nil {
+		return err
+	}
+	limit, err := intParam(c, "limit", 50, 1, 500)
+	if err != nil {
+		return err
+	}
+	before, err := intParam(c, "before", 0, 1, math.MaxInt)
+	if err != nil {
+		return err
+	}
+	ds, err := s.store.ListDeliveries(c.Request().Context(), t.ID, int64(before), limit)
+	if err != nil {
+		return err
+	}
+	out := map[string]any{"deliveries": ds}
+	if len(ds) == limit {
+		out["next_before"] = ds[len(ds)-1].ID
+	}
+	return c.JSON(http.StatusOK, out)
+}

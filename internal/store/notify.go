@@ -1,0 +1,423 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/hostcron/hostcron/internal/notify"
+	"github.com/hostcron/hostcron/internal/notify/mail"
+	"github.com/hostcron/hostcron/internal/wire"
+)
+
+// NotificationTarget is where a tenant wants its jobs' events: a webhook
+// (URL, secret) or an e-mail address, for every job of the tenant or one.
+// The secret is never shown after the create that made it.
+type NotificationTarget struct {
+	ID        string    `json:"id"`
+	TenantID  string    `json:"tenant_id"`
+	CronJobID *string   `json:"cron_job_id"`
+	Kind      string    `json:"kind"` // webhook, email
+	URL       string    `json:"url,omitempty"`
+	Address   string    `json:"address,omitempty"`
+	Events    []string  `json:"events"`
+	HasSecret bool      `json:"has_secret"`
+	CreatedAt time.Time `json:"created_at"`
+	Secret    string    `json:"-"`
+}
+
+const targetColumns = `id, tenant_id, cron_job_id, kind, url, address, events, secret <> '', created_at, secret`
+
+func scanTarget(row pgx.Row) (NotificationTarget, error) {
+	var t NotificationTarget
+	err := row.Scan(&t.ID, &t.TenantID, &t.CronJobID, &t.Kind, &t.URL, &t.Address, &t.Events, &t.HasSecret, &t.CreatedAt, &t.Secret)
+	return t, err
+}
+
+// MaxTargetsPerTenant bounds the targets of one tenant: every recorded
+// failure fans out to each.
+const MaxTargetsPerTenant = 20
+
+// ErrTooManyTargets refuses a target beyond MaxTargetsPerTenant.
+var ErrTooManyTargets = errors.New("too many notification targets")
+
+// CreateTarget stores a target. A job target's job must be the tenant's
+// (ErrNotFound otherwise). The tenant's row is locked, so two creates
+// cannot both pass the limit.
+func (s *Store) CreateTarget(ctx context.Context, t NotificationTarget) (NotificationTarget, error) {
+	var out NotificationTarget
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var n int
+		if err := tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM notification_targets WHERE tenant_id = t.id)
+			FROM tenants t WHERE t.id = $1 FOR UPDATE`, t.TenantID).Scan(&n); err != nil {
+			return notFound(err, "create notification target: tenant")
+		}
+		if n >= MaxTargetsPerTenant {
+			return fmt.Errorf("%w: at most %d per tenant", ErrTooManyTargets, MaxTargetsPerTenant)
+		}
+		if t.CronJobID != nil {
+			var ok bool
+			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM cron_jobs WHERE id = $1 AND tenant_id = $2)`,
+				*t.CronJobID, t.TenantID).Scan(&ok); err != nil {
+				return fmt.Errorf("create notification target: job: %w", err)
+			}
+			if !ok {
+				return fmt.Errorf("create notification target: job: %w", ErrNotFound)
+			}
+		}
+		var err error
+		out, err = scanTarget(tx.QueryRow(ctx, `
+			INSERT INTO notification_targets (tenant_id, cron_job_id, kind, url, secret, address, events)
+			VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING `+targetColumns,
+			t.TenantID, t.CronJobID, t.Kind, t.URL, t.Secret, t.Address, t.Events))
+		return wrap(err, "create notification target")
+	})
+	return out, err
+}
+
+// ListTargets returns a tenant's targets, oldest first.
+func (s *Store) ListTargets(ctx context.Context, tenantID string) ([]NotificationTarget, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+targetColumns+` FROM notification_targets
+		WHERE tenant_id = $1 ORDER BY created_at, id`, tenantID)
+	if err != nil {
+		return nil, fmt.Errorf("list notification targets: %w", err)
+	}
+	out := []NotificationTarget{}
+	for rows.Next() {
+		t, err := scanTarget(rows)
+		if err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("list notification targets: %w", err)
+		}
+		out = append(out, t)
+	}
+	return out, wrap(rows.Err(), "list notification targets")
+}
+
+// GetTarget returns a target by id.
+func (s *Store) GetTarget(ctx context.Context, id string) (NotificationTarget, error) {
+	t, err := scanTarget(s.pool.QueryRow(ctx, `SELECT `+targetColumns+` FROM notification_targets WHERE id = $1`, id))
+	return t, notFound(err, "get notification target")
+}
+
+// DeleteTarget removes a target and, by cascade, its deliveries: nothing
+// pending for it is sent any more (one in flight may still arrive).
+func (s *Store) DeleteTarget(ctx context.Context, id string) error {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM notification_targets WHERE id = $1`, id)
+	if err != nil {
+		return fmt.Errorf("delete notification target: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("delete notification target: %w", ErrNotFound)
+	}
+	return nil
+}
+
+// emitEvents writes, inside the transaction that recorded the runs, one
+// event per (run, kind) that some target of the run's tenant subscribes
+// to, and a pending delivery per matching target (notify.Matches, said in
+// SQL). One statement, whatever the number of targets; an event already
+// written for the run key and kind is not written again. The payload is
+// read from the run and the job as the transaction sees them (the counter
+// after the recount).
+func emitEvents(ctx context.Context, tx pgx.Tx, runIDs []int64, kinds []string) error {
+	if len(runIDs) == 0 {
+		return nil
+	}
+	_, err := tx.Exec(ctx, `
+		WITH u AS (SELECT * FROM unnest($1::bigint[], $2::text[]) AS u(run_id, kind)),
+		ev AS (
+			INSERT INTO notification_events (tenant_id, cron_job_id, kind, run_id, run_key, payload)
+			SELECT j.tenant_id, j.id, u.kind, r.id, r.run_key, jsonb_build_object(
+			       'job_name', j.name, 'schedule', j.schedule, 'timezone', j.timezone, 'job_status', j.status,
+			       'consecutive_failures', j.consecutive_failures, 'max_failures', j.max_failures,
+			       'run_id', r.id, 'run_key', r.run_key, 'scheduled_at', r.scheduled_at, 'result', r.result,
+			       'exit_code', r.exit_code, 'failure_reason', r.failure_reason, 'trigger', r.trigger,
+			       'started_at', r.started_at, 'finished_at', r.finished_at, 'timeout_seconds', j.timeout_seconds)
+			FROM u JOIN cron_job_runs r ON r.id = u.run_id JOIN cron_jobs j ON j.id = r.cron_job_id
+			WHERE EXISTS (SELECT 1 FROM notification_targets t WHERE t.tenant_id = j.tenant_id
+			              AND (t.cron_job_id IS NULL OR t.cron_job_id = j.id) AND u.kind = ANY(t.events))
+			ON CONFLICT (cron_job_id, kind, run_key) DO NOTHING
+			RETURNING id, tenant_id, cron_job_id, kind)
+		INSERT INTO notification_deliveries (event_id, target_id, tenant_id, channel)
+		SELECT ev.id, t.id, ev.tenant_id, t.kind FROM ev JOIN notification_targets t
+		  ON t.tenant_id = ev.tenant_id AND (t.cron_job_id IS NULL OR t.cron_job_id = ev.cron_job_id) AND ev.kind = ANY(t.events)`,
+		runIDs, kinds)
+	return wrap(err, "notification events")
+}
+
+// notifyOutcome emits the events of one recorded outcome (notify.EventsFor)
+// in its transaction; before is the job before the recount.
+func notifyOutcome(ctx context.Context, tx pgx.Tx, before CronJob, res OutcomeResult, runID int64, result wire.Result) error {
+	kinds := notify.EventsFor(notify.Recorded{
+		Result: result, Failure: IsFailure(result),
+		PrevFailures: before.ConsecutiveFailures, Failures: res.Job.ConsecutiveFailures,
+		MaxFailures: res.Job.MaxFailures, AutoDisabled: res.AutoDisabled,
+	})
+	if len(kinds) == 0 {
+		return nil
+	}
+	ids := make([]int64, len(kinds))
+	names := make([]string, len(kinds))
+	for i, k := range kinds {
+		ids[i], names[i] = runID, string(k)
+	}
+	return emitEvents(ctx, tx, ids, names)
+}
+
+// Delivery is a claimed delivery with what its attempt needs.
+type Delivery struct {
+	ID        int64
+	Attempts  int // attempts before this one
+	State     string
+	EventID   int64
+	Kind      string
+	TenantID  string
+	CronJobID string
+	RunKey    string
+	Payload   json.RawMessage
+	CreatedAt time.Time // the event's
+	Channel   string
+	URL       string
+	Secret    string
+	Address   string
+}
+
+const claimedColumns = `d.id, d.attempts, d.state, e.id, e.kind, e.tenant_id::text, e.cron_job_id::text, e.run_key, e.payload,
+	e.created_at, d.channel, t.url, t.secret, t.address`
+
+func scanDelivery(row pgx.Row) (Delivery, error) {
+	var d Delivery
+	err := row.Scan(&d.ID, &d.Attempts, &d.State, &d.EventID, &d.Kind, &d.TenantID, &d.CronJobID, &d.RunKey, &d.Payload,
+		&d.CreatedAt, &d.Channel, &d.URL, &d.Secret, &d.Address)
+	return d, err
+}
+
+func collectDeliveries(rows pgx.Rows, what string) ([]Delivery, error) {
+	defer rows.Close()
+	var out []Delivery
+	for rows.Next() {
+		d, err := scanDelivery(rows)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		out = append(out, d)
+	}
+	return out, wrap(rows.Err(), what)
+}
+
+// ClaimWebhookDeliveries leases up to limit due webhook deliveries for
+// lease: their next_attempt_at moves to the lease's end, so another
+// worker (another replica) takes them only if this one died mid-attempt.
+// SKIP LOCKED passes over rows being claimed; the locked row's condition
+// is re-checked, so a row claimed since our snapshot is passed over too.
+func (s *Store) ClaimWebhookDeliveries(ctx context.Context, limit int, lease time.Duration) ([]Delivery, error) {
+	rows, err := s.pool.Query(ctx, `
+		WITH due AS (
+			SELECT id FROM notification_deliveries
+			WHERE state = 'pending' AND channel = 'webhook' AND next_attempt_at <= now()
+			ORDER BY next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+		UPDATE notification_deliveries d SET next_attempt_at = now() + $2::interval, updated_at = now()
+		FROM due, notification_events e, notification_targets t
+		WHERE d.id = due.id AND e.id = d.event_id AND t.id = d.target_id
+		RETURNING `+claimedColumns, limit, lease)
+	if err != nil {
+		return nil, fmt.Errorf("claim webhook deliveries: %w", err)
+	}
+	return collectDeliveries(rows, "claim webhook deliveries")
+}
+
+// Attempt is the result of one delivery attempt.
+type Attempt struct {
+	State   string        // notify.State*: delivered, failed, or pending/held to retry
+	RetryIn time.Duration // with pending or held
+	Status  *int          // the HTTP status or SMTP code, nil: none
+	Error   string
+}
+
+// RecordAttempt stores an attempt of a claimed delivery. A delivery whose
+// target was deleted meanwhile is gone; that is no error.
+func (s *Store) RecordAttempt(ctx context.Context, id int64, a Attempt) error {
+	_, err := s.pool.Exec(ctx, `
+		UPDATE notification_deliveries SET state = $2, attempts = attempts + 1,
+		       next_attempt_at = now() + $3::interval, last_status = $4, last_error = $5,
+		       delivered_at = CASE WHEN $2 = 'delivered' THEN now() END, updated_at = now()
+		WHERE id = $1 AND state IN ('pending', 'held')`, id, a.State, a.RetryIn, a.Status, notify.Truncate(a.Error))
+	return wrap(err, fmt.Sprintf("record delivery %d", id))
+}
+
+// DueMailTenants lists tenants with e-mail deliveries due.
+func (s *Store) DueMailTenants(ctx context.Context, limit int) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT DISTINCT tenant_id::text FROM notification_deliveries
+		WHERE channel = 'email' AND state IN ('pending', 'held') AND next_attempt_at <= now() LIMIT $1`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("due mail tenants: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// MailPlanner is mail.PlanTenant with the operator's limit and period
+// bound.
+type MailPlanner func(now time.Time, w mail.Window, due []mail.Due) mail.Plan
+
+// PlanTenantMail plans a tenant's due e-mails in one short transaction:
+// it locks the tenant's rate window (so replicas plan a tenant one at a
+// time), claims the due deliveries (SKIP LOCKED), asks plan, leases what
+// it will send (Send and Digests) for lease, marks Hold held until
+// HoldUntil and stores the window. The caller sends outside it and
+// records each attempt.
+func (s *Store) PlanTenantMail(ctx context.Context, tenantID string, limit int, lease time.Duration, plan MailPlanner) (mail.Plan, []Delivery, error) {
+	var p mail.Plan
+	var claimed []Delivery
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var w mail.Window
+		var now time.Time
+		if err := tx.QueryRow(ctx, `
+			INSERT INTO notification_mail_windows (tenant_id, start, sent) VALUES ($1, 'epoch', 0)
+			ON CONFLICT (tenant_id) DO UPDATE SET tenant_id = EXCLUDED.tenant_id
+			RETURNING start, sent, now()`, tenantID).Scan(&w.Start, &w.Sent, &now); err != nil {
+			return fmt.Errorf("lock mail window: %w", err)
+		}
+		rows, err := tx.Query(ctx, `
+			SELECT `+claimedColumns+` FROM notification_deliveries d
+			JOIN notification_events e ON e.id = d.event_id JOIN notification_targets t ON t.id = d.target_id
+			WHERE d.tenant_id = $1 AND d.channel = 'email' AND d.state IN ('pending', 'held') AND d.next_attempt_at <= now()
+			ORDER BY d.id LIMIT $2 FOR UPDATE OF d SKIP LOCKED`, tenantID, limit)
+		if err != nil {
+			return fmt.Errorf("claim mail: %w", err)
+		}
+		if claimed, err = collectDeliveries(rows, "claim mail"); err != nil {
+			return err
+		}
+		due := make([]mail.Due, len(claimed))
+		for i, d := range claimed {
+			due[i] = MailDue(d)
+		}
+		p = plan(now, w, due)
+		return applyMailPlan(ctx, tx, tenantID, p, lease)
+	})
+	return p, claimed, err
+}
+
+// applyMailPlan leases what a plan sends, holds what it holds and stores
+// the window.
+func applyMailPlan(ctx context.Context, tx pgx.Tx, tenantID string, p mail.Plan, lease time.Duration) error {
+	var send, hold []int64
+	for _, d := range p.Send {
+		send = append(send, d.DeliveryID)
+	}
+	for _, ds := range p.Digests {
+		for _, d := range ds {
+			send = append(send, d.DeliveryID)
+		}
+	}
+	for _, d := range p.Hold {
+		hold = append(hold, d.DeliveryID)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE notification_deliveries SET next_attempt_at = now() + $2::interval, updated_at = now()
+		WHERE id = ANY($1)`, send, lease); err != nil {
+		return fmt.Errorf("lease mail: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE notification_deliveries SET state = 'held', next_attempt_at = $2, updated_at = now()
+		WHERE id = ANY($1)`, hold, p.HoldUntil); err != nil {
+		return fmt.Errorf("hold mail: %w", err)
+	}
+	_, err := tx.Exec(ctx, `UPDATE notification_mail_windows SET start = $2, sent = $3 WHERE tenant_id = $1`,
+		tenantID, p.Window.Start, p.Window.Sent)
+	return wrap(err, "store mail window")
+}
+
+// MailDue turns a claimed e-mail delivery into the mail package's input.
+func MailDue(d Delivery) mail.Due {
+	var p struct {
+		JobName             string `json:"job_name"`
+		Schedule            string `json:"schedule"`
+		Result              string `json:"result"`
+		FailureReason       string `json:"failure_reason"`
+		OutputTail          string `json:"output_tail"`
+		ConsecutiveFailures int    `json:"consecutive_failures"`
+		MaxFailures         int    `json:"max_failures"`
+	}
+	_ = json.Unmarshal(d.Payload, &p) // written by emitEvents: always this shape
+	return mail.Due{DeliveryID: d.ID, To: d.Address, Held: d.State == notify.StateHeld, Event: mail.Event{
+		ID: d.EventID, Kind: d.Kind, TenantID: d.TenantID, CronJobID: d.CronJobID, JobName: p.JobName,
+		Schedule: p.Schedule, RunKey: d.RunKey, Result: p.Result, FailureReason: p.FailureReason,
+		OutputTail: p.OutputTail, At: d.CreatedAt, ConsecutiveFailures: p.ConsecutiveFailures, MaxFailures: p.MaxFailures,
+	}}
+}
+
+// DeliveryView is a delivery as the API lists it.
+type DeliveryView struct {
+	ID            int64      `json:"id"`
+	EventID       int64      `json:"event_id"`
+	Kind          string     `json:"kind"`
+	CronJobID     string     `json:"cron_job_id"`
+	JobName       string     `json:"job_name"`
+	RunKey        string     `json:"run_key"`
+	State         string     `json:"state"`
+	Attempts      int        `json:"attempts"`
+	LastError     string     `json:"last_error"`
+	LastStatus    *int       `json:"last_status"`
+	NextAttemptAt *time.Time `json:"next_attempt_at"`
+	DeliveredAt   *time.Time `json:"delivered_at"`
+	CreatedAt     time.Time  `json:"created_at"`
+	UpdatedAt     time.Time  `json:"updated_at"`
+}
+
+// ListDeliveries returns a target's deliveries, newest first, those with
+// an id below before (0: from the newest).
+func (s *Store) ListDeliveries(ctx context.Context, targetID string, before int64, limit int) ([]DeliveryView, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT d.id, e.id, e.kind, e.cron_job_id::text, coalesce(e.payload->>'job_name', ''), e.run_key, d.state, d.attempts,
+		       d.last_error, d.last_status,
+		       CASE WHEN d.state IN ('pending', 'held') THEN d.next_attempt_at END, d.delivered_at, d.created_at, d.updated_at
+		FROM notification_deliveries d JOIN notification_events e ON e.id = d.event_id
+		WHERE d.target_id = $1 AND ($2::bigint = 0 OR d.id < $2)
+		ORDER BY d.id DESC LIMIT $3`, targetID, before, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list deliveries: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[DeliveryView])
+	if err != nil {
+		return nil, fmt.Errorf("list deliveries: %w", err)
+	}
+	if out == nil {
+		out = []DeliveryView{}
+	}
+	return out, nil
+}
+
+// PendingDeliveries counts deliveries not yet delivered or failed (the
+// notification outbox's depth, read at scrape).
+func (s *Store) PendingDeliveries(ctx context.Context) (int64, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM notification_deliveries WHERE state IN ('pending', 'held')`).Scan(&n)
+	return n, wrap(err, "pending deliveries")
+}
+
+// PruneNotifications deletes delivered and failed deliveries last touched
+// before cutoff, then events older than cutoff that have no delivery
+// left, in batches (deleteBatched).
+func (c Chores) PruneNotifications(ctx context.Context, cutoff time.Time) (int64, error) {
+	n, err := c.deleteBatched(ctx, `DELETE FROM notification_deliveries WHERE id IN
+		(SELECT id FROM notification_deliveries WHERE state IN ('delivered', 'failed') AND updated_at < $1 LIMIT 5000)`, cutoff)
+	if err != nil {
+		return n, fmt.Errorf("prune notification deliveries: %w", err)
+	}
+	m, err := c.deleteBatched(ctx, `DELETE FROM notification_events WHERE id IN
+		(SELECT e.id FROM notification_events e WHERE e.created_at < $1
+		 AND NOT EXISTS (SELECT 1 FROM notification_deliveries d WHERE d.event_id = e.id) LIMIT 5000)`, cutoff)
+	if err != nil {
+		return n + m, fmt.Errorf("prune notification events: %w", err)
+	}
+	return n + m, nil
+}
+
+// PruneNotifications is Chores.PruneNotifications on the store's pool.
+func (s *Store) PruneNotifications(ctx context.Context, cutoff time.Time) (int64, error) {
+	return Chores{s.pool}.PruneNotifications(ctx, cutoff)
+}
