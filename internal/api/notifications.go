@@ -6,9 +6,10 @@ import (
 	"errors"
 	"math"
 	"net/http"
-	"net/mail"
 	"slices"
 	"strings"
+
+	"github.com/hostcron/hostcron/internal/notify/mail"
 
 	"github.com/labstack/echo/v4"
 
@@ -120,9 +121,9 @@ func webhookSecret(given *string) (string, error) {
 // checkAddress accepts a bare e-mail address (no display name: it goes
 // into a header as it is).
 func checkAddress(s string) (string, error) {
-	a, err := mail.ParseAddress(s)
-	if err != nil || a.Address != s || a.Name != "" || len(s) > 254 {
-		return "", invalid("address", "must be a bare e-mail address such as ops@example.com")
+	a, err := mail.CheckAddress(s)
+	if err != nil || a != s || len(s) > 254 {
+		return "", invalid("address", "must be a bare e-mail address on a named domain, such as ops@example.com")
 	}
 	return s, nil
 }
@@ -142,6 +143,10 @@ func (s *Server) createTarget(c echo.Context) error {
 	t, err := checkTarget(req, tenantID, s.cfg.AllowPrivateTargets)
 	if err != nil {
 		return err
+	}
+	if t.Kind == "email" && !s.cfg.MailRelay {
+		return &apiError{http.StatusUnprocessableEntity, ProblemDetail{Code: "mail_not_configured", Field: "kind",
+			Message: "kind: this platform sends no e-mail (no SMTP relay is configured); use a webhook"}}
 	}
 	created, err := s.store.CreateTarget(c.Request().Context(), t)
 	switch {

@@ -26,6 +26,8 @@ func TestNotificationTargetValidation(t *testing.T) {
 		{"user info", `{"kind":"webhook","url":"https://a:b@h.example/x"}`, "url", "user info"},
 		{"short secret", `{"kind":"webhook","url":"https://h.example/x","secret":"short"}`, "secret", "16 to 256"},
 		{"bad address", `{"kind":"email","address":"Ops <ops@x.example>"}`, "address", "bare"},
+		{"address literal", `{"kind":"email","address":"ops@[10.0.0.5]"}`, "address", "named domain"},
+		{"single-label domain", `{"kind":"email","address":"root@localhost"}`, "address", "named domain"},
 		{"secret on email", `{"kind":"email","address":"ops@x.example","secret":"0123456789abcdef"}`, "url", "only for kind webhook"},
 		{"another tenant's job", `{"kind":"webhook","url":"https://h.example/x","cron_job_id":"` + theirJob + `"}`, "cron_job_id", "no such cron job"},
 		{"not a job id", `{"kind":"webhook","url":"https://h.example/x","cron_job_id":"x"}`, "cron_job_id", "not a cron job id"},
@@ -42,7 +44,7 @@ func TestNotificationTargetValidation(t *testing.T) {
 }
 
 func TestNotificationTargetsAndDeliveries(t *testing.T) {
-	v := newEnv(t)
+	v := newEnvWith(t, Config{MailRelay: true})
 	path := "/api/v1/tenants/" + v.tenant + "/notification-targets"
 	job := v.createJob(`,"max_failures":3`)["id"].(string)
 	v.activate(job)
@@ -142,3 +144,19 @@ func (v *env) webrootOf(tenant string) string {
 }
 
 func jsonNum(x any) string { return strconv.FormatFloat(x.(float64), 'f', -1, 64) }
+
+// TestEmailTargetsNeedARelay: without an SMTP relay the platform sends no
+// e-mail, so an e-mail target is refused (its deliveries could only pile
+// up), and nothing is stored; webhooks are unaffected.
+func TestEmailTargetsNeedARelay(t *testing.T) {
+	v := newEnv(t)
+	path := "/api/v1/tenants/" + v.tenant + "/notification-targets"
+	code, out := v.do("POST", path, v.key, `{"kind":"email","address":"ops@acme.example"}`)
+	if code != 422 || !strings.Contains(string(out), `"code":"mail_not_configured"`) {
+		t.Errorf("e-mail target without a relay: %d %s, want 422 mail_not_configured", code, out)
+	}
+	if n := v.count(`SELECT count(*) FROM notification_targets`); n != 0 {
+		t.Errorf("%d targets stored", n)
+	}
+	v.mustJSON("POST", path, v.key, `{"kind":"webhook","url":"https://hooks.example.com/cron"}`, 201)
+}

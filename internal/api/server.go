@@ -41,6 +41,9 @@ type Config struct {
 	// private, loopback or link-local literal addresses (the operator's
 	// --notify-allow-private-targets).
 	AllowPrivateTargets bool
+	// MailRelay says the core has an SMTP relay: without one, e-mail
+	// targets are refused, as their deliveries could only pile up.
+	MailRelay bool
 }
 
 // Converger starts converging a node to its shard's desired state.

@@ -143,7 +143,8 @@ func (c *Core) start(ctx, bg context.Context, cfg Config) error {
 	reg := prometheus.NewRegistry()
 	m := metrics.NewCore(reg)
 	reg.MustRegister(&metrics.OutboxCollector{Source: c.store, Log: cfg.Log})
-	apiCfg := api.Config{AdminKey: cfg.AdminKey, Logger: cfg.Log, Metrics: m, AllowPrivateTargets: cfg.Notify.AllowPrivateTargets}
+	apiCfg := api.Config{AdminKey: cfg.AdminKey, Logger: cfg.Log, Metrics: m, AllowPrivateTargets: cfg.Notify.AllowPrivateTargets,
+		MailRelay: cfg.Notify.SMTP.Addr != "" || cfg.Notify.Mailer != nil}
 	var logs *logship.Client
 	if cfg.LokiURL != "" {
 		logs = &logship.Client{URL: cfg.LokiURL, OrgID: cfg.LokiOrgID}

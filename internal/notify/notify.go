@@ -10,6 +10,7 @@ package notify
 import (
 	"fmt"
 	"math"
+	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -121,13 +122,17 @@ const (
 )
 
 // Classify turns an HTTP status (0: no response: a network error, a
-// refused address, a redirect) into a verdict: 2xx delivered; 4xx other
-// than 408 and 429 permanent; anything else retried.
+// refused address, a redirect) into a verdict: 2xx delivered; 410 Gone,
+// the one answer that says the endpoint is gone for good, permanent;
+// anything else retried until MaxAttempts. A 4xx is retried too: a
+// receiver answers 404 while it is being deployed, or 401 to a
+// signature whose timestamp a skewed clock put outside its window, and
+// neither should cost the tenant the event.
 func Classify(status int) Verdict {
 	switch {
 	case status >= 200 && status < 300:
 		return Delivered
-	case status >= 400 && status < 500 && status != 408 && status != 429:
+	case status == http.StatusGone:
 		return Permanent
 	}
 	return Retry

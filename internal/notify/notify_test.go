@@ -97,7 +97,13 @@ func TestClassifyAndNext(t *testing.T) {
 		{429, 1, Retry, StatePending},
 		{500, 1, Retry, StatePending},
 		{503, MaxAttempts, Retry, StateFailed},
-		{400, 1, Permanent, StateFailed},
+		// Review: a receiver answering 4xx during a deploy, or refusing the
+		// signature for a clock off by minutes, must not lose the event.
+		{400, 1, Retry, StatePending},
+		{401, 1, Retry, StatePending},
+		{403, 1, Retry, StatePending},
+		{404, 1, Retry, StatePending},
+		{404, MaxAttempts, Retry, StateFailed},
 		{410, 1, Permanent, StateFailed},
 	}
 	for _, c := range cases {
@@ -150,6 +156,11 @@ func TestAllowedIP(t *testing.T) {
 		"169.254.169.254": false, "fe80::1": false, "fc00::1": false, "fd12::1": false, "0.0.0.0": false,
 		"::": false, "224.0.0.1": false, "ff02::1": false, "::ffff:127.0.0.1": false, "100.64.0.1": false,
 		"::ffff:10.0.0.1": false,
+		// Review: IPv6 forms that embed or translate to an IPv4 address,
+		// and ranges that are not the internet.
+		"::7f00:1": false, "::a00:1": false, "fec0::1": false, "64:ff9b:1::a00:1": false, "64:ff9b::a00:1": false,
+		"2002:a00:1::1": false, "2001:0:a00:1::1": false, "100::1": false, "2001:db8::1": false,
+		"192.0.2.1": false, "255.255.255.255": false, "1.1.1.1": true, "2606:4700:4700::1111": true,
 	}
 	for s, want := range cases {
 		if got := AllowedIP(netip.MustParseAddr(s)); got != want {

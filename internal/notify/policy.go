@@ -43,14 +43,15 @@ func CheckURL(raw string, allowPrivate bool) error {
 }
 
 // AllowedIP reports whether a webhook may connect to ip without the
-// operator's allowance: not loopback, link-local (which holds cloud
-// metadata endpoints), private (RFC 1918, ULA, CGNAT), unspecified or
-// multicast, including those addresses mapped into IPv6.
+// operator's allowance: a global unicast address (so not loopback,
+// link-local, which holds cloud metadata endpoints, unspecified or
+// multicast) that is not private (RFC 1918, ULA, CGNAT), including those
+// addresses mapped into IPv6, nor in a range that embeds or translates to
+// an IPv4 address (6to4, Teredo, NAT64, IPv4-compatible) or is reserved.
 func AllowedIP(ip netip.Addr) bool {
 	ip = ip.Unmap()
 	switch {
-	case !ip.IsValid(), ip.IsLoopback(), ip.IsLinkLocalUnicast(), ip.IsLinkLocalMulticast(),
-		ip.IsInterfaceLocalMulticast(), ip.IsMulticast(), ip.IsPrivate(), ip.IsUnspecified():
+	case !ip.IsValid(), !ip.IsGlobalUnicast(), ip.IsPrivate():
 		return false
 	}
 	for _, p := range blocked {
@@ -68,7 +69,19 @@ var blocked = []netip.Prefix{
 	netip.MustParsePrefix("192.0.0.0/24"),
 	netip.MustParsePrefix("198.18.0.0/15"),
 	netip.MustParsePrefix("240.0.0.0/4"),
-	netip.MustParsePrefix("64:ff9b::/96"), // NAT64 reaches IPv4 private space
+	netip.MustParsePrefix("192.0.2.0/24"),    // documentation
+	netip.MustParsePrefix("198.51.100.0/24"), // documentation
+	netip.MustParsePrefix("203.0.113.0/24"),  // documentation
+	// IPv6 ranges that embed or translate to IPv4 (a private IPv4 inside),
+	// or are not the internet.
+	netip.MustParsePrefix("::/96"),          // IPv4-compatible (::7f00:1 is 127.0.0.1)
+	netip.MustParsePrefix("64:ff9b::/96"),   // NAT64
+	netip.MustParsePrefix("64:ff9b:1::/48"), // local-use NAT64
+	netip.MustParsePrefix("100::/64"),       // discard
+	netip.MustParsePrefix("2001::/32"),      // Teredo
+	netip.MustParsePrefix("2001:db8::/32"),  // documentation
+	netip.MustParsePrefix("2002::/16"),      // 6to4
+	netip.MustParsePrefix("fec0::/10"),      // site-local (deprecated, still routed inside some sites)
 }
 
 // AllowedAddr is AllowedIP of a dialed "host:port" (what a net.Dialer's

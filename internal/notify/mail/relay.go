@@ -49,7 +49,7 @@ func (e *PermanentError) Unwrap() error { return e.Err }
 // Send delivers m through the relay. Errors are wrapped with context; a 5xx
 // answer is distinguishable from a temporary failure via errors.As to *PermanentError.
 func (r Relay) Send(ctx context.Context, m Message) error {
-	to, err := plainAddress(m.To)
+	to, err := CheckAddress(m.To)
 	if err != nil {
 		return &PermanentError{Err: fmt.Errorf("mail to %q: %w", m.To, err)}
 	}
@@ -248,10 +248,14 @@ func (r Relay) fail(ctx context.Context, stage string, err error) error {
 	return fmt.Errorf("%s: %w", prefix, err)
 }
 
-// plainAddress accepts exactly one bare address ("a@example.com"): no
-// display name, no list, no control characters, ASCII only (go-smtp would
-// need SMTPUTF8 from the relay otherwise).
-func plainAddress(s string) (string, error) {
+// CheckAddress accepts exactly one bare address ("a@example.com") a
+// tenant may have mail sent to: no display name, no list, no control
+// characters, ASCII only (go-smtp would need SMTPUTF8 from the relay
+// otherwise), and a domain that is a dotted host name: never an address
+// literal (a@[10.0.0.5]) or a single label (a@localhost), which most
+// relays deliver to directly and so into the platform's own network. It
+// gives the address as it is to be used.
+func CheckAddress(s string) (string, error) {
 	if strings.IndexFunc(s, isBreaking) >= 0 {
 		return "", errors.New("address holds control characters")
 	}
@@ -265,7 +269,29 @@ func plainAddress(s string) (string, error) {
 	if !isASCII(a.Address) {
 		return "", errors.New("non-ASCII address not supported")
 	}
+	if err := checkDomain(a.Address[strings.LastIndexByte(a.Address, '@')+1:]); err != nil {
+		return "", err
+	}
 	return a.Address, nil
+}
+
+// checkDomain accepts a public-looking host name: two or more labels of
+// letters, digits and inner hyphens, a top-level label that is not all
+// digits (so no dotted IPv4 address either).
+func checkDomain(d string) error {
+	labels := strings.Split(d, ".")
+	if len(d) > 253 || len(labels) < 2 {
+		return fmt.Errorf("domain %q: must be a host name with a dot, not an address literal or a single label", d)
+	}
+	for _, l := range labels {
+		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' || strings.Trim(l, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-") != "" {
+			return fmt.Errorf("domain %q: label %q is not a host name label", d, l)
+		}
+	}
+	if strings.Trim(labels[len(labels)-1], "0123456789") == "" {
+		return fmt.Errorf("domain %q: an IP address is not a mail domain", d)
+	}
+	return nil
 }
 
 // compose builds the whole message: headers, blank line, quoted-printable

@@ -99,12 +99,13 @@ func (h *Webhook) Post(ctx context.Context, d store.Delivery) Result {
 	req.Header.Set(AttemptHeader, strconv.Itoa(d.Attempts+1))
 	req.Header.Set(notify.SignatureHeader, notify.Sign([]byte(d.Secret), body, h.Now()))
 	resp, err := h.Client.Do(req)
+	if errors.Is(err, ErrRefusedAddress) {
+		// Not the dialed address: last_error is the tenant's to read, and
+		// the address would map the platform's internal names for them.
+		return Result{Verdict: notify.Retry, Err: fmt.Errorf("post: %w", ErrRefusedAddress), Reason: "refused_address"}
+	}
 	if err != nil {
-		reason := "network"
-		if errors.Is(err, ErrRefusedAddress) {
-			reason = "refused_address"
-		}
-		return Result{Verdict: notify.Retry, Err: fmt.Errorf("post: %w", err), Reason: reason}
+		return Result{Verdict: notify.Retry, Err: fmt.Errorf("post: %w", err), Reason: "network"}
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // reuse the connection, read nothing more
