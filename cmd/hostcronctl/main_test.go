@@ -160,8 +160,13 @@ func TestErrorsAreTheAPIs(t *testing.T) {
 func TestPreviewAndKeys(t *testing.T) {
 	w := newWorld(t)
 	out, _, err := w.ctl(nil, "preview", "30 4 * * *", "--count", "2")
-	if err != nil || strings.Count(out, "next") != 2 || !strings.Contains(out, "OnCalendar") {
+	if err != nil || strings.Count(out, "next") != 2 || !strings.Contains(out, "OnCalendar") || !strings.Contains(out, "At 04:30") {
 		t.Errorf("preview: %v\n%s", err, out)
+	}
+	// A time the spring-forward night skips is named, with its date.
+	out, _, err = w.ctl(nil, "preview", "30 2 * * *", "--timezone", "Europe/Berlin")
+	if err != nil || !strings.Contains(out, "dst_gap") || !strings.Contains(out, "dst_repeat") {
+		t.Errorf("preview in Europe/Berlin: %v\n%s", err, out)
 	}
 	admin := map[string]string{"HOSTCRON_API_KEY": adminKey}
 	out, _, err = w.ctl(admin, "keys", "create", "--for-tenant", w.tenant, "--name", "status page", "--read-only", "-o", "json")

@@ -148,13 +148,22 @@ func (a *app) previewCmd() *cobra.Command {
 				return err
 			}
 			var p struct {
-				OnCalendar []string    `json:"on_calendar"`
-				NextRuns   []time.Time `json:"next_runs"`
+				Explanation string      `json:"explanation"`
+				OnCalendar  []string    `json:"on_calendar"`
+				NextRuns    []time.Time `json:"next_runs"`
+				DSTNotes    []struct {
+					Kind    string `json:"kind"`
+					Message string `json:"message"`
+				} `json:"dst_notes"`
 			}
 			if err := apiclient.Decode(raw, "", &p); err != nil {
 				return err
 			}
 			return a.emit(raw, func(w *tabwriter.Writer) error {
+				row(w, "means", p.Explanation)
+				for _, n := range p.DSTNotes {
+					row(w, n.Kind, n.Message)
+				}
 				for _, oc := range p.OnCalendar {
 					row(w, "OnCalendar", oc)
 				}
