@@ -186,6 +186,9 @@ type Delivery struct {
 	RunKey    string
 	Payload   json.RawMessage
 	CreatedAt time.Time // the event's
+	// ClaimedAt is the database's clock at the claim: ClaimedAt -
+	// CreatedAt is the event's age on one clock, whatever the worker's.
+	ClaimedAt time.Time
 	Channel   string
 	URL       string
 	Secret    string
@@ -193,12 +196,12 @@ type Delivery struct {
 }
 
 const claimedColumns = `d.id, d.lease, d.attempts, d.state, e.id, e.kind, e.tenant_id::text, e.cron_job_id::text, d.target_id::text,
-	e.run_key, e.payload, e.created_at, d.channel, t.url, t.secret, t.address`
+	e.run_key, e.payload, e.created_at, now(), d.channel, t.url, t.secret, t.address`
 
 func scanDelivery(row pgx.Row) (Delivery, error) {
 	var d Delivery
 	err := row.Scan(&d.ID, &d.Lease, &d.Attempts, &d.State, &d.EventID, &d.Kind, &d.TenantID, &d.CronJobID, &d.TargetID,
-		&d.RunKey, &d.Payload, &d.CreatedAt, &d.Channel, &d.URL, &d.Secret, &d.Address)
+		&d.RunKey, &d.Payload, &d.CreatedAt, &d.ClaimedAt, &d.Channel, &d.URL, &d.Secret, &d.Address)
 	return d, err
 }
 

@@ -389,12 +389,17 @@ func (w *Worker) tailOrWait(ctx context.Context, d store.Delivery) (string, time
 	if w.Tail == nil || d.Kind != string(notify.DisableWarning) {
 		return "", 0
 	}
-	age := time.Since(d.CreatedAt)
-	if wait := TailWait(age, false, ""); wait > 0 {
+	// The event's age on the database's clock (both times are its), plus
+	// what has passed here since this check began: a mail sent late in
+	// its plan is taken as younger than it is, so it may wait longer,
+	// never too little.
+	claimed := time.Now()
+	age := func() time.Duration { return d.ClaimedAt.Sub(d.CreatedAt) + time.Since(claimed) }
+	if wait := TailWait(age(), false, ""); wait > 0 {
 		return "", wait
 	}
 	tail := w.tail(ctx, d)
-	return tail, TailWait(time.Since(d.CreatedAt), true, tail)
+	return tail, TailWait(age(), true, tail)
 }
 
 // tailTimeout bounds reading one output tail.
