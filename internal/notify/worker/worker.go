@@ -4,7 +4,9 @@
 // outside any transaction, record each attempt (delivered, retried after
 // notify.Backoff, or failed). Delivery is at least once: a worker that
 // dies mid-attempt leaves the lease to run out and another (on any
-// replica) attempts again, so receivers dedupe by the event id.
+// replica) attempts again, so receivers dedupe by the event id. Each
+// claim carries a lease token and only its holder may record, so a
+// worker that outlived its lease cannot overwrite the next one's result.
 package worker
 
 import (
