@@ -26,6 +26,7 @@ var released = []struct{ name, sha string }{
 	{"011_sweep_due_at.sql", "71f6da9c83aaff1c"},
 	{"012_runs_tenants_see.sql", "0e2da23240813ad6"},
 	{"013_notifications.sql", "32bb91a2509c5e31"},
+	{"014_notification_leases.sql", "4abbd07a8c7d68a4"},
 }
 
 func TestReleasedMigrationsNeverChange(t *testing.T) {

@@ -1,10 +1,13 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -172,28 +175,33 @@ func notifyOutcome(ctx context.Context, tx pgx.Tx, before CronJob, res OutcomeRe
 // Delivery is a claimed delivery with what its attempt needs.
 type Delivery struct {
 	ID        int64
-	Attempts  int // attempts before this one
+	Lease     int64 // the claim's token: RecordAttempt needs it
+	Attempts  int   // attempts before this one
 	State     string
 	EventID   int64
 	Kind      string
 	TenantID  string
 	CronJobID string
+	TargetID  string
 	RunKey    string
 	Payload   json.RawMessage
 	CreatedAt time.Time // the event's
+	// ClaimedAt is the database's clock at the claim: ClaimedAt -
+	// CreatedAt is the event's age on one clock, whatever the worker's.
+	ClaimedAt time.Time
 	Channel   string
 	URL       string
 	Secret    string
 	Address   string
 }
 
-const claimedColumns = `d.id, d.attempts, d.state, e.id, e.kind, e.tenant_id::text, e.cron_job_id::text, e.run_key, e.payload,
-	e.created_at, d.channel, t.url, t.secret, t.address`
+const claimedColumns = `d.id, d.lease, d.attempts, d.state, e.id, e.kind, e.tenant_id::text, e.cron_job_id::text, d.target_id::text,
+	e.run_key, e.payload, e.created_at, now(), d.channel, t.url, t.secret, t.address`
 
 func scanDelivery(row pgx.Row) (Delivery, error) {
 	var d Delivery
-	err := row.Scan(&d.ID, &d.Attempts, &d.State, &d.EventID, &d.Kind, &d.TenantID, &d.CronJobID, &d.RunKey, &d.Payload,
-		&d.CreatedAt, &d.Channel, &d.URL, &d.Secret, &d.Address)
+	err := row.Scan(&d.ID, &d.Lease, &d.Attempts, &d.State, &d.EventID, &d.Kind, &d.TenantID, &d.CronJobID, &d.TargetID,
+		&d.RunKey, &d.Payload, &d.CreatedAt, &d.ClaimedAt, &d.Channel, &d.URL, &d.Secret, &d.Address)
 	return d, err
 }
 
@@ -210,25 +218,74 @@ func collectDeliveries(rows pgx.Rows, what string) ([]Delivery, error) {
 	return out, wrap(rows.Err(), what)
 }
 
-// ClaimWebhookDeliveries leases up to limit due webhook deliveries for
-// lease: their next_attempt_at moves to the lease's end, so another
-// worker (another replica) takes them only if this one died mid-attempt.
-// SKIP LOCKED passes over rows being claimed; the locked row's condition
-// is re-checked, so a row claimed since our snapshot is passed over too.
-func (s *Store) ClaimWebhookDeliveries(ctx context.Context, limit int, lease time.Duration) ([]Delivery, error) {
+// WebhookClaim bounds one claim of webhook deliveries.
+type WebhookClaim struct {
+	Limit int           // deliveries claimed at most (the worker's free slots)
+	Lease time.Duration // how long other workers keep off them
+	// PerTarget and PerTenant cap the deliveries one target and one
+	// tenant may have in flight (leased, across all workers) after the
+	// claim: a slow receiver then holds at most PerTarget of the pool,
+	// never all of it. <= 0: no cap.
+	PerTarget, PerTenant int
+}
+
+// ClaimWebhookDeliveries leases up to c.Limit due webhook deliveries for
+// c.Lease: their next_attempt_at and leased_until move to the lease's
+// end and their lease token is incremented, so another worker (another
+// replica) takes them only if this one died mid-attempt, and then this
+// one can no longer record them. Due deliveries are ranked oldest first
+// per target and per tenant; one whose rank plus what its target (or
+// tenant) already has in flight passes the cap waits. SKIP LOCKED passes
+// over rows being claimed; the locked row's condition is re-checked, so a
+// row claimed since our snapshot is passed over too.
+func (s *Store) ClaimWebhookDeliveries(ctx context.Context, c WebhookClaim) ([]Delivery, error) {
+	if c.Limit <= 0 {
+		return nil, nil
+	}
+	perTarget, perTenant := capOrMax(c.PerTarget), capOrMax(c.PerTenant)
 	rows, err := s.pool.Query(ctx, `
-		WITH due AS (
+		WITH inflight AS (
+			SELECT target_id, tenant_id FROM notification_deliveries
+			WHERE state = 'pending' AND channel = 'webhook' AND leased_until > now()),
+		by_target AS (SELECT target_id, count(*) AS n FROM inflight GROUP BY target_id),
+		by_tenant AS (SELECT tenant_id, count(*) AS n FROM inflight GROUP BY tenant_id),
+		by_target_cap AS (
+			SELECT r.* FROM (
+				SELECT id, target_id, tenant_id, next_attempt_at,
+				       row_number() OVER (PARTITION BY target_id ORDER BY next_attempt_at, id) AS rt
+				FROM notification_deliveries
+				WHERE state = 'pending' AND channel = 'webhook' AND next_attempt_at <= now()) r
+			LEFT JOIN by_target bt ON bt.target_id = r.target_id
+			WHERE r.rt + coalesce(bt.n, 0) <= $3),
+		pick AS (
+			SELECT r.id FROM (
+				SELECT id, tenant_id, next_attempt_at,
+				       row_number() OVER (PARTITION BY tenant_id ORDER BY next_attempt_at, id) AS rn
+				FROM by_target_cap) r
+			LEFT JOIN by_tenant bn ON bn.tenant_id = r.tenant_id
+			WHERE r.rn + coalesce(bn.n, 0) <= $4
+			ORDER BY r.next_attempt_at, r.id LIMIT $1),
+		due AS (
 			SELECT id FROM notification_deliveries
-			WHERE state = 'pending' AND channel = 'webhook' AND next_attempt_at <= now()
-			ORDER BY next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED)
-		UPDATE notification_deliveries d SET next_attempt_at = now() + $2::interval, updated_at = now()
+			WHERE id IN (SELECT id FROM pick) AND state = 'pending' AND next_attempt_at <= now()
+			FOR UPDATE SKIP LOCKED)
+		UPDATE notification_deliveries d SET next_attempt_at = now() + $2::interval, leased_until = now() + $2::interval,
+		       lease = d.lease + 1, updated_at = now()
 		FROM due, notification_events e, notification_targets t
 		WHERE d.id = due.id AND e.id = d.event_id AND t.id = d.target_id
-		RETURNING `+claimedColumns, limit, lease)
+		RETURNING `+claimedColumns, c.Limit, c.Lease, perTarget, perTenant)
 	if err != nil {
 		return nil, fmt.Errorf("claim webhook deliveries: %w", err)
 	}
 	return collectDeliveries(rows, "claim webhook deliveries")
+}
+
+// capOrMax is a cap for SQL: <= 0 means none.
+func capOrMax(n int) int {
+	if n <= 0 {
+		return math.MaxInt32
+	}
+	return n
 }
 
 // Attempt is the result of one delivery attempt.
@@ -239,15 +296,60 @@ type Attempt struct {
 	Error   string
 }
 
-// RecordAttempt stores an attempt of a claimed delivery. A delivery whose
-// target was deleted meanwhile is gone; that is no error.
-func (s *Store) RecordAttempt(ctx context.Context, id int64, a Attempt) error {
-	_, err := s.pool.Exec(ctx, `
-		UPDATE notification_deliveries SET state = $2, attempts = attempts + 1,
-		       next_attempt_at = now() + $3::interval, last_status = $4, last_error = $5,
-		       delivered_at = CASE WHEN $2 = 'delivered' THEN now() END, updated_at = now()
-		WHERE id = $1 AND state IN ('pending', 'held')`, id, a.State, a.RetryIn, a.Status, notify.Truncate(a.Error))
-	return wrap(err, fmt.Sprintf("record delivery %d", id))
+// Recorded is what RecordAttempt changed.
+type Recorded struct {
+	// Applied is false when the claim no longer held the delivery (its
+	// lease ran out and another claim took it, or it was finished or
+	// deleted meanwhile): nothing was changed.
+	Applied bool
+	// TargetFailures is the target's consecutive failed attempts after
+	// this one (0 after a delivery), for the circuit breaker.
+	TargetFailures int
+}
+
+// RecordAttempt stores an attempt of a claimed delivery, only if the
+// claim (its lease token) still holds it, and counts the target's
+// consecutive failures. A delivery whose target was deleted meanwhile is
+// gone; that is no error.
+func (s *Store) RecordAttempt(ctx context.Context, id, lease int64, a Attempt) (Recorded, error) {
+	var r Recorded
+	err := s.pool.QueryRow(ctx, `
+		WITH d AS (
+			UPDATE notification_deliveries SET state = $3, attempts = attempts + 1,
+			       next_attempt_at = now() + $4::interval, leased_until = NULL, last_status = $5, last_error = $6,
+			       delivered_at = CASE WHEN $3 = 'delivered' THEN now() END, updated_at = now()
+			WHERE id = $1 AND lease = $2 AND state IN ('pending', 'held')
+			RETURNING target_id),
+		t AS (
+			UPDATE notification_targets t SET failures = CASE WHEN $3 = 'delivered' THEN 0 ELSE t.failures + 1 END
+			FROM d WHERE t.id = d.target_id
+			RETURNING t.failures)
+		SELECT EXISTS (SELECT 1 FROM d), coalesce((SELECT failures FROM t), 0)`,
+		id, lease, a.State, a.RetryIn, a.Status, notify.Truncate(a.Error)).Scan(&r.Applied, &r.TargetFailures)
+	return r, wrap(err, fmt.Sprintf("record delivery %d", id))
+}
+
+// DeferDelivery gives back a claimed delivery unattempted, due again in
+// in (a disable_warning waiting for its output to reach the log store):
+// no attempt is counted. Only the claim holding it may; false otherwise.
+func (s *Store) DeferDelivery(ctx context.Context, id, lease int64, in time.Duration) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE notification_deliveries SET next_attempt_at = now() + $3::interval,
+		leased_until = NULL, updated_at = now()
+		WHERE id = $1 AND lease = $2 AND state IN ('pending', 'held')`, id, lease, in)
+	if err != nil {
+		return false, fmt.Errorf("defer delivery %d: %w", id, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// PauseTarget pushes the target's other due-soon pending deliveries (not
+// those in flight) to now + pause: the circuit breaker opened, and there
+// is no point hitting a receiver that keeps failing.
+func (s *Store) PauseTarget(ctx context.Context, targetID string, pause time.Duration) error {
+	_, err := s.pool.Exec(ctx, `UPDATE notification_deliveries SET next_attempt_at = now() + $2::interval, updated_at = now()
+		WHERE target_id = $1 AND state = 'pending' AND next_attempt_at < now() + $2::interval
+		AND (leased_until IS NULL OR leased_until <= now())`, targetID, pause)
+	return wrap(err, "pause notification target")
 }
 
 // DueMailTenants lists tenants with e-mail deliveries due.
@@ -264,15 +366,36 @@ func (s *Store) DueMailTenants(ctx context.Context, limit int) ([]string, error)
 // bound.
 type MailPlanner func(now time.Time, w mail.Window, due []mail.Due) mail.Plan
 
+// MailClaim bounds what PlanTenantMail claims and how long it leases it.
+type MailClaim struct {
+	// Limit bounds the fresh (pending) deliveries claimed.
+	Limit int
+	// PerAddress bounds the held deliveries claimed per address: all of an
+	// address's held backlog goes into one digest, up to this many (more
+	// are counted, and the digest says "and N more").
+	PerAddress int
+	// Lease is how long the deliveries of a plan that sends mails are
+	// leased: long enough for all of them, one after the other.
+	Lease func(mails int) time.Duration
+}
+
+// MailBatch is a tenant's planned e-mail.
+type MailBatch struct {
+	Plan    mail.Plan
+	Claimed []Delivery     // with the lease tokens of the sends
+	More    map[string]int // address -> held deliveries beyond PerAddress, left for a later digest
+}
+
 // PlanTenantMail plans a tenant's due e-mails in one short transaction:
 // it locks the tenant's rate window (so replicas plan a tenant one at a
-// time), claims the due deliveries (SKIP LOCKED), asks plan, leases what
-// it will send (Send and Digests) for lease, marks Hold held until
-// HoldUntil and stores the window. The caller sends outside it and
-// records each attempt.
-func (s *Store) PlanTenantMail(ctx context.Context, tenantID string, limit int, lease time.Duration, plan MailPlanner) (mail.Plan, []Delivery, error) {
-	var p mail.Plan
-	var claimed []Delivery
+// time), claims the due deliveries (SKIP LOCKED: every held one of an
+// address up to c.PerAddress, and up to c.Limit fresh ones), asks plan,
+// leases what it will send (Send and Digests) for c.Lease(mails), marks
+// Hold held until HoldUntil and stores the window (its mails reserved:
+// the caller gives back those that fail, RefundMail). The caller sends
+// outside it and records each attempt with the leases in Claimed.
+func (s *Store) PlanTenantMail(ctx context.Context, tenantID string, c MailClaim, plan MailPlanner) (MailBatch, error) {
+	var out MailBatch
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var w mail.Window
 		var now time.Time
@@ -282,30 +405,98 @@ func (s *Store) PlanTenantMail(ctx context.Context, tenantID string, limit int, 
 			RETURNING start, sent, now()`, tenantID).Scan(&w.Start, &w.Sent, &now); err != nil {
 			return fmt.Errorf("lock mail window: %w", err)
 		}
-		rows, err := tx.Query(ctx, `
-			SELECT `+claimedColumns+` FROM notification_deliveries d
-			JOIN notification_events e ON e.id = d.event_id JOIN notification_targets t ON t.id = d.target_id
-			WHERE d.tenant_id = $1 AND d.channel = 'email' AND d.state IN ('pending', 'held') AND d.next_attempt_at <= now()
-			ORDER BY d.id LIMIT $2 FOR UPDATE OF d SKIP LOCKED`, tenantID, limit)
+		claimed, more, err := claimMail(ctx, tx, tenantID, c)
 		if err != nil {
-			return fmt.Errorf("claim mail: %w", err)
-		}
-		if claimed, err = collectDeliveries(rows, "claim mail"); err != nil {
 			return err
 		}
 		due := make([]mail.Due, len(claimed))
 		for i, d := range claimed {
 			due[i] = MailDue(d)
 		}
-		p = plan(now, w, due)
-		return applyMailPlan(ctx, tx, tenantID, p, lease)
+		p := plan(now, w, due)
+		leases, err := applyMailPlan(ctx, tx, tenantID, p, c.Lease(len(p.Send)+len(p.Digests)))
+		if err != nil {
+			return err
+		}
+		for i := range claimed {
+			if l, ok := leases[claimed[i].ID]; ok {
+				claimed[i].Lease = l
+			}
+		}
+		out = MailBatch{Plan: p, Claimed: claimed, More: more}
+		return nil
 	})
-	return p, claimed, err
+	return out, err
 }
 
-// applyMailPlan leases what a plan sends, holds what it holds and stores
-// the window.
-func applyMailPlan(ctx context.Context, tx pgx.Tx, tenantID string, p mail.Plan, lease time.Duration) error {
+// claimMail locks a tenant's due e-mail deliveries: every held one per
+// address up to c.PerAddress (counting those beyond), and up to c.Limit
+// pending ones; oldest first.
+func claimMail(ctx context.Context, tx pgx.Tx, tenantID string, c MailClaim) ([]Delivery, map[string]int, error) {
+	rows, err := tx.Query(ctx, `
+		SELECT `+claimedColumns+` FROM notification_deliveries d
+		JOIN notification_events e ON e.id = d.event_id JOIN notification_targets t ON t.id = d.target_id
+		WHERE d.id IN (
+			SELECT id FROM (
+				SELECT d.id, row_number() OVER (PARTITION BY t.address ORDER BY d.id) AS rn
+				FROM notification_deliveries d JOIN notification_targets t ON t.id = d.target_id
+				WHERE d.tenant_id = $1 AND d.channel = 'email' AND d.state = 'held' AND d.next_attempt_at <= now()) h
+			WHERE rn <= $2)
+		ORDER BY d.id FOR UPDATE OF d SKIP LOCKED`, tenantID, c.PerAddress)
+	if err != nil {
+		return nil, nil, fmt.Errorf("claim held mail: %w", err)
+	}
+	held, err := collectDeliveries(rows, "claim held mail")
+	if err != nil {
+		return nil, nil, err
+	}
+	rows, err = tx.Query(ctx, `
+		SELECT `+claimedColumns+` FROM notification_deliveries d
+		JOIN notification_events e ON e.id = d.event_id JOIN notification_targets t ON t.id = d.target_id
+		WHERE d.tenant_id = $1 AND d.channel = 'email' AND d.state = 'pending' AND d.next_attempt_at <= now()
+		ORDER BY d.id LIMIT $2 FOR UPDATE OF d SKIP LOCKED`, tenantID, c.Limit)
+	if err != nil {
+		return nil, nil, fmt.Errorf("claim mail: %w", err)
+	}
+	fresh, err := collectDeliveries(rows, "claim mail")
+	if err != nil {
+		return nil, nil, err
+	}
+	more, err := heldBeyond(ctx, tx, tenantID, c.PerAddress)
+	if err != nil {
+		return nil, nil, err
+	}
+	all := append(held, fresh...)
+	slices.SortFunc(all, func(a, b Delivery) int { return cmp.Compare(a.ID, b.ID) })
+	return all, more, nil
+}
+
+// heldBeyond counts, per address, the due held deliveries past the
+// first perAddress.
+func heldBeyond(ctx context.Context, tx pgx.Tx, tenantID string, perAddress int) (map[string]int, error) {
+	rows, err := tx.Query(ctx, `
+		SELECT t.address, count(*) - $2 FROM notification_deliveries d JOIN notification_targets t ON t.id = d.target_id
+		WHERE d.tenant_id = $1 AND d.channel = 'email' AND d.state = 'held' AND d.next_attempt_at <= now()
+		GROUP BY t.address HAVING count(*) > $2`, tenantID, perAddress)
+	if err != nil {
+		return nil, fmt.Errorf("count held mail: %w", err)
+	}
+	defer rows.Close()
+	more := map[string]int{}
+	for rows.Next() {
+		var addr string
+		var n int
+		if err := rows.Scan(&addr, &n); err != nil {
+			return nil, fmt.Errorf("count held mail: %w", err)
+		}
+		more[addr] = n
+	}
+	return more, wrap(rows.Err(), "count held mail")
+}
+
+// applyMailPlan leases what a plan sends (a new lease token each),
+// holds what it holds and stores the window; it returns the tokens.
+func applyMailPlan(ctx context.Context, tx pgx.Tx, tenantID string, p mail.Plan, lease time.Duration) (map[int64]int64, error) {
 	var send, hold []int64
 	for _, d := range p.Send {
 		send = append(send, d.DeliveryID)
@@ -318,17 +509,33 @@ func applyMailPlan(ctx context.Context, tx pgx.Tx, tenantID string, p mail.Plan,
 	for _, d := range p.Hold {
 		hold = append(hold, d.DeliveryID)
 	}
-	if _, err := tx.Exec(ctx, `UPDATE notification_deliveries SET next_attempt_at = now() + $2::interval, updated_at = now()
-		WHERE id = ANY($1)`, send, lease); err != nil {
-		return fmt.Errorf("lease mail: %w", err)
+	rows, err := tx.Query(ctx, `UPDATE notification_deliveries SET next_attempt_at = now() + $2::interval,
+		leased_until = now() + $2::interval, lease = lease + 1, updated_at = now()
+		WHERE id = ANY($1) RETURNING id, lease`, send, lease)
+	if err != nil {
+		return nil, fmt.Errorf("lease mail: %w", err)
+	}
+	leases := map[int64]int64{}
+	var id, l int64
+	if _, err := pgx.ForEachRow(rows, []any{&id, &l}, func() error { leases[id] = l; return nil }); err != nil {
+		return nil, fmt.Errorf("lease mail: %w", err)
 	}
 	if _, err := tx.Exec(ctx, `UPDATE notification_deliveries SET state = 'held', next_attempt_at = $2, updated_at = now()
 		WHERE id = ANY($1)`, hold, p.HoldUntil); err != nil {
-		return fmt.Errorf("hold mail: %w", err)
+		return nil, fmt.Errorf("hold mail: %w", err)
 	}
-	_, err := tx.Exec(ctx, `UPDATE notification_mail_windows SET start = $2, sent = $3 WHERE tenant_id = $1`,
+	_, err = tx.Exec(ctx, `UPDATE notification_mail_windows SET start = $2, sent = $3 WHERE tenant_id = $1`,
 		tenantID, p.Window.Start, p.Window.Sent)
-	return wrap(err, "store mail window")
+	return leases, wrap(err, "store mail window")
+}
+
+// RefundMail gives back one mail of a tenant's window that was reserved
+// by a plan but not sent (the relay failed): the budget counts mails
+// sent. A window that has rolled over since is left alone.
+func (s *Store) RefundMail(ctx context.Context, tenantID string, windowStart time.Time) error {
+	_, err := s.pool.Exec(ctx, `UPDATE notification_mail_windows SET sent = sent - 1
+		WHERE tenant_id = $1 AND start = $2 AND sent > 0`, tenantID, windowStart)
+	return wrap(err, "refund mail window")
 }
 
 // MailDue turns a claimed e-mail delivery into the mail package's input.

@@ -141,17 +141,19 @@ func TestDeliveryLifecycle(t *testing.T) {
 	s0 := time.Now().UTC().Truncate(time.Minute).Add(-time.Hour)
 	f.outcome(j, s0, wire.ResultExitCode)
 	f.outcome(j, s0.Add(time.Minute), wire.ResultExitCode)
-	ds, err := f.st.ClaimWebhookDeliveries(ctx, 10, time.Minute)
+	ds, err := f.st.ClaimWebhookDeliveries(ctx, store.WebhookClaim{Limit: 10, Lease: time.Minute})
 	must(t, err)
 	if len(ds) != 2 || ds[0].URL != tg.URL || ds[0].Secret != "s" || ds[0].Kind != "run_failed" {
 		t.Fatalf("claimed %+v", ds)
 	}
-	if again, err := f.st.ClaimWebhookDeliveries(ctx, 10, time.Minute); err != nil || len(again) != 0 {
+	if again, err := f.st.ClaimWebhookDeliveries(ctx, store.WebhookClaim{Limit: 10, Lease: time.Minute}); err != nil || len(again) != 0 {
 		t.Fatalf("second claim: %v %v", again, err)
 	}
 	status := 200
-	must(t, f.st.RecordAttempt(ctx, ds[0].ID, store.Attempt{State: notify.StateDelivered, Status: &status}))
-	must(t, f.st.RecordAttempt(ctx, ds[1].ID, store.Attempt{State: notify.StatePending, RetryIn: time.Hour, Error: "boom"}))
+	_, err = f.st.RecordAttempt(ctx, ds[0].ID, ds[0].Lease, store.Attempt{State: notify.StateDelivered, Status: &status})
+	must(t, err)
+	_, err = f.st.RecordAttempt(ctx, ds[1].ID, ds[1].Lease, store.Attempt{State: notify.StatePending, RetryIn: time.Hour, Error: "boom"})
+	must(t, err)
 	views, err := f.st.ListDeliveries(ctx, tg.ID, 0, 10)
 	must(t, err)
 	if len(views) != 2 || views[0].State != "pending" || views[0].Attempts != 1 || views[0].LastError != "boom" ||

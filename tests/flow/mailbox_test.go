@@ -57,8 +57,8 @@ type mailSession struct{ mb *mailbox }
 
 func (s *mailSession) Mail(string, *smtp.MailOptions) error { return nil }
 func (s *mailSession) Rcpt(string, *smtp.RcptOptions) error { return nil }
-func (s *mailSession) Reset()                                {}
-func (s *mailSession) Logout() error                         { return nil }
+func (s *mailSession) Reset()                               {}
+func (s *mailSession) Logout() error                        { return nil }
 
 func (s *mailSession) Data(r io.Reader) error {
 	data, err := io.ReadAll(r)

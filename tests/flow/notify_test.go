@@ -89,7 +89,9 @@ func TestNotifications(t *testing.T) {
 	waitStatus(t, id, "auto_disabled", 60*time.Second)
 
 	want := map[string]int{"run_failed": 3, "disable_warning": 1, "auto_disabled": 1}
-	deadline := time.Now().Add(60 * time.Second)
+	// The disable_warning waits for its output to reach Loki (15 s, at
+	// most once more until it is a minute old).
+	deadline := time.Now().Add(120 * time.Second)
 	for {
 		got, _ := rcv.snapshot()
 		if len(got) >= 5 || time.Now().After(deadline) {
@@ -110,9 +112,10 @@ func TestNotifications(t *testing.T) {
 		if e.Job != id {
 			t.Errorf("event of another job: %+v", e)
 		}
-		if e.Kind == "disable_warning" {
-			// Best effort: the journal may not have reached Loki yet.
-			t.Logf("disable_warning output tail: %q", e.Data.OutputTail)
+		if e.Kind == "disable_warning" && !strings.Contains(e.Data.OutputTail, "failing") {
+			// The worker waits for the node's shipper before reading the
+			// tail, so the run's own output must be in it.
+			t.Errorf("disable_warning output tail %q, want the run's output (failing)", e.Data.OutputTail)
 		}
 	}
 	if bad != 0 || len(got) != 5 || kinds["run_failed"] != 3 || kinds["disable_warning"] != 1 || kinds["auto_disabled"] != 1 {
@@ -136,7 +139,8 @@ func TestNotifications(t *testing.T) {
 // (a Message-ID is the event's, stable across retries), and no other.
 func checkMails(t *testing.T, rcpt, jobID string) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(120 * time.Second) // the disable_warning waits for its output tail
+
 	for len(mail.to(rcpt)) < 5 && time.Now().Before(deadline) {
 		time.Sleep(200 * time.Millisecond)
 	}

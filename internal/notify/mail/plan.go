@@ -30,6 +30,8 @@ type Plan struct {
 // starts afresh at now; held deliveries go out as one digest per address as soon as a window
 // with budget is open (each digest costs one mail); then fresh deliveries go out one by one
 // while budget remains; the rest are held until the window's end. limit <= 0 means no limit.
+// lost events are sent at once and cost nothing (Charged). The window's Sent
+// counts mails planned; the caller gives back those it fails to send.
 //
 // Held deliveries are still folded into digests when there is no limit (the
 // limit was lifted while they waited): a pile of held events is easier to
@@ -42,7 +44,10 @@ func PlanTenant(now time.Time, w Window, due []Due, limit int, period time.Durat
 	p := Plan{Digests: map[string][]Due{}}
 	budget := func() bool { return unlimited || w.Sent < limit }
 
-	held, order, fresh := splitHeld(due)
+	held, order, fresh, lost := splitHeld(due)
+	// lost is the platform's fault, not the tenant's jobs': it must not
+	// eat the budget the tenant's own failures need, nor wait for a window.
+	p.Send = append(p.Send, lost...)
 	for _, addr := range order {
 		if !budget() {
 			p.Hold = append(p.Hold, held[addr]...)
@@ -80,9 +85,13 @@ func currentWindow(now time.Time, w Window, period time.Duration) Window {
 // ones. The addresses come in the order of their oldest held delivery (due
 // is oldest first), so with little budget the longest-waiting address goes
 // first; a map's order would be random and could starve one address.
-func splitHeld(due []Due) (held map[string][]Due, order []string, fresh []Due) {
+func splitHeld(due []Due) (held map[string][]Due, order []string, fresh, lost []Due) {
 	held = map[string][]Due{}
 	for _, d := range due {
+		if !Charged(d) {
+			lost = append(lost, d)
+			continue
+		}
 		if !d.Held {
 			fresh = append(fresh, d)
 			continue
@@ -92,5 +101,10 @@ func splitHeld(due []Due) (held map[string][]Due, order []string, fresh []Due) {
 		}
 		held[d.To] = append(held[d.To], d)
 	}
-	return held, order, fresh
+	return held, order, fresh, lost
 }
+
+// Charged reports whether a delivery sent on its own costs the tenant's
+// budget: every kind but lost (a run the platform lost says nothing about
+// the tenant's jobs; it is always sent at once, never held).
+func Charged(d Due) bool { return d.Event.Kind != KindLost }

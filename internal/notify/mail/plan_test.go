@@ -15,6 +15,13 @@ func held(id int64, to string) Due {
 	return d
 }
 
+// lost builds a delivery of a lost event (the platform's fault).
+func lost(id int64, to string) Due {
+	d := fresh(id, to)
+	d.Event.Kind = KindLost
+	return d
+}
+
 func ids(ds []Due) []int64 {
 	out := []int64{}
 	for _, d := range ds {
@@ -138,6 +145,24 @@ func TestPlanTenant(t *testing.T) {
 			name: "a window starting after now (clock set back) starts afresh",
 			now:  t0, w: Window{Start: t0.Add(time.Hour), Sent: 3}, due: []Due{fresh(1, "A")}, limit: 3, period: hour,
 			wantSend: []int64{1}, wantWindow: Window{Start: t0, Sent: 1},
+		},
+		{
+			name: "lost at the limit: still sent, costs nothing",
+			now:  t0.Add(10 * time.Minute), w: Window{Start: t0, Sent: 3},
+			due: []Due{fresh(1, "A"), lost(2, "A")}, limit: 3, period: hour,
+			wantSend: []int64{2}, wantHold: []int64{1}, wantUntil: t0.Add(hour),
+			wantWindow: Window{Start: t0, Sent: 3},
+		},
+		{
+			name: "lost does not eat the budget fresh failures need",
+			now:  t0, due: []Due{lost(1, "A"), lost(2, "A"), fresh(3, "A")}, limit: 1, period: hour,
+			wantSend: []int64{1, 2, 3}, wantWindow: Window{Start: t0, Sent: 1},
+		},
+		{
+			name: "a lost delivery marked held earlier is sent, not digested",
+			now:  t0.Add(hour), w: Window{Start: t0, Sent: 3},
+			due: []Due{held(1, "A"), func() Due { d := lost(2, "A"); d.Held = true; return d }()}, limit: 3, period: hour,
+			wantSend: []int64{2}, wantDigests: map[string][]int64{"A": {1}}, wantWindow: Window{Start: t0.Add(hour), Sent: 1},
 		},
 		{
 			name: "every-minute failures: a day is bounded by the limit",

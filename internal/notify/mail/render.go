@@ -70,10 +70,18 @@ func Render(to string, e Event) Message {
 
 // RenderDigest is one mail that stands for several held events (the rate limit was hit).
 func RenderDigest(to, tenantID string, events []Event) Message {
+	return RenderDigestMore(to, tenantID, events, 0)
+}
+
+// RenderDigestMore is RenderDigest when more held events than events
+// exist (a digest covers a bounded number): the digest counts and says
+// "and N more" for them; they come in a later digest.
+func RenderDigestMore(to, tenantID string, events []Event, more int) Message {
+	total := len(events) + max(more, 0)
 	return Message{
 		To:      to,
-		Subject: fmt.Sprintf("[hostcron] %d notifications held for %s", len(events), oneLine(tenantID, subjectNameMax)),
-		Body:    digestBody(tenantID, events),
+		Subject: fmt.Sprintf("[hostcron] %d notifications held for %s", total, oneLine(tenantID, subjectNameMax)),
+		Body:    digestBody(tenantID, events, max(more, 0)),
 		ID:      digestID(events),
 	}
 }
@@ -192,17 +200,19 @@ func lastBytes(s string, n int) string {
 
 // digestBody lists the held events one line each, oldest first; output
 // tails are left out to keep a digest of a whole day's failures readable.
-func digestBody(tenantID string, events []Event) string {
+func digestBody(tenantID string, events []Event, more int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "The notification limit for account %s was reached, so %d notifications\n"+
 		"were held and are summarised here. Each job's run history has the details.\n\n",
-		oneLine(tenantID, fieldMax), len(events))
+		oneLine(tenantID, fieldMax), len(events)+more)
 	for i, e := range events {
 		if i == digestListMax {
-			fmt.Fprintf(&b, "... and %d more\n", len(events)-digestListMax)
 			break
 		}
 		b.WriteString(digestLine(e))
+	}
+	if n := len(events) - min(len(events), digestListMax) + more; n > 0 {
+		fmt.Fprintf(&b, "... and %d more\n", n)
 	}
 	b.WriteString(footer)
 	return b.String()
@@ -220,7 +230,24 @@ func digestLine(e Event) string {
 	if e.FailureReason != "" {
 		line += "  reason=" + oneLine(e.FailureReason, 200)
 	}
+	if t := lastLine(e.OutputTail, digestTailMax); t != "" {
+		line += "  output=" + oneLine(t, digestTailMax)
+	}
 	return line + "\n"
+}
+
+// digestTailMax bounds the output a digest line carries (runes): the
+// last line of a disable_warning's tail is usually the error.
+const digestTailMax = 120
+
+// lastLine is the last non-blank line of s, its last max runes.
+func lastLine(s string, max int) string {
+	lines := strings.Split(strings.TrimRight(s, "\r\n\t "), "\n")
+	r := []rune(strings.TrimSpace(lines[len(lines)-1]))
+	if len(r) > max {
+		r = r[len(r)-max:]
+	}
+	return string(r)
 }
 
 // digestID is derived from the set of event ids, so a digest retried with

@@ -24,6 +24,7 @@ import (
 type fixture struct {
 	t      *testing.T
 	st     *store.Store
+	dsn    string // for a second store handle (another replica)
 	node   store.Node
 	tenant string
 	job    store.CronJob
@@ -40,7 +41,8 @@ func must(t *testing.T, err error) {
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	ctx := context.Background()
-	st := pgtest.New(t)
+	db := pgtest.NewDB(t)
+	st := db.Store
 	sh, err := st.CreateShard(ctx, "web-1", "/srv/shared/www")
 	must(t, err)
 	node, _, err := st.CreateNode(ctx, sh.ID, "node1")
@@ -52,7 +54,7 @@ func newFixture(t *testing.T) *fixture {
 	j, _, err := st.CreateJob(ctx, tn.ID, store.JobFields{Name: "backup", WebrootID: wr.ID, Schedule: "* * * * *", Timezone: "UTC",
 		Command: "false", Enabled: true, TimeoutSeconds: 60, MaxMemoryMB: 64, MaxFailures: 3}, nil)
 	must(t, err)
-	return &fixture{t: t, st: st, node: node, tenant: tn.ID, job: j, slot: time.Now().UTC().Truncate(time.Minute).Add(-time.Hour)}
+	return &fixture{t: t, st: st, dsn: db.DSN, node: node, tenant: tn.ID, job: j, slot: time.Now().UTC().Truncate(time.Minute).Add(-time.Hour)}
 }
 
 // fail records one more failure of the job.
@@ -77,6 +79,13 @@ func (f *fixture) deliveries(tg string) []store.DeliveryView {
 	ds, err := f.st.ListDeliveries(context.Background(), tg, 0, 100)
 	must(f.t, err)
 	return ds
+}
+
+// age makes every event older by d (created_at moves back).
+func (f *fixture) age(d time.Duration) {
+	f.t.Helper()
+	_, err := f.st.Pool().Exec(context.Background(), `UPDATE notification_events SET created_at = created_at - $1::interval`, d)
+	must(f.t, err)
 }
 
 // due makes every delivery due now (instead of waiting out a backoff).
@@ -331,6 +340,7 @@ func TestDisableWarningCarriesTheOutputTail(t *testing.T) {
 	must(t, err)
 	f.fail()
 	f.fail()
+	f.age(time.Minute) // the output has had time to reach the log store
 	w := newWorker(f, true)
 	w.Tail = fakeTail("Fatal error: out of coffee")
 	w.Pass(context.Background())

@@ -1,0 +1,60 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/hostcron/hostcron/internal/store"
+)
+
+// With a log store to read, a disable_warning is not attempted before its
+// output can have arrived (TailSettle); an empty tail while it is young
+// reschedules it once (TailPatience); then it goes out without one. No
+// attempt is counted for the waits. Other kinds go at once.
+func TestDisableWarningWaitsForOutput(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	rcv := &receiver{}
+	srv := httptest.NewServer(rcv)
+	defer srv.Close()
+	tg, err := f.st.CreateTarget(ctx, store.NotificationTarget{TenantID: f.tenant, Kind: "webhook",
+		URL: srv.URL, Secret: "topsecret", Events: []string{"disable_warning"}})
+	must(t, err)
+	f.fail()
+	f.fail() // the second of max 3: disable_warning
+	w := newWorker(f, true)
+	w.Tail = fakeTail("")
+	wantWaiting := func(step string, minWait time.Duration) {
+		t.Helper()
+		ds := f.deliveries(tg.ID)
+		if rcv.count() != 0 || len(ds) != 1 || ds[0].State != "pending" || ds[0].Attempts != 0 ||
+			time.Until(*ds[0].NextAttemptAt) < minWait {
+			t.Fatalf("%s: %d sent, deliveries %+v, want one waiting at least %v", step, rcv.count(), ds, minWait)
+		}
+	}
+	w.Pass(ctx)
+	wantWaiting("fresh", 10*time.Second)
+	f.age(20 * time.Second)
+	f.due()
+	w.Pass(ctx)
+	wantWaiting("settled, tail empty", 30*time.Second)
+	f.age(45 * time.Second)
+	f.due()
+	w.Pass(ctx)
+	if rcv.count() != 1 {
+		t.Fatalf("a minute old with no tail: %d sent, want it sent without", rcv.count())
+	}
+	var body struct {
+		Data map[string]any `json:"data"`
+	}
+	must(t, json.Unmarshal(rcv.bodies[0], &body))
+	if _, ok := body.Data["output_tail"]; ok {
+		t.Errorf("an empty tail was sent: %s", rcv.bodies[0])
+	}
+	if ds := f.deliveries(tg.ID); ds[0].State != "delivered" || ds[0].Attempts != 1 {
+		t.Errorf("after: %+v", ds[0])
+	}
+}
