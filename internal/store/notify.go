@@ -354,8 +354,12 @@ func (s *Store) PauseTarget(ctx context.Context, targetID string, pause time.Dur
 
 // DueMailTenants lists tenants with e-mail deliveries due.
 func (s *Store) DueMailTenants(ctx context.Context, limit int) ([]string, error) {
-	rows, err := s.pool.Query(ctx, `SELECT DISTINCT tenant_id::text FROM notification_deliveries
-		WHERE channel = 'email' AND state IN ('pending', 'held') AND next_attempt_at <= now() LIMIT $1`, limit)
+	// The tenants whose mail has waited longest come first: with more
+	// tenants due than one pass plans, an arbitrary pick could pass over
+	// the same tenant's mail pass after pass.
+	rows, err := s.pool.Query(ctx, `SELECT tenant_id::text FROM notification_deliveries
+		WHERE channel = 'email' AND state IN ('pending', 'held') AND next_attempt_at <= now()
+		GROUP BY tenant_id ORDER BY min(next_attempt_at) LIMIT $1`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("due mail tenants: %w", err)
 	}
@@ -520,7 +524,10 @@ func applyMailPlan(ctx context.Context, tx pgx.Tx, tenantID string, p mail.Plan,
 	if _, err := pgx.ForEachRow(rows, []any{&id, &l}, func() error { leases[id] = l; return nil }); err != nil {
 		return nil, fmt.Errorf("lease mail: %w", err)
 	}
-	if _, err := tx.Exec(ctx, `UPDATE notification_deliveries SET state = 'held', next_attempt_at = $2, updated_at = now()
+	// Holding is a claim too: the new token stops a worker whose lease on
+	// these rows ran out from recording over the hold.
+	if _, err := tx.Exec(ctx, `UPDATE notification_deliveries SET state = 'held', next_attempt_at = $2, lease = lease + 1,
+		       leased_until = NULL, updated_at = now()
 		WHERE id = ANY($1)`, hold, p.HoldUntil); err != nil {
 		return nil, fmt.Errorf("hold mail: %w", err)
 	}

@@ -30,8 +30,11 @@ type Plan struct {
 // starts afresh at now; held deliveries go out as one digest per address as soon as a window
 // with budget is open (each digest costs one mail); then fresh deliveries go out one by one
 // while budget remains; the rest are held until the window's end. limit <= 0 means no limit.
-// lost events are sent at once and cost nothing (Charged). The window's Sent
-// counts mails planned; the caller gives back those it fails to send.
+// A lost event is never a mail of its own: it is held to the window's end
+// and goes out in the address's digest, so a platform outage that loses
+// thousands of runs costs a tenant's inbox one digest per window, and its
+// budget at most that one mail. The window's Sent counts mails planned;
+// the caller gives back those it fails to send.
 //
 // Held deliveries are still folded into digests when there is no limit (the
 // limit was lifted while they waited): a pile of held events is easier to
@@ -45,9 +48,7 @@ func PlanTenant(now time.Time, w Window, due []Due, limit int, period time.Durat
 	budget := func() bool { return unlimited || w.Sent < limit }
 
 	held, order, fresh, lost := splitHeld(due)
-	// lost is the platform's fault, not the tenant's jobs': it must not
-	// eat the budget the tenant's own failures need, nor wait for a window.
-	p.Send = append(p.Send, lost...)
+	p.Hold = append(p.Hold, lost...)
 	for _, addr := range order {
 		if !budget() {
 			p.Hold = append(p.Hold, held[addr]...)
@@ -82,13 +83,13 @@ func currentWindow(now time.Time, w Window, period time.Duration) Window {
 }
 
 // splitHeld separates held deliveries, grouped per address, from fresh
-// ones. The addresses come in the order of their oldest held delivery (due
+// ones, and fresh lost ones (held, never sent alone) from the rest. The addresses come in the order of their oldest held delivery (due
 // is oldest first), so with little budget the longest-waiting address goes
 // first; a map's order would be random and could starve one address.
 func splitHeld(due []Due) (held map[string][]Due, order []string, fresh, lost []Due) {
 	held = map[string][]Due{}
 	for _, d := range due {
-		if !Charged(d) {
+		if !d.Held && d.Event.Kind == KindLost {
 			lost = append(lost, d)
 			continue
 		}
@@ -103,8 +104,3 @@ func splitHeld(due []Due) (held map[string][]Due, order []string, fresh, lost []
 	}
 	return held, order, fresh, lost
 }
-
-// Charged reports whether a delivery sent on its own costs the tenant's
-// budget: every kind but lost (a run the platform lost says nothing about
-// the tenant's jobs; it is always sent at once, never held).
-func Charged(d Due) bool { return d.Event.Kind != KindLost }

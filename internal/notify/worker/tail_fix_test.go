@@ -58,3 +58,34 @@ func TestDisableWarningWaitsForOutput(t *testing.T) {
 		t.Errorf("after: %+v", ds[0])
 	}
 }
+
+// panicTail is a log store whose reader panics.
+type panicTail struct{}
+
+func (panicTail) OutputTail(context.Context, store.Delivery) (string, error) { panic("tail reader bug") }
+
+// TestDeliveryPanicFailsTheDeliveryNotTheCore: a panic while delivering
+// one event (here in the tail reader) neither ends the process nor leaves
+// the row to panic on the next replica once its lease runs out: the
+// delivery fails for good, and the tenant reads only that it failed
+// internally.
+func TestDeliveryPanicFailsTheDeliveryNotTheCore(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	rcv := &receiver{}
+	srv := httptest.NewServer(rcv)
+	defer srv.Close()
+	tg, err := f.st.CreateTarget(ctx, store.NotificationTarget{TenantID: f.tenant, Kind: "webhook",
+		URL: srv.URL, Secret: "topsecret", Events: []string{"disable_warning"}})
+	must(t, err)
+	f.fail()
+	f.fail() // disable_warning
+	f.age(90 * time.Second)
+	w := newWorker(f, true)
+	w.Tail = panicTail{}
+	w.Pass(ctx)
+	ds := f.deliveries(tg.ID)
+	if rcv.count() != 0 || len(ds) != 1 || ds[0].State != "failed" || ds[0].LastError != "internal error while delivering" {
+		t.Fatalf("after a panic: %d sent, deliveries %+v, want one failed with an internal error", rcv.count(), ds)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -214,10 +215,24 @@ func (w *Worker) dispatchWebhooks(ctx context.Context, wg *sync.WaitGroup) error
 		go func() {
 			defer wg.Done()
 			defer func() { <-w.slots }()
+			defer w.survivePanic(ctx, d)
 			w.deliverWebhook(ctx, d)
 		}()
 	}
 	return nil
+}
+
+// survivePanic stops a panic in one delivery from ending the core: the
+// delivery fails for good (the tenant reads only that it failed
+// internally), since its lease running out would hand the same row to the
+// next replica, to panic there in turn.
+func (w *Worker) survivePanic(ctx context.Context, d store.Delivery) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	w.Log.Error("notifications: a delivery panicked", "delivery", d.ID, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+	w.record(ctx, d, "webhook", notify.Permanent, nil, errors.New("internal error while delivering"), "panic", notify.StatePending)
 }
 
 // deliverWebhook attempts one claimed webhook (or defers a
@@ -329,14 +344,14 @@ func (w *Worker) executeMailPlan(ctx context.Context, tenant string, b store.Mai
 		tail, wait := w.tailOrWait(ctx, d)
 		if wait > 0 {
 			w.deferDelivery(ctx, d, wait)
-			w.refund(ctx, tenant, b.Plan.Window, mail.Charged(due))
+			w.refund(ctx, tenant, b.Plan.Window, true)
 			continue
 		}
 		due.Event.OutputTail = tail
 		err := w.send(ctx, mail.Render(due.To, due.Event))
 		v, reason := mailVerdict(err)
 		w.record(ctx, d, "email", v, nil, err, reason, notify.StatePending)
-		w.refund(ctx, tenant, b.Plan.Window, err != nil && mail.Charged(due))
+		w.refund(ctx, tenant, b.Plan.Window, err != nil)
 	}
 	for to, dues := range b.Plan.Digests {
 		err := w.send(ctx, mail.RenderDigestMore(to, tenant, w.digestEvents(ctx, dues, byID), b.More[to]))
