@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hostcron/hostcron/internal/notify/mail"
 	"github.com/hostcron/hostcron/internal/notify/worker"
@@ -94,5 +95,47 @@ func TestMailBudgetChargesOnlySentAndNotLost(t *testing.T) {
 	}
 	if got := states(f.deliveries(tg.ID)); got["held"] != 3 {
 		t.Errorf("lost deliveries %v, want all 3 held for the window's digest", got)
+	}
+}
+
+// cancellingMailer takes the first mail, then cancels the worker's
+// context, as a SIGTERM arriving while the relay answered would.
+type cancellingMailer struct {
+	cancel context.CancelFunc
+	sent   int
+}
+
+func (m *cancellingMailer) Send(context.Context, mail.Message) error {
+	m.sent++
+	m.cancel()
+	return nil
+}
+
+// TestMailShutdownMidPlan: a plan cut short by shutdown records the mail
+// the relay took (so it is never sent again) and hands the rest back at
+// once, due and unattempted, with their budget: the plan's long lease must
+// not hold a tenant's mail through a rolling deploy.
+func TestMailShutdownMidPlan(t *testing.T) {
+	f := newFixture(t)
+	f.emailTarget("ops@acme.example")
+	for i := 0; i < 3; i++ {
+		f.fail()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &cancellingMailer{cancel: cancel}
+	w := &worker.Worker{Store: f.st, Mailer: m, MailLimit: 10, Rand: func() float64 { return 0 }}
+	w.Pass(ctx)
+	ds := f.deliveriesOf(t, "email")
+	got := states(ds)
+	if m.sent != 1 || got["delivered"] != 1 || got["pending"] != len(ds)-1 {
+		t.Fatalf("after shutdown mid-plan: %d sent, states %v, want 1 sent and recorded, the rest pending", m.sent, got)
+	}
+	for _, d := range ds {
+		if d.State == "pending" && (d.Attempts != 0 || d.NextAttemptAt == nil || time.Until(*d.NextAttemptAt) > time.Second) {
+			t.Errorf("delivery %+v: want handed back due now, unattempted", d)
+		}
+	}
+	if n := f.windowSent(); n != 1 {
+		t.Errorf("window charged %d mails, want only the one sent", n)
 	}
 }

@@ -333,7 +333,10 @@ func (w *Worker) mailPass(ctx context.Context) error {
 // executeMailPlan sends each e-mail of a plan and one digest per address,
 // recording every delivery it covers; held ones wait (the store marked
 // them). A digest that fails is retried as held, so it is a digest again.
-// A mail not sent gives its budget back.
+// A mail not sent gives its budget back. When ctx ends mid-plan (SIGTERM),
+// a mail the relay took is still recorded, and the rest are handed back
+// at once, with their budget: the plan's lease is long (a relay timeout
+// per mail), and a rolling deploy must not hold a tenant's mail for it.
 func (w *Worker) executeMailPlan(ctx context.Context, tenant string, b store.MailBatch) {
 	byID := make(map[int64]store.Delivery, len(b.Claimed))
 	for _, d := range b.Claimed {
@@ -341,6 +344,10 @@ func (w *Worker) executeMailPlan(ctx context.Context, tenant string, b store.Mai
 	}
 	for _, due := range b.Plan.Send {
 		d := byID[due.DeliveryID]
+		if ctx.Err() != nil {
+			w.handBack(ctx, tenant, b.Plan.Window, d)
+			continue
+		}
 		tail, wait := w.tailOrWait(ctx, d)
 		if wait > 0 {
 			w.deferDelivery(ctx, d, wait)
@@ -349,18 +356,61 @@ func (w *Worker) executeMailPlan(ctx context.Context, tenant string, b store.Mai
 		}
 		due.Event.OutputTail = tail
 		err := w.send(ctx, mail.Render(due.To, due.Event))
+		if err != nil && ctx.Err() != nil {
+			w.handBack(ctx, tenant, b.Plan.Window, d)
+			continue
+		}
+		sctx, cancel := settling(ctx)
 		v, reason := mailVerdict(err)
-		w.record(ctx, d, "email", v, nil, err, reason, notify.StatePending)
-		w.refund(ctx, tenant, b.Plan.Window, err != nil)
+		w.record(sctx, d, "email", v, nil, err, reason, notify.StatePending)
+		w.refund(sctx, tenant, b.Plan.Window, err != nil)
+		cancel()
 	}
 	for to, dues := range b.Plan.Digests {
-		err := w.send(ctx, mail.RenderDigestMore(to, tenant, w.digestEvents(ctx, dues, byID), b.More[to]))
-		v, reason := mailVerdict(err)
-		for _, due := range dues {
-			w.record(ctx, byID[due.DeliveryID], "email", v, nil, err, reason, notify.StateHeld)
+		covered := make([]store.Delivery, len(dues))
+		for i, due := range dues {
+			covered[i] = byID[due.DeliveryID]
 		}
-		w.refund(ctx, tenant, b.Plan.Window, err != nil)
+		if ctx.Err() != nil {
+			w.handBack(ctx, tenant, b.Plan.Window, covered...)
+			continue
+		}
+		err := w.send(ctx, mail.RenderDigestMore(to, tenant, w.digestEvents(ctx, dues, byID), b.More[to]))
+		if err != nil && ctx.Err() != nil {
+			w.handBack(ctx, tenant, b.Plan.Window, covered...)
+			continue
+		}
+		sctx, cancel := settling(ctx)
+		v, reason := mailVerdict(err)
+		for _, d := range covered {
+			w.record(sctx, d, "email", v, nil, err, reason, notify.StateHeld)
+		}
+		w.refund(sctx, tenant, b.Plan.Window, err != nil)
+		cancel()
 	}
+}
+
+// settleTimeout bounds the bookkeeping of one mail once it is decided.
+const settleTimeout = 5 * time.Second
+
+// settling is ctx for the bookkeeping of a mail already decided: it does
+// not end with ctx (bounded by settleTimeout instead), so a mail the relay
+// took is recorded even when shutdown begins that instant, and is never
+// sent again. If the database does not answer, the lease runs out and the
+// mail is retried: at least once, never lost.
+func settling(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+}
+
+// handBack returns one unsent mail's deliveries (one, or a digest's) to
+// the queue, due now and unattempted, and gives its budget back.
+func (w *Worker) handBack(ctx context.Context, tenant string, win mail.Window, ds ...store.Delivery) {
+	sctx, cancel := settling(ctx)
+	defer cancel()
+	for _, d := range ds {
+		w.deferDelivery(sctx, d, 0)
+	}
+	w.refund(sctx, tenant, win, true)
 }
 
 // digestEvents are a digest's events, disable_warnings with their output
