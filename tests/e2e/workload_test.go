@@ -192,9 +192,9 @@ while ($conn = stream_socket_accept($srv, -1)) { fwrite($conn, "db-hello\n"); if
 // resolution, TCP to a local database, PHARs as Composer and WP-CLI use
 // them) works under the rendered, hardened unit. The control runs the same
 // workload with MemoryDenyWriteExecute=yes added by a drop-in: the JIT
-// cannot map its code executable, the workload's JIT check fails, which is
-// why the unit leaves that directive out (and shows this test can fail):
-// PHP 8.2 crashes when the JIT's mprotect(PROT_EXEC) is refused.
+// cannot map its code executable (PHP reports the refused mprotect, then
+// crashes or runs on), which is why the unit leaves that directive out,
+// and shows the hardened run's "no refusal" check can fail.
 func TestPHPWorkloadUnderHardenedUnit(t *testing.T) {
 	const node = "node3"
 	startListener(t, node)
@@ -219,6 +219,9 @@ func TestPHPWorkloadUnderHardenedUnit(t *testing.T) {
 			t.Errorf("workload: no %q in the journal:\n%s", m, out)
 		}
 	}
+	if strings.Contains(out, "mprotect() failed") {
+		t.Errorf("workload: the JIT was refused an executable mapping under the hardened unit:\n%s", out)
+	}
 	t.Logf("workload journal:\n%s", out)
 
 	// Control: the same workload with MemoryDenyWriteExecute=yes.
@@ -230,13 +233,14 @@ func TestPHPWorkloadUnderHardenedUnit(t *testing.T) {
 	t.Cleanup(func() { c.Exec(node, nil, "sh", "-c", "rm -rf "+dropIn+" && systemctl daemon-reload") })
 	crun := runNowAndWait(t, node, control, 1, 90*time.Second)
 	cout := journal(t, node, control, phpFinished)
-	// PHP 8.2's JIT is refused its mprotect(PROT_EXEC) and the process
-	// crashes (seen: "mprotect() failed [1] Operation not permitted", then
-	// a segmentation fault); a PHP that fell back to no JIT would fail the
-	// workload's JIT check instead. Either way the run must not succeed.
-	if crun.Result == wire.ResultSuccess || strings.Contains(cout, "HOSTCRON-PHP-OK") ||
-		!(strings.Contains(cout, "mprotect() failed") || strings.Contains(cout, "FAIL JIT")) {
-		t.Errorf("control under MemoryDenyWriteExecute=yes: result %s, want the JIT refused and the run failed; journal:\n%s", crun.Result, cout)
+	// PHP 8.2's JIT is refused its mprotect(PROT_EXEC): PHP says so
+	// ("mprotect() failed [1] Operation not permitted") and then either
+	// crashes (a segmentation fault) or carries on (both seen on this
+	// host, run to run); a PHP that fell back to no JIT would fail the
+	// workload's JIT check instead. What the control proves is the
+	// refusal, which the hardened unit's run above never shows.
+	if !strings.Contains(cout, "mprotect() failed") && !(crun.Result != wire.ResultSuccess && strings.Contains(cout, "FAIL JIT")) {
+		t.Errorf("control under MemoryDenyWriteExecute=yes: result %s, want the JIT's executable mapping refused; journal:\n%s", crun.Result, cout)
 	}
 	t.Logf("control journal (MemoryDenyWriteExecute=yes):\n%s", cout)
 }
