@@ -34,6 +34,9 @@ type jobRequest struct {
 	TimeoutSeconds   *int    `json:"timeout_seconds"`
 	MaxMemoryMB      *int    `json:"max_memory_mb"`
 	MaxFailures      *int    `json:"max_failures"`
+	// Environment replaces the job's whole map when present ({} clears
+	// it); absent or null keeps it.
+	Environment *map[string]string `json:"environment"`
 }
 
 // jobResponse is a cron job with its next fire time.
@@ -101,6 +104,9 @@ func (r jobRequest) apply(base store.JobFields) (store.JobFields, error) {
 	if r.Enabled != nil {
 		spec.Enabled = *r.Enabled
 	}
+	if r.Environment != nil {
+		spec.Environment = *r.Environment
+	}
 	return spec, validateSpec(spec)
 }
 
@@ -125,6 +131,10 @@ func validateSpec(spec store.JobFields) error {
 	}
 	if err := jobspec.ValidateWorkingDirectory(spec.WorkingDirectory); err != nil {
 		return invalid("working_directory", "%v", err)
+	}
+	if err := jobspec.ValidateEnvironment(spec.Environment); err != nil {
+		// The message names the offending variable (EnvError), never its value.
+		return invalid("environment", "%v", err)
 	}
 	switch {
 	case spec.TimeoutSeconds < 1 || spec.TimeoutSeconds > 86400:
@@ -206,7 +216,7 @@ func idempotencyKey(c echo.Context, f store.JobFields) (*store.IdempotencyKey, e
 	if len(key) != 1 || len(key[0]) < 1 || len(key[0]) > 128 || !printableASCII(key[0]) {
 		return nil, invalid("Idempotency-Key", "want 1 to 128 printable ASCII characters")
 	}
-	body, err := json.Marshal(idempotencyFields{JobFields: f, Name: f.Name})
+	body, err := json.Marshal(idempotencyFields{JobFields: f, Name: f.Name, Environment: f.Environment})
 	if err != nil {
 		return nil, fmt.Errorf("idempotency key: %w", err)
 	}
@@ -215,11 +225,12 @@ func idempotencyKey(c echo.Context, f store.JobFields) (*store.IdempotencyKey, e
 }
 
 // idempotencyFields is what identifies a create: the job's fields, the
-// name only when given, so a retry across the upgrade that added names
-// hashes as its first request did.
+// name and environment only when given, so a retry across the upgrades
+// that added them hashes as its first request did.
 type idempotencyFields struct {
 	store.JobFields
-	Name string `json:"name,omitempty"` // shadows JobFields.Name
+	Name        string            `json:"name,omitempty"`        // shadows JobFields.Name
+	Environment map[string]string `json:"environment,omitempty"` // shadows JobFields.Environment
 }
 
 func printableASCII(s string) bool {

@@ -34,6 +34,9 @@ func Translate(j wire.Job, node Node) (units.Job, jobspec.Spec, error) {
 	if err := jobspec.ValidateWorkingDirectory(j.WorkingDirectory); err != nil {
 		return units.Job{}, jobspec.Spec{}, fmt.Errorf("job %s: working directory %w", j.ID, err)
 	}
+	if err := jobspec.ValidateEnvironment(j.Environment); err != nil {
+		return units.Job{}, jobspec.Spec{}, fmt.Errorf("job %s: environment %w", j.ID, err)
+	}
 	deny := make([]string, 0, len(node.DenyAddresses))
 	for _, a := range node.DenyAddresses {
 		canon, err := units.ParseDenyAddress(a)
@@ -57,6 +60,8 @@ func Translate(j wire.Job, node Node) (units.Job, jobspec.Spec, error) {
 		Command: j.Command, WorkingDirectory: j.WorkingDirectory, Webroot: j.Webroot, LockDir: j.LockDir(),
 		MemoryMaxMB: j.MemoryMaxMB,
 		NotBefore:   j.NotBefore, RandomizedDelaySec: u.RandomizedDelaySec,
+		// Only the spec (root's, 0600) carries the values; u never does.
+		Environment: j.Environment,
 	}
 	return u, spec, nil
 }

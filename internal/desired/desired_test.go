@@ -1,9 +1,11 @@
 package desired
 
 import (
+	"bytes"
 	"slices"
 	"testing"
 
+	"github.com/hostcron/hostcron/internal/units"
 	"github.com/hostcron/hostcron/internal/wire"
 )
 
@@ -29,5 +31,44 @@ func TestTranslateDenyAddresses(t *testing.T) {
 		if _, _, err := Translate(testJob(), Node{DenyAddresses: []string{bad}}); err == nil {
 			t.Errorf("deny address %q translated without error", bad)
 		}
+	}
+}
+
+// A job's environment may hold secrets: it goes into the spec (root's,
+// 0600, a credential of the service) and never into a unit file, whose
+// mode is 0644 and whose text systemctl cat shows anyone.
+func TestTranslateEnvironmentOnlyInSpec(t *testing.T) {
+	const sentinel = "s3cr3t-sentinel"
+	j := testJob()
+	j.Environment = map[string]string{"DB_PASSWORD": sentinel, "GREETING": "hello world"}
+	u, spec, err := Translate(j, Node{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := units.Render(u, units.Paths{RunnerPath: "/usr/lib/hostcron/cron-run", OutcomePath: "/usr/lib/hostcron/cron-outcome", SpecDir: "/var/lib/hostcron/jobs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, text := range map[string][]byte{"service": r.Service, "timer": r.Timer} {
+		if bytes.Contains(text, []byte(sentinel)) || bytes.Contains(text, []byte("DB_PASSWORD")) {
+			t.Errorf("the %s unit holds the job's environment:\n%s", name, text)
+		}
+	}
+	b, err := spec.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(b, []byte(sentinel)) {
+		t.Errorf("the spec lacks the environment:\n%s", b)
+	}
+}
+
+// A desired job with a refused variable (a core older or other than this
+// one) is not translated: no spec that sets LD_PRELOAD is ever written.
+func TestTranslateRefusesEnvironment(t *testing.T) {
+	j := testJob()
+	j.Environment = map[string]string{"LD_PRELOAD": "/tmp/x.so"}
+	if _, _, err := Translate(j, Node{}); err == nil {
+		t.Error("a job setting LD_PRELOAD translated without error")
 	}
 }

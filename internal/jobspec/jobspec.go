@@ -37,6 +37,11 @@ type Spec struct {
 	NotBefore time.Time `json:"not_before,omitempty"`
 	// CatchUp is what a late fire does; only CatchUpNone exists today.
 	CatchUp string `json:"catch_up,omitempty"`
+	// Environment are the job's variables for its command
+	// (ValidateEnvironment). They may be secrets: this file is root's,
+	// mode 0600, and the unit passes it in as a credential; the values are
+	// never in a unit file.
+	Environment map[string]string `json:"environment,omitempty"`
 }
 
 // CatchUpNone: a late fire does not run its slot (cron never catches up).

@@ -485,7 +485,11 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 	cmd.Dir = spec.Dir()
 	cmd.Stdin = nil // /dev/null: the command is on fd 3, never on stdin
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	cmd.Env = append(childEnv(), runEnv(spec, rec)...)
+	jobVars, dropped := jobEnv(spec.Environment)
+	for _, name := range dropped {
+		env.Log.Warn("job spec sets a variable the API refuses, not passing it to the command", "name", name, "run_key", rec.RunKey)
+	}
+	cmd.Env = commandEnv(os.Environ(), jobVars, runEnv(spec, rec))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // one group to signal and measure
 	started := env.Now().UTC()
 	rec.Kind, rec.StartedAt = KindRan, &started
@@ -586,16 +590,54 @@ func runEnv(spec jobspec.Spec, rec Record) []string {
 	}
 }
 
-// childEnv is the runner's environment without hostcron's plumbing, and
+// childEnv is the inherited environment without hostcron's plumbing, and
 // without any HOSTCRON_ variable it inherited: runEnv's are the only ones.
-func childEnv() []string {
+func childEnv(inherited []string) []string {
 	var out []string
-	for _, kv := range os.Environ() {
+	for _, kv := range inherited {
 		if strings.HasPrefix(kv, "CREDENTIALS_DIRECTORY=") || strings.HasPrefix(kv, "RUNTIME_DIRECTORY=") ||
 			strings.HasPrefix(kv, "HOSTCRON_") {
 			continue
 		}
 		out = append(out, kv)
+	}
+	return out
+}
+
+// jobEnv is the job's variables as NAME=value in name order, without those
+// the API refuses (dropped, by name): a spec written by an older or
+// compromised core must not inject LD_PRELOAD or a HOSTCRON_ variable.
+// Every check of jobspec.ValidateEnvironment on a single variable applies;
+// the size bounds do not (they protect the core's payloads, not the run).
+func jobEnv(vars map[string]string) (kept []string, dropped []string) {
+	for _, name := range jobspec.SortedEnvNames(vars) {
+		if err := jobspec.ValidateEnvironment(map[string]string{name: vars[name]}); err != nil {
+			dropped = append(dropped, name)
+			continue
+		}
+		kept = append(kept, name+"="+vars[name])
+	}
+	return kept, dropped
+}
+
+// commandEnv is the command's environment: the inherited one (childEnv),
+// then the job's variables, then the runner's HOSTCRON_ ones. A name set
+// twice keeps its last value (a job's PATH or HOME wins over the
+// inherited one; nothing wins over HOSTCRON_), and appears once, so no
+// program can read the other value.
+func commandEnv(inherited, job, run []string) []string {
+	all := append(append(childEnv(inherited), job...), run...)
+	last := map[string]int{}
+	for i, kv := range all {
+		name, _, _ := strings.Cut(kv, "=")
+		last[name] = i
+	}
+	out := make([]string, 0, len(last))
+	for i, kv := range all {
+		name, _, _ := strings.Cut(kv, "=")
+		if last[name] == i {
+			out = append(out, kv)
+		}
 	}
 	return out
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -78,6 +79,7 @@ func changedFields(before, after JobFields) []string {
 	add("timeout_seconds", before.TimeoutSeconds != after.TimeoutSeconds)
 	add("max_memory_mb", before.MaxMemoryMB != after.MaxMemoryMB)
 	add("max_failures", before.MaxFailures != after.MaxFailures)
+	add("environment", !maps.Equal(before.Environment, after.Environment))
 	return out
 }
 

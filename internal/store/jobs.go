@@ -62,6 +62,10 @@ type JobFields struct {
 	TimeoutSeconds   int    `json:"timeout_seconds"`
 	MaxMemoryMB      int    `json:"max_memory_mb"`
 	MaxFailures      int    `json:"max_failures"`
+	// Environment are the command's variables (jobspec.ValidateEnvironment),
+	// never nil once read ({} when none). Shown to the owning tenant only,
+	// as every field of its job is.
+	Environment map[string]string `json:"environment"`
 }
 
 var (
@@ -78,14 +82,17 @@ var (
 const jobColumns = `id, tenant_id, webroot_id, schedule, timezone, command, working_directory, enabled,
 	timeout_seconds, max_memory_mb, max_failures, consecutive_failures, status, status_message, version,
 	not_before, created_at, updated_at, name, disabled_reason, last_run_id, last_run_at, last_result,
-	last_failure_reason, last_success_at`
+	last_failure_reason, last_success_at, environment`
 
 func scanJob(row pgx.Row) (CronJob, error) {
 	var j CronJob
 	err := row.Scan(&j.ID, &j.TenantID, &j.WebrootID, &j.Schedule, &j.Timezone, &j.Command, &j.WorkingDirectory,
 		&j.Enabled, &j.TimeoutSeconds, &j.MaxMemoryMB, &j.MaxFailures, &j.ConsecutiveFailures, &j.Status,
 		&j.StatusMessage, &j.Version, &j.NotBefore, &j.CreatedAt, &j.UpdatedAt, &j.Name, &j.DisabledReason,
-		&j.lastRunID, &j.LastRunAt, &j.LastResult, &j.LastFailureReason, &j.LastSuccessAt)
+		&j.lastRunID, &j.LastRunAt, &j.LastResult, &j.LastFailureReason, &j.LastSuccessAt, &j.Environment)
+	if j.Environment == nil {
+		j.Environment = map[string]string{}
+	}
 	return j, err
 }
 
@@ -135,9 +142,9 @@ func (s *Store) CreateJob(ctx context.Context, tenantID string, f JobFields, ide
 		}
 		job, err = scanJob(tx.QueryRow(ctx, `
 			INSERT INTO cron_jobs (tenant_id, webroot_id, schedule, timezone, command, working_directory, enabled,
-			                       timeout_seconds, max_memory_mb, max_failures, name)
+			                       timeout_seconds, max_memory_mb, max_failures, name, environment)
 			SELECT w.tenant_id, w.id, @schedule, @timezone, @command, @working_directory, @enabled,
-			       @timeout_seconds, @max_memory_mb, @max_failures, @name
+			       @timeout_seconds, @max_memory_mb, @max_failures, @name, @environment
 			FROM webroots w WHERE w.id = @webroot_id AND w.tenant_id = @tenant_id
 			RETURNING `+jobColumns, fieldArgs(f, pgx.NamedArgs{"tenant_id": tenantID})))
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -235,6 +242,7 @@ func fieldArgs(f JobFields, extra pgx.NamedArgs) pgx.NamedArgs {
 		"webroot_id": f.WebrootID, "schedule": f.Schedule, "timezone": f.Timezone, "command": f.Command,
 		"working_directory": f.WorkingDirectory, "enabled": f.Enabled, "timeout_seconds": f.TimeoutSeconds,
 		"max_memory_mb": f.MaxMemoryMB, "max_failures": f.MaxFailures, "name": f.Name,
+		"environment": envOrEmpty(f.Environment),
 	}
 	for k, v := range extra {
 		args[k] = v
@@ -361,7 +369,7 @@ func (s *Store) transition(ctx context.Context, id string, ifVersion int64,
 			       command = @command, working_directory = @working_directory, enabled = @enabled,
 			       timeout_seconds = @timeout_seconds, max_memory_mb = @max_memory_mb, max_failures = @max_failures,
 			       consecutive_failures = @consecutive_failures, status = @status, status_message = @status_message,
-			       name = @name, disabled_reason = @disabled_reason,
+			       name = @name, disabled_reason = @disabled_reason, environment = @environment,
 			       not_before = CASE WHEN @rearm THEN now() ELSE not_before END,
 			       swept_until = CASE WHEN @rearm THEN NULL ELSE swept_until END,
 			       failures_after_run = CASE WHEN @reset_failures
@@ -652,4 +660,13 @@ func (s *Store) FinishDelete(ctx context.Context, id string) error {
 		return recordEvent(ctx, tx, job, ActorSystem, "deleted", nil)
 	})
 	return wrap(err, "finish delete")
+}
+
+// envOrEmpty is the environment as the NOT NULL column stores it: {} for
+// none (a nil map would encode as JSON null).
+func envOrEmpty(env map[string]string) map[string]string {
+	if env == nil {
+		return map[string]string{}
+	}
+	return env
 }

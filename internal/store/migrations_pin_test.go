@@ -27,6 +27,7 @@ var released = []struct{ name, sha string }{
 	{"012_runs_tenants_see.sql", "0e2da23240813ad6"},
 	{"013_notifications.sql", "32bb91a2509c5e31"},
 	{"014_notification_leases.sql", "4abbd07a8c7d68a4"},
+	{"015_job_environment.sql", "6ac4eb89ba75743e"},
 }
 
 func TestReleasedMigrationsNeverChange(t *testing.T) {

@@ -130,6 +130,9 @@ type Job struct {
 	WorkingDirectory string    `json:"working_directory"`
 	TimeoutSec       int       `json:"timeout_seconds"`
 	MemoryMaxMB      int       `json:"max_memory_mb"`
+	// Environment are the job's variables (jobspec.ValidateEnvironment);
+	// they may be secrets, and reach a node only in its job spec file.
+	Environment map[string]string `json:"environment,omitempty"`
 }
 
 // UnitName is cron-{tenant}-{id}.

@@ -556,9 +556,16 @@ func (c *Cluster) State(t testing.TB, node string) map[string]wire.UnitState {
 // use a seconds field) and returns it as the nodes must have it.
 func (c *Cluster) NewJob(t testing.TB, tenant, schedule, command string, timeout, memMB, maxFailures int) wire.Job {
 	t.Helper()
+	return c.NewJobWithEnv(t, tenant, schedule, command, nil, timeout, memMB, maxFailures)
+}
+
+// NewJobWithEnv is NewJob with an environment for the command, stored as
+// the API stores it, so the desired job carries it from the database.
+func (c *Cluster) NewJobWithEnv(t testing.TB, tenant, schedule, command string, env map[string]string, timeout, memMB, maxFailures int) wire.Job {
+	t.Helper()
 	j, _, err := c.Store.CreateJob(context.Background(), c.Tenants[tenant].ID, store.JobFields{
 		WebrootID: c.Webroots[tenant].ID, Schedule: schedule, Timezone: "UTC", Command: command,
-		Enabled: true, TimeoutSeconds: timeout, MaxMemoryMB: memMB, MaxFailures: maxFailures,
+		Enabled: true, TimeoutSeconds: timeout, MaxMemoryMB: memMB, MaxFailures: maxFailures, Environment: env,
 	}, nil)
 	if err != nil {
 		t.Fatal(err)
