@@ -1,6 +1,7 @@
 package jobspec
 
 import (
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"sort"
@@ -17,6 +18,11 @@ const (
 	// MaxEnvTotalBytes bounds the sum of len(name)+len(value)+2 (the
 	// "=" and the NUL of the process's environment block) over entries.
 	MaxEnvTotalBytes = 8192
+	// MaxEnvEncodedBytes bounds the map as JSON, the size it has in the
+	// shard's desired set: JSON escapes '<', '>', '&' and control bytes
+	// to six bytes each, so raw bytes alone would let a job take six
+	// times its share of Temporal's 2 MB (review).
+	MaxEnvEncodedBytes = 12288
 )
 
 var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
@@ -95,8 +101,9 @@ func (e *EnvError) Error() string {
 // ValidateEnvironment checks a job's variables: names of letters, digits
 // and '_' (not starting with a digit, at most 128), none refused
 // (RefusedEnvName); values valid UTF-8 without NUL (a NUL ends a variable
-// in the process's environment block), each at most MaxEnvValueBytes; at
-// most MaxEnvEntries, MaxEnvTotalBytes in all. Names are checked in
+// in the process's environment block) or other control characters but
+// tab and newline, each at most MaxEnvValueBytes; at most MaxEnvEntries,
+// MaxEnvTotalBytes in all and MaxEnvEncodedBytes as JSON. Names are checked in
 // sorted order so the error is the same for the same map.
 func ValidateEnvironment(env map[string]string) error {
 	if len(env) > MaxEnvEntries {
@@ -112,6 +119,9 @@ func ValidateEnvironment(env map[string]string) error {
 	if total > MaxEnvTotalBytes {
 		return &EnvError{Reason: fmt.Sprintf("is %d bytes (names, values and 2 per variable), at most %d allowed", total, MaxEnvTotalBytes)}
 	}
+	if b, err := json.Marshal(env); err != nil || len(b) > MaxEnvEncodedBytes {
+		return &EnvError{Reason: fmt.Sprintf("is %d bytes as JSON (special characters count six), at most %d allowed", len(b), MaxEnvEncodedBytes)}
+	}
 	return nil
 }
 
@@ -125,11 +135,17 @@ func validateEnvVar(name, value string) error {
 		return &EnvError{Name: name, Reason: "has a value that is not valid UTF-8"}
 	case strings.IndexByte(value, 0) >= 0:
 		return &EnvError{Name: name, Reason: "has a value with a NUL byte"}
+	case strings.IndexFunc(value, isControl) >= 0:
+		return &EnvError{Name: name, Reason: "has a value with a control character (only tab and newline are allowed)"}
 	case len(value) > MaxEnvValueBytes:
 		return &EnvError{Name: name, Reason: fmt.Sprintf("has a value of %d bytes, at most %d allowed", len(value), MaxEnvValueBytes)}
 	}
 	return nil
 }
+
+// isControl is a C0 control or DEL other than tab and newline: nothing a
+// value needs, and each costs six bytes in JSON.
+func isControl(r rune) bool { return (r < 0x20 && r != '\t' && r != '\n') || r == 0x7f }
 
 // SortedEnvNames are the map's names in order.
 func SortedEnvNames(env map[string]string) []string {

@@ -50,6 +50,13 @@ func TestValidateEnvironment(t *testing.T) {
 		{"too many", many, "", false},
 		{"too big", big, "", false},
 		{"first bad name in order", map[string]string{"Z-": "x", "A-": "x"}, "A-", false},
+		// Review: JSON writes '<', '>', '&' as six bytes each, so raw size
+		// alone let a job take six times its share of the desired set.
+		{"tab in value", map[string]string{"A": "a\tb"}, "", true},
+		{"control character", map[string]string{"A": "a\x01b"}, "A", false},
+		{"escape", map[string]string{"A": "\x1b[2J"}, "A", false},
+		{"DEL", map[string]string{"A": "a\x7f"}, "A", false},
+		{"within raw bounds, too big as JSON", map[string]string{"A": strings.Repeat("<", 4000), "B": strings.Repeat(">", 4000)}, "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := ValidateEnvironment(tc.env)

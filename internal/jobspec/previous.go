@@ -78,7 +78,17 @@ func KeepReplaced(path, unit string, next []byte, now time.Time) error {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return fmt.Errorf("keep replaced spec: %w", err)
 		}
-		if err := atomicfile.Write(filepath.Join(dir, KeptName(unit, old.Version)), b, 0o600); err != nil {
+		// The kept copy serves the outcome hook (which version, which
+		// schedule), never a run: without the job's environment, so its
+		// secrets leave the node with the job, not two days later.
+		kept := b
+		if len(old.Environment) > 0 {
+			old.Environment = nil
+			if kept, err = old.Marshal(); err != nil {
+				return fmt.Errorf("keep replaced spec: %w", err)
+			}
+		}
+		if err := atomicfile.Write(filepath.Join(dir, KeptName(unit, old.Version)), kept, 0o600); err != nil {
 			return fmt.Errorf("keep replaced spec: %w", err)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -112,5 +113,38 @@ func TestKeepReplaced(t *testing.T) {
 	}
 	if want := fmt.Sprint([]string{"cron-acme-j.v3.json", "cron-acme-k.v1.json"}); fmt.Sprint(names) != want {
 		t.Fatalf("kept %v, want %s (v2 older than %s)", names, want, KeepPrevious)
+	}
+}
+
+// TestKeepReplacedDropsEnvironment: the spec kept after a delete or a
+// schedule change serves the outcome hook only, so the job's environment
+// (its secrets) is not kept with it (review: they stayed on every node of
+// the shard for KeepPrevious after the job was gone).
+func TestKeepReplacedDropsEnvironment(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "cron-acme-j.json")
+	s := Spec{ID: "j", Version: 4, Schedule: "0 * * * *", Timezone: "UTC", Command: "true",
+		Environment: map[string]string{"DB_PASSWORD": "s3cr3t-sentinel"}}
+	b, err := s.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := KeepReplaced(path, "cron-acme-j", nil, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	kept, err := Kept(dir, "cron-acme-j")
+	if err != nil || len(kept) != 1 {
+		t.Fatalf("kept %v (%v), want the deleted job's spec", kept, err)
+	}
+	raw, err := os.ReadFile(kept[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Read(kept[0])
+	if err != nil || got.Version != 4 || got.Schedule != s.Schedule || len(got.Environment) != 0 || strings.Contains(string(raw), "s3cr3t-sentinel") {
+		t.Errorf("kept spec %+v (%v):\n%s\nwant version and schedule, no environment", got, err, raw)
 	}
 }
