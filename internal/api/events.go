@@ -4,6 +4,7 @@ import (
 	"math"
 	"net/http"
 
+	"github.com/hostcron/hostcron/internal/store"
 	"github.com/labstack/echo/v4"
 )
 
@@ -14,21 +15,34 @@ func (s *Server) listJobEvents(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	limit, err := intParam(c, "limit", 50, 1, 500)
+	limit, before, err := idPageParams(c)
 	if err != nil {
 		return err
 	}
-	before, err := intParam(c, "before", 0, 1, math.MaxInt)
+	events, err := s.store.ListJobEvents(c.Request().Context(), j.ID, before, limit)
 	if err != nil {
 		return err
 	}
-	events, err := s.store.ListJobEvents(c.Request().Context(), j.ID, int64(before), limit)
-	if err != nil {
-		return err
+	return c.JSON(http.StatusOK, idPage("events", events, limit, func(e store.JobEvent) int64 { return e.ID }))
+}
+
+// idPageParams are the limit (default 50, at most 500) and before (an
+// id; 0: from the newest) of a listing paged by descending id.
+func idPageParams(c echo.Context) (limit int, before int64, err error) {
+	if limit, err = intParam(c, "limit", 50, 1, 500); err != nil {
+		return 0, 0, err
 	}
-	out := map[string]any{"events": events}
-	if len(events) == limit {
-		out["next_before"] = events[len(events)-1].ID
+	b, err := intParam(c, "before", 0, 1, math.MaxInt)
+	return limit, int64(b), err
+}
+
+// idPage is the answer of a listing paged by descending id: the items
+// under key, and next_before, the id to page on from, unless the page was
+// not full (the end).
+func idPage[T any](key string, items []T, limit int, id func(T) int64) map[string]any {
+	out := map[string]any{key: items}
+	if len(items) == limit {
+		out["next_before"] = id(items[len(items)-1])
 	}
-	return c.JSON(http.StatusOK, out)
+	return out
 }

@@ -4,7 +4,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -207,21 +206,13 @@ func (s *Server) listDeliveries(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	limit, err := intParam(c, "limit", 50, 1, 500)
+	limit, before, err := idPageParams(c)
 	if err != nil {
 		return err
 	}
-	before, err := intParam(c, "before", 0, 1, math.MaxInt)
+	ds, err := s.store.ListDeliveries(c.Request().Context(), t.ID, before, limit)
 	if err != nil {
 		return err
 	}
-	ds, err := s.store.ListDeliveries(c.Request().Context(), t.ID, int64(before), limit)
-	if err != nil {
-		return err
-	}
-	out := map[string]any{"deliveries": ds}
-	if len(ds) == limit {
-		out["next_before"] = ds[len(ds)-1].ID
-	}
-	return c.JSON(http.StatusOK, out)
+	return c.JSON(http.StatusOK, idPage("deliveries", ds, limit, func(d store.DeliveryView) int64 { return d.ID }))
 }

@@ -206,20 +206,15 @@ func listPhrase(values []int, name func(int) string) string {
 		return fmt.Sprintf("%s, %s, %s, ..., %s", name(values[0]), name(values[1]), name(values[2]), name(values[len(values)-1]))
 	}
 	var parts []string
-	for i := 0; i < len(values); {
-		j := i
-		for j+1 < len(values) && values[j+1] == values[j]+1 {
-			j++
-		}
+	for _, r := range consecutiveRuns(values) {
 		switch {
-		case j-i >= 2:
-			parts = append(parts, name(values[i])+" through "+name(values[j]))
-		case j == i+1:
-			parts = append(parts, name(values[i]), name(values[j]))
+		case r[1]-r[0] >= 2:
+			parts = append(parts, name(r[0])+" through "+name(r[1]))
+		case r[1] == r[0]+1:
+			parts = append(parts, name(r[0]), name(r[1]))
 		default:
-			parts = append(parts, name(values[i]))
+			parts = append(parts, name(r[0]))
 		}
-		i = j + 1
 	}
 	return joinAnd(parts)
 }

@@ -50,20 +50,15 @@ func component(set uint64, f field, width int) string {
 	}
 	num := func(v int) string { return fmt.Sprintf("%0*d", width, v) }
 	var parts []string
-	for i := 0; i < len(values); {
-		j := i
-		for j+1 < len(values) && values[j+1] == values[j]+1 {
-			j++
-		}
+	for _, r := range consecutiveRuns(values) {
 		switch {
-		case j-i >= 2:
-			parts = append(parts, num(values[i])+".."+num(values[j]))
-		case j == i+1:
-			parts = append(parts, num(values[i]), num(values[j]))
+		case r[1]-r[0] >= 2:
+			parts = append(parts, num(r[0])+".."+num(r[1]))
+		case r[1] == r[0]+1:
+			parts = append(parts, num(r[0]), num(r[1]))
 		default:
-			parts = append(parts, num(values[i]))
+			parts = append(parts, num(r[0]))
 		}
-		i = j + 1
 	}
 	return strings.Join(parts, ",")
 }
@@ -108,4 +103,20 @@ func weekdays(set uint64) string {
 		i = j + 1
 	}
 	return strings.Join(parts, ",")
+}
+
+// consecutiveRuns splits ascending values into runs of consecutive
+// numbers, each as its first and last value: OnCalendar= writes a run of
+// three or more as a range, and so does the explanation.
+func consecutiveRuns(values []int) [][2]int {
+	var runs [][2]int
+	for i := 0; i < len(values); {
+		j := i
+		for j+1 < len(values) && values[j+1] == values[j]+1 {
+			j++
+		}
+		runs = append(runs, [2]int{values[i], values[j]})
+		i = j + 1
+	}
+	return runs
 }
