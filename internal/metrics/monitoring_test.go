@@ -33,6 +33,7 @@ func exported(t *testing.T) map[string]bool {
 	c.Requests.WithLabelValues("GET", "/healthz", "200")
 	c.Provisionings.WithLabelValues("active")
 	core.MustRegister(&OutboxCollector{Source: fakeOutbox{}})
+	NewNotify(core).Attempted("email", "run_failed", "retry", "smtp")
 	n := NewNode(node)
 	n.ApplyDuration.WithLabelValues("apply", "ok")
 	n.Steps.WithLabelValues("write")
