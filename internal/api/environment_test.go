@@ -82,6 +82,8 @@ func TestJobEnvironmentRefused(t *testing.T) {
 		{"NUL", `{"A":"a\u0000b"}`, "A"},
 		{"long value", `{"A":"` + strings.Repeat("x", 4097) + `"}`, "A"},
 		{"not strings", `{"A":1}`, ""},
+		{"null value", `{"A":null}`, "A"},
+		{"control character", `{"A":"a\u001bb"}`, "A"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, r := range []struct{ method, path, body string }{

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -36,7 +37,8 @@ type jobRequest struct {
 	MaxFailures      *int    `json:"max_failures"`
 	// Environment replaces the job's whole map when present ({} clears
 	// it); absent or null keeps it.
-	Environment *map[string]string `json:"environment"`
+	// A null value is refused, not read as "" (review).
+	Environment *map[string]*string `json:"environment"`
 }
 
 // jobResponse is a cron job with its next fire time.
@@ -105,9 +107,26 @@ func (r jobRequest) apply(base store.JobFields) (store.JobFields, error) {
 		spec.Enabled = *r.Enabled
 	}
 	if r.Environment != nil {
-		spec.Environment = *r.Environment
+		env, err := environment(*r.Environment)
+		if err != nil {
+			return spec, err
+		}
+		spec.Environment = env
 	}
 	return spec, validateSpec(spec)
+}
+
+// environment is a request's variables, refusing a null value: the
+// tenant meant something, and "" is not it.
+func environment(in map[string]*string) (map[string]string, error) {
+	out := make(map[string]string, len(in))
+	for _, name := range slices.Sorted(maps.Keys(in)) {
+		if in[name] == nil {
+			return nil, invalid("environment", "%q has a null value: give a string (\"\" for empty)", name)
+		}
+		out[name] = *in[name]
+	}
+	return out, nil
 }
 
 // MaxNameChars bounds a job's name.
