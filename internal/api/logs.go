@@ -3,9 +3,7 @@ package api
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -20,27 +18,6 @@ import (
 // LogQuerier runs LogQL queries (Loki's query_range).
 type LogQuerier interface {
 	QueryRange(ctx context.Context, query string, start, end time.Time, limit int) ([]logship.Line, error)
-}
-
-// cronLogQuery builds the LogQL for a tenant's cron logs. Every value is a
-// quoted string literal (LogQL uses Go's syntax), the tenant selector is
-// always present, and the job and line filters can only narrow: no
-// parameter can reach another tenant's streams. cron_job_id is structured
-// metadata, not a label, so it is a label filter after the selector.
-func cronLogQuery(tenantName, jobID, contains string) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, `{%s=%q, %s=`, wire.LabelLogType, wire.LogTypeCron, wire.LabelTenant)
-	b.WriteString(strconv.Quote(tenantName))
-	b.WriteString(`}`)
-	if jobID != "" {
-		b.WriteString(` | ` + wire.LabelCronJobID + `=`)
-		b.WriteString(strconv.Quote(jobID))
-	}
-	if contains != "" {
-		b.WriteString(` |= `)
-		b.WriteString(strconv.Quote(contains))
-	}
-	return b.String()
 }
 
 // maxLogWindow bounds how far back one query may look.
@@ -87,7 +64,7 @@ func (s *Server) tenantLogs(c echo.Context) error {
 	if s.cfg.Logs == nil {
 		return &apiError{http.StatusServiceUnavailable, ProblemDetail{Code: "unavailable", Message: "no log store configured"}}
 	}
-	lines, err := s.cfg.Logs.QueryRange(c.Request().Context(), cronLogQuery(tenant.Name, jobID, contains), start, now, limit)
+	lines, err := s.cfg.Logs.QueryRange(c.Request().Context(), logship.CronLogQuery(tenant.Name, jobID, contains), start, now, limit)
 	if err != nil {
 		s.log.Error("log query failed", "tenant", tenant.Name, "err", err)
 		return &apiError{http.StatusBadGateway, ProblemDetail{Code: "log_store", Message: "the log store did not answer"}}

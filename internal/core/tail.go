@@ -5,13 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/hostcron/hostcron/internal/logship"
 	"github.com/hostcron/hostcron/internal/notify"
 	"github.com/hostcron/hostcron/internal/store"
-	"github.com/hostcron/hostcron/internal/wire"
 )
 
 // lokiTail reads a run's output tail from the log store, for the
@@ -25,7 +23,7 @@ type lokiTail struct {
 const tailLines = 50
 
 // OutputTail queries the job's cron log lines during the run (the
-// tenant selector always present, as the tenant logs API's query) and
+// tenant logs API's query: the tenant selector always present) and
 // keeps the last notify.MaxTailBytes.
 func (l lokiTail) OutputTail(ctx context.Context, d store.Delivery) (string, error) {
 	var p struct {
@@ -42,9 +40,7 @@ func (l lokiTail) OutputTail(ctx context.Context, d store.Delivery) (string, err
 	if err != nil {
 		return "", fmt.Errorf("output tail: %w", err)
 	}
-	q := fmt.Sprintf(`{%s=%q, %s=%s} | %s=%s`, wire.LabelLogType, wire.LogTypeCron, wire.LabelTenant,
-		strconv.Quote(tenant.Name), wire.LabelCronJobID, strconv.Quote(d.CronJobID))
-	lines, err := l.logs.QueryRange(ctx, q, start, end, tailLines)
+	lines, err := l.logs.QueryRange(ctx, logship.CronLogQuery(tenant.Name, d.CronJobID, ""), start, end, tailLines)
 	if err != nil {
 		return "", fmt.Errorf("output tail: %w", err)
 	}

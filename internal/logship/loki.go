@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hostcron/hostcron/internal/wire"
@@ -159,4 +160,25 @@ func (c *Client) QueryRange(ctx context.Context, query string, start, end time.T
 		out = out[:limit]
 	}
 	return out, nil
+}
+
+// CronLogQuery builds the LogQL for a tenant's cron logs. Every value is a
+// quoted string literal (LogQL uses Go's syntax), the tenant selector is
+// always present, and the job and line filters can only narrow: no
+// parameter can reach another tenant's streams. cron_job_id is structured
+// metadata, not a label, so it is a label filter after the selector.
+func CronLogQuery(tenantName, jobID, contains string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `{%s=%q, %s=`, wire.LabelLogType, wire.LogTypeCron, wire.LabelTenant)
+	b.WriteString(strconv.Quote(tenantName))
+	b.WriteString(`}`)
+	if jobID != "" {
+		b.WriteString(` | ` + wire.LabelCronJobID + `=`)
+		b.WriteString(strconv.Quote(jobID))
+	}
+	if contains != "" {
+		b.WriteString(` |= `)
+		b.WriteString(strconv.Quote(contains))
+	}
+	return b.String()
 }
