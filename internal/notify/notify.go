@@ -8,7 +8,6 @@
 package notify
 
 import (
-	"fmt"
 	"math"
 	"net/http"
 	"slices"
@@ -155,17 +154,20 @@ const (
 	StateFailed    = "failed"
 )
 
-// errorf keeps last_error short: it is shown through the API.
-func errorf(format string, args ...any) string {
-	s := fmt.Sprintf(format, args...)
-	if len(s) > 500 {
-		s = s[:500]
-	}
-	return s
-}
+// maxErrorBytes bounds a delivery's last_error: it is shown through the
+// API.
+const maxErrorBytes = 500
 
-// Truncate bounds an error text stored as a delivery's last_error.
-func Truncate(s string) string { return errorf("%s", s) }
+// Truncate makes an error text a delivery's last_error: at most
+// maxErrorBytes, and valid UTF-8 (PostgreSQL refuses text that is not, and
+// a receiver's status line or a cut inside a character would make the
+// attempt unrecordable).
+func Truncate(s string) string {
+	if len(s) > maxErrorBytes {
+		s = s[:maxErrorBytes]
+	}
+	return strings.ToValidUTF8(s, "")
+}
 
 // MaxTailBytes bounds the output tail a disable_warning carries.
 const MaxTailBytes = 4 << 10

@@ -3,8 +3,10 @@ package notify
 import (
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hostcron/hostcron/internal/wire"
 )
@@ -212,6 +214,22 @@ func TestTail(t *testing.T) {
 	for _, c := range cases {
 		if got := Tail(c.lines, c.max); got != c.want {
 			t.Errorf("Tail(%q, %d) = %q, want %q", c.lines, c.max, got, c.want)
+		}
+	}
+}
+
+// TestTruncate: last_error is bounded and always valid UTF-8, whether
+// the cut falls inside a character or the text came with invalid bytes.
+func TestTruncate(t *testing.T) {
+	for _, in := range []string{
+		"short",
+		"x" + strings.Repeat("é", 300),
+		"receiver answered 500 \xff\xfe broken",
+		strings.Repeat("a", 1000),
+	} {
+		got := Truncate(in)
+		if len(got) > maxErrorBytes || !utf8.ValidString(got) || !strings.HasPrefix(in, got[:min(len(got), 5)]) {
+			t.Errorf("Truncate(%.20q…) = %d bytes, valid %v", in, len(got), utf8.ValidString(got))
 		}
 	}
 }
