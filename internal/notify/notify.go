@@ -1,6 +1,6 @@
 // Package notify holds the pure decisions of tenant notifications: which
-// events a recorded run emits (EventsFor), which targets get them
-// (Matches), when a failed delivery is tried again (Backoff, Classify),
+// events a recorded run emits (EventsFor), when a failed delivery is tried
+// again (Backoff, Classify),
 // how a webhook body is signed (Sign, Verify) and which addresses and URLs
 // a webhook may reach (CheckURL, AllowedIP). It imports neither the store
 // nor the network: the store calls EventsFor inside the transaction that
@@ -71,21 +71,6 @@ func EventsFor(r Recorded) []Kind {
 		out = append(out, Recovered)
 	}
 	return out
-}
-
-// Target is what Matches needs of a notification target.
-type Target struct {
-	TenantID  string
-	CronJobID string // "": every job of the tenant
-	Events    []string
-}
-
-// Matches reports whether a target gets an event of kind about a job of
-// a tenant: the same tenant, the tenant-wide target or the job's own, and
-// subscribed to the kind. The store's INSERT … SELECT says the same in
-// SQL; this is its table-tested statement.
-func Matches(t Target, tenantID, jobID string, kind Kind) bool {
-	return t.TenantID == tenantID && (t.CronJobID == "" || t.CronJobID == jobID) && slices.Contains(t.Events, string(kind))
 }
 
 // Retry policy of a delivery.

@@ -43,26 +43,6 @@ func TestEventsFor(t *testing.T) {
 	}
 }
 
-func TestMatches(t *testing.T) {
-	all := []string{"run_failed", "lost"}
-	cases := []struct {
-		name string
-		t    Target
-		want bool
-	}{
-		{"tenant-wide", Target{TenantID: "a", Events: all}, true},
-		{"this job", Target{TenantID: "a", CronJobID: "j1", Events: all}, true},
-		{"another job", Target{TenantID: "a", CronJobID: "j2", Events: all}, false},
-		{"another tenant", Target{TenantID: "b", Events: all}, false},
-		{"not subscribed", Target{TenantID: "a", Events: []string{"recovered"}}, false},
-	}
-	for _, c := range cases {
-		if got := Matches(c.t, "a", "j1", RunFailed); got != c.want {
-			t.Errorf("%s: %v, want %v", c.name, got, c.want)
-		}
-	}
-}
-
 func TestBackoff(t *testing.T) {
 	cases := []struct {
 		attempt  int

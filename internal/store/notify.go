@@ -122,8 +122,8 @@ func (s *Store) DeleteTarget(ctx context.Context, id string) error {
 
 // emitEvents writes, inside the transaction that recorded the runs, one
 // event per (run, kind) that some target of the run's tenant subscribes
-// to, and a pending delivery per matching target (notify.Matches, said in
-// SQL). One statement, whatever the number of targets; an event already
+// to, and a pending delivery per matching target: the same tenant, a
+// tenant-wide target or the job's own, subscribed to the kind. One statement, whatever the number of targets; an event already
 // written for the run key and kind is not written again. The payload is
 // read from the run and the job as the transaction sees them (the counter
 // after the recount).
