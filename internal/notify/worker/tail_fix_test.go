@@ -17,14 +17,7 @@ import (
 func TestDisableWarningWaitsForOutput(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	rcv := &receiver{}
-	srv := httptest.NewServer(rcv)
-	defer srv.Close()
-	tg, err := f.st.CreateTarget(ctx, store.NotificationTarget{TenantID: f.tenant, Kind: "webhook",
-		URL: srv.URL, Secret: "topsecret", Events: []string{"disable_warning"}})
-	must(t, err)
-	f.fail()
-	f.fail() // the second of max 3: disable_warning
+	rcv, tg := f.disableWarning()
 	w := newWorker(f, true)
 	w.Tail = fakeTail("")
 	wantWaiting := func(step string, minWait time.Duration) {
@@ -62,7 +55,9 @@ func TestDisableWarningWaitsForOutput(t *testing.T) {
 // panicTail is a log store whose reader panics.
 type panicTail struct{}
 
-func (panicTail) OutputTail(context.Context, store.Delivery) (string, error) { panic("tail reader bug") }
+func (panicTail) OutputTail(context.Context, store.Delivery) (string, error) {
+	panic("tail reader bug")
+}
 
 // TestDeliveryPanicFailsTheDeliveryNotTheCore: a panic while delivering
 // one event (here in the tail reader) neither ends the process nor leaves
@@ -72,14 +67,7 @@ func (panicTail) OutputTail(context.Context, store.Delivery) (string, error) { p
 func TestDeliveryPanicFailsTheDeliveryNotTheCore(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	rcv := &receiver{}
-	srv := httptest.NewServer(rcv)
-	defer srv.Close()
-	tg, err := f.st.CreateTarget(ctx, store.NotificationTarget{TenantID: f.tenant, Kind: "webhook",
-		URL: srv.URL, Secret: "topsecret", Events: []string{"disable_warning"}})
-	must(t, err)
-	f.fail()
-	f.fail() // disable_warning
+	rcv, tg := f.disableWarning()
 	f.age(90 * time.Second)
 	w := newWorker(f, true)
 	w.Tail = panicTail{}
@@ -88,4 +76,19 @@ func TestDeliveryPanicFailsTheDeliveryNotTheCore(t *testing.T) {
 	if rcv.count() != 0 || len(ds) != 1 || ds[0].State != "failed" || ds[0].LastError != "internal error while delivering" {
 		t.Fatalf("after a panic: %d sent, deliveries %+v, want one failed with an internal error", rcv.count(), ds)
 	}
+}
+
+// disableWarning is a webhook receiver subscribed to disable_warning and
+// the failures that make one (the second of the fixture job's 3).
+func (f *fixture) disableWarning() (*receiver, store.NotificationTarget) {
+	f.t.Helper()
+	rcv := &receiver{}
+	srv := httptest.NewServer(rcv)
+	f.t.Cleanup(srv.Close)
+	tg, err := f.st.CreateTarget(context.Background(), store.NotificationTarget{TenantID: f.tenant, Kind: "webhook",
+		URL: srv.URL, Secret: "topsecret", Events: []string{"disable_warning"}})
+	must(f.t, err)
+	f.fail()
+	f.fail()
+	return rcv, tg
 }
