@@ -111,7 +111,7 @@ func ValidateEnvironment(env map[string]string) error {
 	}
 	total := 0
 	for _, name := range SortedEnvNames(env) {
-		if err := validateEnvVar(name, env[name]); err != nil {
+		if err := ValidateEnvVar(name, env[name]); err != nil {
 			return err
 		}
 		total += len(name) + len(env[name]) + 2
@@ -125,7 +125,10 @@ func ValidateEnvironment(env map[string]string) error {
 	return nil
 }
 
-func validateEnvVar(name, value string) error {
+// ValidateEnvVar checks one variable: its name's syntax, a name not
+// refused, and its value (UTF-8, no NUL or control characters but tab and
+// newline, at most MaxEnvValueBytes).
+func ValidateEnvVar(name, value string) error {
 	switch {
 	case !envNameRE.MatchString(name):
 		return &EnvError{Name: name, Reason: "is not a valid name: letters, digits and '_', not starting with a digit, at most 128"}

@@ -607,11 +607,11 @@ func childEnv(inherited []string) []string {
 // jobEnv is the job's variables as NAME=value in name order, without those
 // the API refuses (dropped, by name): a spec written by an older or
 // compromised core must not inject LD_PRELOAD or a HOSTCRON_ variable.
-// Every check of jobspec.ValidateEnvironment on a single variable applies;
-// the size bounds do not (they protect the core's payloads, not the run).
+// Each variable is held to jobspec.ValidateEnvVar; the map's size bounds
+// are not applied (they protect the core's payloads, not the run).
 func jobEnv(vars map[string]string) (kept []string, dropped []string) {
 	for _, name := range jobspec.SortedEnvNames(vars) {
-		if err := jobspec.ValidateEnvironment(map[string]string{name: vars[name]}); err != nil {
+		if err := jobspec.ValidateEnvVar(name, vars[name]); err != nil {
 			dropped = append(dropped, name)
 			continue
 		}
