@@ -37,6 +37,7 @@ type NodeUnits interface {
 	Delete(ctx context.Context, names []string, version int64) (wire.NodeReport, error)
 	Reconcile(ctx context.Context, jobs []wire.Job, snap wire.Snapshot) (wire.NodeReport, error)
 	RunNow(ctx context.Context, req wire.RunNowRequest) error
+	CancelRun(ctx context.Context, req wire.CancelRequest) (bool, error)
 	State(ctx context.Context) ([]wire.UnitState, error)
 }
 
@@ -177,6 +178,16 @@ func (a *NodeActivities) RunNow(ctx context.Context, req wire.RunNowRequest) err
 		return temporal.NewNonRetryableApplicationError(err.Error(), "RunNowNotHere", err)
 	}
 	return err
+}
+
+// CancelRun stops the unit's run named by req.RunKey if this node runs it
+// now; it reports whether it did. A node that does not run it has
+// nothing to do.
+func (a *NodeActivities) CancelRun(ctx context.Context, req wire.CancelRequest) (bool, error) {
+	if err := trust.AdmitUnit(req.Unit); err != nil {
+		return false, notAdmitted(err)
+	}
+	return a.Units.CancelRun(ctx, req)
 }
 
 // heartbeatWhile records a heartbeat every interval until stop is called.

@@ -3,6 +3,7 @@ package workflows
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/hostcron/hostcron/internal/runkey"
 	"github.com/hostcron/hostcron/internal/wire"
 )
 
@@ -64,12 +66,21 @@ func JobWorkflow(ctx workflow.Context, in JobInput) error {
 		if !ok {
 			return nil // idle: the next change starts a new run
 		}
-		if err := provision(ctx, in, rounds, changes); err != nil {
-			return err
+		// A batch of cancels alone provisions nothing: a node that is down
+		// must not hold a stop up for the node timeout. (A history from
+		// before cancels existed has no cancel change, so it replays with
+		// the same commands: no GetVersion needed.)
+		if b.provision {
+			if err := provision(ctx, in, rounds, changes); err != nil {
+				return err
+			}
 		}
+		first, after := b.cancelsAround(in.JobID)
+		cancelRuns(ctx, in, first) // before the run-now, which may wait for the run they stop
 		if b.runNow != "" {
 			runOnce(ctx, in, b.runNow)
 		}
+		cancelRuns(ctx, in, after) // a cancel of the run-now stops it once it runs
 		if batch >= in.MaxBatches && changes.Len() == 0 {
 			return workflow.NewContinueAsNewError(ctx, JobWorkflow, in)
 		}
@@ -77,8 +88,41 @@ func JobWorkflow(ctx workflow.Context, in JobInput) error {
 }
 
 // batch is what a run of queued changes asks for: runNow is the request
-// id of the newest run-now among them, if any.
-type batch struct{ runNow string }
+// id of the newest run-now among them, if any; cancels the run keys to
+// stop, in order.
+type batch struct {
+	runNow    string
+	cancels   []string
+	provision bool // a change other than a cancel: the nodes get the job's newest state
+}
+
+// add takes in one change's request.
+func (b *batch) add(c Change) {
+	b.runNow = runNowRequest(c, b.runNow)
+	if c.Action != wire.ActionCancel {
+		b.provision = true
+	} else if c.RunKey != "" && !slices.Contains(b.cancels, c.RunKey) {
+		b.cancels = append(b.cancels, c.RunKey)
+	}
+}
+
+// cancelsAround splits the batch's cancels into those of other runs, which
+// go first, and the one of the batch's own run-now, which can only stop
+// it once it has started.
+func (b batch) cancelsAround(jobID string) (first, after []string) {
+	own := ""
+	if b.runNow != "" {
+		own = runkey.Manual(jobID, b.runNow)
+	}
+	for _, k := range b.cancels {
+		if k == own {
+			after = append(after, k)
+		} else {
+			first = append(first, k)
+		}
+	}
+	return first, after
+}
 
 // receiveBatch waits up to IdleTimeout for a new change, then takes what
 // is already queued with it (coalescing). Redelivered tasks are dropped
@@ -94,12 +138,12 @@ func receiveBatch(ctx workflow.Context, changes workflow.ReceiveChannel, in *Job
 		}
 		workflow.GetLogger(ctx).Info("ignoring redelivered change", "task_id", c.TaskID)
 	}
-	b.runNow = runNowRequest(c, "")
+	b.add(c)
 	for changes.ReceiveAsync(&c) { // coalesce what is already queued
 		if dedup && !in.accept(c) {
 			continue
 		}
-		b.runNow = runNowRequest(c, b.runNow)
+		b.add(c)
 	}
 	return b, true
 }
@@ -308,6 +352,37 @@ func runOnce(ctx workflow.Context, in JobInput, request string) {
 			return
 		}
 		workflow.GetLogger(ctx).Warn("run now failed on node, trying the next", "node", n.Name, "err", err)
+	}
+}
+
+// cancelRuns asks every node of the shard to stop each run; only the node
+// that runs it does anything (the others answer that it is not theirs),
+// and a node that is down cannot be running it for the core to stop.
+// Nodes are asked in parallel, so one slow node does not delay the stop.
+func cancelRuns(ctx workflow.Context, in JobInput, keys []string) {
+	if len(keys) == 0 {
+		return
+	}
+	var plan JobPlan
+	if err := workflow.ExecuteActivity(coreCtx(ctx), core.LoadJob, in.JobID).Get(ctx, &plan); err != nil || !plan.Exists {
+		return
+	}
+	var pending []workflow.Future
+	var names []string
+	for _, key := range keys {
+		for _, n := range plan.Nodes {
+			req := wire.CancelRequest{Unit: plan.Job.UnitName(), RunKey: key}
+			pending = append(pending, workflow.ExecuteActivity(nodeCtx(ctx, n.ID, in.NodeTimeout/2), node.CancelRun, req))
+			names = append(names, n.Name)
+		}
+	}
+	for i, f := range pending {
+		var stopped bool
+		if err := f.Get(ctx, &stopped); err != nil {
+			workflow.GetLogger(ctx).Warn("cancel not delivered to node", "node", names[i], "err", err)
+		} else if stopped {
+			workflow.GetLogger(ctx).Info("run cancelled on node", "node", names[i])
+		}
 	}
 }
 

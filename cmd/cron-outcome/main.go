@@ -70,6 +70,7 @@ func run(ctx context.Context, log *slog.Logger) error {
 	if silent {
 		return nil
 	}
+	report = cancelled(report, units.Name(tenant, jobID), log)
 	if rec.RunKey == "" {
 		return fmt.Errorf("run record names no run (%s: %s), nothing to report", rec.Kind, rec.Reason)
 	}
@@ -90,6 +91,25 @@ func run(ctx context.Context, log *slog.Logger) error {
 	}
 	log.Warn("core API unreachable, spooling outcome", "run_key", report.RunKey, "err", err)
 	return outcome.Spool(cfg.SpoolDir, jobID, report)
+}
+
+// cancelled applies the node agent's cancel marker for the unit, if it
+// names this run and this activation, and removes a marker that named
+// this activation: it is spent.
+func cancelled(report wire.Outcome, unit string, log *slog.Logger) wire.Outcome {
+	mk, err := outcome.ReadCancelMarker(wire.CancelDir, unit)
+	if err != nil {
+		log.Warn("cancel marker unreadable, reporting the run as it ended", "err", err)
+		return report
+	}
+	inv := os.Getenv("INVOCATION_ID")
+	report = outcome.Cancelled(report, mk, inv)
+	if mk != nil && inv != "" && mk.InvocationID == inv {
+		if err := os.Remove(filepath.Join(wire.CancelDir, unit+".json")); err != nil {
+			log.Warn("cancel marker not removed", "err", err)
+		}
+	}
+	return report
 }
 
 // readRecord reads the tenant-owned run record as hostile input, holding it

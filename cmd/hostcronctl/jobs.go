@@ -17,7 +17,7 @@ import (
 
 func (a *app) jobsCmd() *cobra.Command {
 	jobs := &cobra.Command{Use: "jobs", Short: "List, create, change and drive cron jobs"}
-	jobs.AddCommand(a.jobsList(), a.jobsGet(), a.jobsCreate(), a.jobsUpdate())
+	jobs.AddCommand(a.jobsList(), a.jobsGet(), a.jobsCreate(), a.jobsUpdate(), a.jobsCancel())
 	for _, act := range []struct{ name, short string }{
 		{"enable", "Enable a job"}, {"disable", "Disable a job"}, {"retry", "Provision a failed job again"},
 		{"run-now", "Run a job once, now"}, {"delete", "Delete a job (its units leave every node first)"},

@@ -265,3 +265,32 @@ func TestTenantTextCannotDriveTheTerminal(t *testing.T) {
 		}
 	}
 }
+
+func TestCancelThroughTheCommandLine(t *testing.T) {
+	w := newWorld(t)
+	out, _, err := w.ctl(nil, "jobs", "create", "-o", "json", "--webroot", w.webroot, "--schedule", "* * * * *", "--command", "sleep 600")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var j apiclient.Job
+	_ = json.Unmarshal([]byte(out), &j)
+	w.setJobStatus(j.ID)
+	out, _, err = w.ctl(nil, "jobs", "run-now", j.ID, "-o", "json")
+	if err != nil {
+		t.Fatalf("run-now: %v", err)
+	}
+	var acc struct {
+		RunKey string `json:"run_key"`
+	}
+	if err := json.Unmarshal([]byte(out), &acc); err != nil || acc.RunKey == "" {
+		t.Fatalf("run-now printed %q (%v)", out, err)
+	}
+	out, _, err = w.ctl(nil, "jobs", "cancel", j.ID, acc.RunKey)
+	if err != nil || !strings.Contains(out, "cancel_requested") || !strings.Contains(out, acc.RunKey) {
+		t.Fatalf("cancel: %v\n%s", err, out)
+	}
+	future := j.ID + "#scheduled#" + time.Now().UTC().Add(time.Hour).Truncate(time.Minute).Format(time.RFC3339)
+	if _, _, err := w.ctl(nil, "jobs", "cancel", j.ID, future); err == nil || !strings.Contains(err.Error(), "409") {
+		t.Fatalf("cancel of a future slot: %v, want the API's 409", err)
+	}
+}

@@ -178,3 +178,62 @@ func (a *app) previewCmd() *cobra.Command {
 	cmd.Flags().IntVar(&count, "count", 5, "how many fire times")
 	return cmd
 }
+
+// jobsCancel asks the API to stop one run; with --wait it follows the run
+// until a node has recorded how it ended (cancelled, or its own result if
+// it ended first).
+func (a *app) jobsCancel() *cobra.Command {
+	var wait bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use: "cancel JOB RUN", Short: "Stop a queued or running run (RUN: its key, as run-now printed it, or its id)", Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			path := "/cron-jobs/" + url.PathEscape(args[0]) + "/runs/" + url.PathEscape(args[1])
+			raw, err := a.client.Do(cmd.Context(), "POST", path+"/cancel", nil, nil, nil)
+			if err != nil {
+				return err
+			}
+			if !wait {
+				return a.emit(raw, func(w *tabwriter.Writer) error {
+					row(w, "RUN", "STATE")
+					row(w, args[1], "cancel_requested")
+					return nil
+				})
+			}
+			run, raw, err := a.waitRecorded(cmd, path, timeout)
+			if err != nil {
+				return err
+			}
+			return a.emit(raw, func(w *tabwriter.Writer) error { return runTable(w, run) })
+		},
+	}
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the run's end is recorded, showing progress")
+	cmd.Flags().DurationVar(&timeout, "wait-timeout", 2*time.Minute, "how long --wait waits")
+	return cmd
+}
+
+// waitRecorded polls a run until it has a recorded result (not queued).
+func (a *app) waitRecorded(cmd *cobra.Command, path string, timeout time.Duration) (apiclient.Run, []byte, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		raw, err := a.client.Do(cmd.Context(), "GET", path, nil, nil, nil)
+		if err == nil {
+			var r apiclient.Run
+			if err := apiclient.Decode(raw, "", &r); err != nil {
+				return r, nil, err
+			}
+			if r.Result != "" && r.Result != "queued" {
+				return r, raw, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return apiclient.Run{}, nil, fmt.Errorf("run not recorded within %s (the cancel stays requested)", timeout)
+		}
+		fmt.Fprintln(a.err, "waiting for the run's end to be recorded…")
+		select {
+		case <-cmd.Context().Done():
+			return apiclient.Run{}, nil, cmd.Context().Err()
+		case <-time.After(time.Second):
+		}
+	}
+}

@@ -172,5 +172,17 @@ func unitsCmds(configPath *string, log *slog.Logger) []*cobra.Command {
 			return req, m.RunNow(ctx, req)
 		}),
 	}
-	return []*cobra.Command{reconcile, planCmd(configPath, log), apply, remove, state, runNow}
+	cancel := &cobra.Command{
+		Use:   "cancel UNIT RUN_KEY",
+		Short: "Stop a unit's run if this node runs it now, as the CancelRun activity does; prints whether it did",
+		Args:  cobra.ExactArgs(2),
+		RunE: withManager(func(ctx context.Context, m *unitmgr.Manager, args []string) (any, error) {
+			if err := trust.AdmitUnit(args[0]); err != nil {
+				return nil, fmt.Errorf("cancel: %w", err)
+			}
+			stopped, err := m.CancelRun(ctx, wire.CancelRequest{Unit: args[0], RunKey: args[1]})
+			return map[string]bool{"stopped": stopped}, err
+		}),
+	}
+	return []*cobra.Command{reconcile, planCmd(configPath, log), apply, remove, state, runNow, cancel}
 }

@@ -225,3 +225,45 @@ func decodeOptional(c echo.Context, v any) error {
 	c.Request().Body = io.NopCloser(bytes.NewReader(b))
 	return decodeStrict(c, v)
 }
+
+// cancelAccepted answers a cancel: the request is stored, the nodes act.
+type cancelAccepted struct {
+	RunKey    string `json:"run_key"`
+	CronJobID string `json:"cron_job_id"`
+	State     string `json:"state"` // "cancel_requested"
+}
+
+// cancelRun queues a stop of one run of the job (store.CancelRun decides
+// whether it can still be stopped: 409 when it has ended).
+func (s *Server) cancelRun(c echo.Context) error {
+	j, err := s.jobInScope(c)
+	if err != nil {
+		return err
+	}
+	key, err := s.runKeyOf(c, j.ID)
+	if err != nil {
+		return err
+	}
+	if _, err := s.store.CancelRun(c.Request().Context(), j.ID, key); err != nil {
+		return jobError(err)
+	}
+	c.Response().Header().Set("Location", runPath(j.ID, key))
+	return c.JSON(http.StatusAccepted, cancelAccepted{RunKey: key, CronJobID: j.ID, State: "cancel_requested"})
+}
+
+// runKeyOf reads the {run} path parameter as a run key of job jobID; a
+// record id is looked up (its key is what the nodes know the run by).
+func (s *Server) runKeyOf(c echo.Context, jobID string) (string, error) {
+	id, key, ok := runRef(jobID, c.Param("run"))
+	if !ok {
+		return "", errNotFound
+	}
+	if id == 0 {
+		return key.String(), nil
+	}
+	run, err := s.store.GetRun(c.Request().Context(), jobID, id, "")
+	if err != nil {
+		return "", err
+	}
+	return run.RunKey, nil
+}

@@ -434,3 +434,76 @@ func TestJobNameAndListing(t *testing.T) {
 		t.Errorf("another tenant's listing with this tenant's cursor: %v", ids(m))
 	}
 }
+
+// A run can be cancelled while it is queued or running: 202 with its
+// location and one cancel task in the outbox, carrying its key. Once it has
+// a result it cannot (409), a future slot has nothing to stop (409), and
+// another tenant or a read-only key cannot cancel it (404, 403), all
+// without a task.
+func TestCancelRun(t *testing.T) {
+	v := newEnv(t)
+	id := v.createJob("")["id"].(string)
+	v.activate(id)
+	_, _, out := v.doHeaders("POST", "/api/v1/cron-jobs/"+id+"/run-now", v.key, "", nil)
+	var acc map[string]any
+	_ = json.Unmarshal(out, &acc)
+	key := acc["run_key"].(string)
+	request := strings.TrimPrefix(key, id+"#manual#")
+	cancelPath := "/api/v1/cron-jobs/" + id + "/runs/" + url.PathEscape(key) + "/cancel"
+	tasks := func() int {
+		return v.count(`SELECT count(*) FROM cron_job_tasks WHERE cron_job_id = $1 AND action = 'cancel'`, id)
+	}
+
+	_, _, otherKey := v.addTenant("globex", v.shardID)
+	if code, out := v.do("POST", cancelPath, otherKey, ""); code != 404 {
+		t.Errorf("another tenant's cancel: %d %s, want 404", code, out)
+	}
+	ro := v.mustJSON("POST", "/api/v1/admin/api-keys", adminKey, `{"tenant_id":"`+v.tenant+`","read_only":true}`, 201)["key"].(string)
+	if code, out := v.do("POST", cancelPath, ro, ""); code != 403 {
+		t.Errorf("a read-only key's cancel: %d %s, want 403", code, out)
+	}
+	if n := tasks(); n != 0 {
+		t.Fatalf("refused cancels queued %d tasks", n)
+	}
+
+	code, hdr, out := v.doHeaders("POST", cancelPath, v.key, "", nil)
+	if code != 202 {
+		t.Fatalf("cancel: %d %s", code, out)
+	}
+	var got map[string]any
+	_ = json.Unmarshal(out, &got)
+	if got["run_key"] != key || got["cron_job_id"] != id || got["state"] != "cancel_requested" {
+		t.Errorf("cancel answered %v", got)
+	}
+	if loc := hdr.Get("Location"); loc != "/api/v1/cron-jobs/"+id+"/runs/"+url.PathEscape(key) {
+		t.Errorf("Location %q", loc)
+	}
+	if n := v.count(`SELECT count(*) FROM cron_job_tasks WHERE cron_job_id = $1 AND action = 'cancel' AND run_key = $2`, id, key); n != 1 {
+		t.Fatalf("%d cancel tasks with the run's key, want 1", n)
+	}
+
+	v.manualOutcome(id, request, time.Now().Add(-time.Second), "cancelled")
+	if r := v.mustJSON("GET", "/api/v1/cron-jobs/"+id+"/runs/"+url.PathEscape(key), v.key, "", 200); r["result"] != "cancelled" {
+		t.Errorf("the cancelled run reads %v", r["result"])
+	}
+	if code, out := v.do("POST", cancelPath, v.key, ""); code != 409 {
+		t.Errorf("cancel of an ended run: %d %s, want 409", code, out)
+	}
+	future := url.PathEscape(id + "#scheduled#" + time.Now().UTC().Add(time.Hour).Truncate(time.Minute).Format(time.RFC3339))
+	if code, out := v.do("POST", "/api/v1/cron-jobs/"+id+"/runs/"+future+"/cancel", v.key, ""); code != 409 {
+		t.Errorf("cancel of a future slot: %d %s, want 409", code, out)
+	}
+	for _, p := range []string{url.PathEscape(id + "#manual#999999"), "not-a-run", url.PathEscape(otherJobKey(id))} {
+		if code, out := v.do("POST", "/api/v1/cron-jobs/"+id+"/runs/"+p+"/cancel", v.key, ""); code != 404 {
+			t.Errorf("cancel of %s: %d %s, want 404", p, code, out)
+		}
+	}
+	if n := tasks(); n != 1 {
+		t.Errorf("%d cancel tasks, want only the accepted one", n)
+	}
+}
+
+// otherJobKey is a well-formed run key of a job other than id.
+func otherJobKey(string) string {
+	return "00000000-0000-4000-8000-000000000000#scheduled#2026-11-22T12:00:00Z"
+}

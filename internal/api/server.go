@@ -101,6 +101,7 @@ func New(st *store.Store, cfg Config) *echo.Echo {
 	v1.POST("/cron-jobs/:id/run-now", s.runNow)
 	v1.GET("/cron-jobs/:id/runs", s.listRuns)
 	v1.GET("/cron-jobs/:id/runs/:run", s.getRun)
+	v1.POST("/cron-jobs/:id/runs/:run/cancel", s.cancelRun)
 	v1.GET("/cron-jobs/:id/events", s.listJobEvents)
 	v1.GET("/cron-jobs/:id/preview", s.jobPreview)
 	v1.POST("/tenants/:tenant/notification-targets", s.createTarget)

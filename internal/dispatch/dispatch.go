@@ -171,7 +171,7 @@ func (d *Dispatcher) send(ctx context.Context, task store.Task) error {
 	sctx, cancel := context.WithTimeout(ctx, d.SendTimeout)
 	defer cancel()
 	_, err := d.Temporal.SignalWithStartWorkflow(sctx, workflows.JobWorkflowID(task.CronJobID), workflows.SignalChange,
-		workflows.Change{TaskID: task.ID, Action: task.Action, Version: task.Version},
+		workflows.Change{TaskID: task.ID, Action: task.Action, Version: task.Version, RunKey: task.RunKey},
 		client.StartWorkflowOptions{TaskQueue: workflows.CoreTaskQueue},
 		workflows.JobWorkflow, workflows.JobInput{JobID: task.CronJobID, NodeTimeout: d.NodeTimeout})
 	if err != nil {

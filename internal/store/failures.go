@@ -2,17 +2,9 @@ package store
 
 import "github.com/hostcron/hostcron/internal/wire"
 
-// IsFailure reports whether a result is the tenant's failure, the only
-// kind that counts towards auto-disable. lost and platform_error are the
-// platform's doing and overlap_skipped is no run at all: they are recorded
-// and shown but counted neither way.
-func IsFailure(r wire.Result) bool {
-	switch r {
-	case wire.ResultExitCode, wire.ResultSignal, wire.ResultTimeout, wire.ResultOOM, wire.ResultFailed:
-		return true
-	}
-	return false
-}
+// IsFailure reports whether a result is the tenant's failure (see
+// wire.Result.IsFailure): the only kind that counts towards auto-disable.
+func IsFailure(r wire.Result) bool { return r.IsFailure() }
 
 // counted reports whether a result moves the failure counter at all
 // (a failure increments it, a success resets it).
@@ -95,7 +87,11 @@ func decideRecord(stored *wire.Result, incoming wire.Result) recordStep {
 		return replaceRun
 	case *stored == wire.ResultOverlapSkipped && incoming != wire.ResultOverlapSkipped && incoming != wire.ResultLost:
 		return replaceRun
-	case *stored == wire.ResultPlatformError && counted(incoming): // the result of the node that ran it
+	case *stored == wire.ResultPlatformError && (counted(incoming) || incoming == wire.ResultCancelled): // the result of the node that ran it
+		return replaceRun
+	case *stored == wire.ResultCancelled && counted(incoming):
+		// A runner stopped before its command started (the cancel caught
+		// it electing) let another node take the slot: that node ran it.
 		return replaceRun
 	}
 	return duplicateRun

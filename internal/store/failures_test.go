@@ -16,6 +16,7 @@ const (
 	skip   = wire.ResultOverlapSkipped
 	lost   = wire.ResultLost
 	plat   = wire.ResultPlatformError
+	canc   = wire.ResultCancelled
 )
 
 func TestCountFailures(t *testing.T) {
@@ -33,6 +34,7 @@ func TestCountFailures(t *testing.T) {
 		{"lost never counts", []wire.Result{exit, lost, lost, lost, exit}, 3, 2, false},
 		{"platform errors never count", []wire.Result{plat, plat, plat}, 1, 0, false},
 		{"overlap skips neither count nor reset", []wire.Result{exit, skip, exit, skip}, 2, 2, true},
+		{"cancelled runs neither count nor reset", []wire.Result{exit, canc, exit, canc}, 2, 2, true},
 		{"a late success between failures breaks the run", []wire.Result{exit, ok, exit, exit}, 3, 2, false},
 		{"max 0 never disables", []wire.Result{exit, exit, exit}, 0, 3, false},
 		{"past the threshold still counts", []wire.Result{exit, exit, exit, exit}, 3, 4, true},
@@ -117,6 +119,17 @@ func TestDecideRecord(t *testing.T) {
 		{r(plat), skip, duplicateRun},
 		{r(plat), lost, duplicateRun},
 		{r(ok), plat, duplicateRun},
+		{nil, canc, insertRun},
+		{r(lost), canc, replaceRun}, // a run outliving its grace, then stopped
+		{r(plat), canc, replaceRun}, // the node that ran it, stopped on request
+		{r(skip), canc, replaceRun},
+		{r(canc), ok, replaceRun}, // its runner was stopped electing: another node ran the slot
+		{r(canc), exit, replaceRun},
+		{r(canc), canc, duplicateRun},
+		{r(canc), plat, duplicateRun},
+		{r(canc), lost, duplicateRun},
+		{r(ok), canc, duplicateRun}, // the run had ended on its own
+		{r(exit), canc, duplicateRun},
 	} {
 		stored := "none"
 		if tc.stored != nil {

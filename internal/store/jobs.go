@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/hostcron/hostcron/internal/runkey"
 	"github.com/hostcron/hostcron/internal/wire"
 )
 
@@ -669,4 +670,78 @@ func envOrEmpty(env map[string]string) map[string]string {
 		return map[string]string{}
 	}
 	return env
+}
+
+// CancelRun queues a stop of one run of a job, named by its run key, on
+// whichever node of the shard runs it (the nodes look; the one running it
+// stops it and reports it cancelled). A run with a record has ended and
+// cannot be cancelled (a conflict), except one the sweeper recorded lost,
+// which may still run. A scheduled slot still in the future has nothing
+// to stop. A manual key must be a run-now request of the job. The stop is
+// best effort by nature: a run that ends on its own first keeps its own
+// result.
+func (s *Store) CancelRun(ctx context.Context, jobID, runKey string) (CronJob, error) {
+	key, err := runkey.Parse(runKey)
+	if err != nil || key.JobID != jobID {
+		return CronJob{}, fmt.Errorf("run %q of cron job %s: %w", runKey, jobID, ErrNotFound)
+	}
+	var job CronJob
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		job, err = scanJob(tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM cron_jobs WHERE id = $1 FOR SHARE`, jobID))
+		if err != nil {
+			return notFound(err, "cron job")
+		}
+		var result *string
+		var now time.Time
+		var requested bool
+		err = tx.QueryRow(ctx, `SELECT (SELECT result FROM cron_job_runs WHERE run_key = $1), now(),
+			       EXISTS (SELECT 1 FROM cron_job_tasks WHERE id = $2 AND cron_job_id = $3 AND action = $4)`,
+			runKey, requestID(key), jobID, wire.ActionRunNow).Scan(&result, &now, &requested)
+		if err != nil {
+			return fmt.Errorf("cancel run: %w", err)
+		}
+		if err := cancellable(key, result, requested, now); err != nil {
+			return err
+		}
+		if err := recordEvent(ctx, tx, job, actorOf(ctx), string(wire.ActionCancel), map[string]any{"run_key": runKey}); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO cron_job_tasks (cron_job_id, action, version, run_key) VALUES ($1, $2, $3, $4)`,
+			jobID, wire.ActionCancel, job.Version, runKey)
+		if err != nil {
+			return fmt.Errorf("queue cancel task: %w", err)
+		}
+		return nil
+	})
+	return job, err
+}
+
+// requestID is a manual key's request as the outbox task id it is; 0
+// (no task) for anything else.
+func requestID(k runkey.Key) int64 {
+	if k.Trigger != wire.TriggerManual {
+		return 0
+	}
+	n, err := strconv.ParseInt(k.Request, 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// cancellable decides whether a run can still be stopped: it has no record
+// (or only the sweeper's lost one: a run that outlived its grace may still
+// be running), a scheduled slot is not in the future, and a manual run is
+// a request of the job.
+func cancellable(k runkey.Key, recorded *string, requested bool, now time.Time) error {
+	switch {
+	case recorded != nil && wire.Result(*recorded) != wire.ResultLost:
+		return conflict("run %s has ended (%s): only a run that is queued or running can be cancelled", k, *recorded)
+	case k.Trigger == wire.TriggerScheduled && k.Slot.After(now):
+		return conflict("slot %s is in the future: nothing runs yet", k.Slot.Format(time.RFC3339))
+	case k.Trigger == wire.TriggerManual && !requested:
+		return fmt.Errorf("run-now request %s: %w", k.Request, ErrNotFound)
+	}
+	return nil
 }

@@ -28,6 +28,7 @@ var released = []struct{ name, sha string }{
 	{"013_notifications.sql", "32bb91a2509c5e31"},
 	{"014_notification_leases.sql", "4abbd07a8c7d68a4"},
 	{"015_job_environment.sql", "6ac4eb89ba75743e"},
+	{"016_cancel_runs.sql", "535817ac8ca0c7ec"},
 }
 
 func TestReleasedMigrationsNeverChange(t *testing.T) {

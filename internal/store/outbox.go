@@ -18,6 +18,7 @@ type Task struct {
 	CronJobID string      `json:"cron_job_id"`
 	Action    wire.Action `json:"action"`
 	Version   int64       `json:"version"`
+	RunKey    string      `json:"run_key,omitempty"` // the run a cancel stops
 	CreatedAt time.Time   `json:"created_at"`
 	Attempts  int         `json:"attempts"` // failed sends so far
 }
@@ -42,7 +43,7 @@ func (s *Store) ClaimTasks(ctx context.Context, limit int, lease time.Duration) 
 		)
 		UPDATE cron_job_tasks t SET claimed_until = now() + $2::interval
 		FROM due WHERE t.id = due.id
-		RETURNING t.id, t.cron_job_id, t.action, t.version, t.created_at, t.attempts`, limit, lease)
+		RETURNING t.id, t.cron_job_id, t.action, t.version, t.run_key, t.created_at, t.attempts`, limit, lease)
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox tasks: %w", err)
 	}

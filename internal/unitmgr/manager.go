@@ -38,6 +38,7 @@ type Manager struct {
 	lockDir   func(dir, user, group string) error
 	lockDirOK func(dir, user, group string) bool
 	runNow    runNowHooks // zero: the node's (see runNowHooks)
+	cancel    cancelPaths // zero: the node's (see cancelPaths)
 	obs       Observer    // nil: nothing observes
 }
 

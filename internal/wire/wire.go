@@ -32,18 +32,21 @@ const (
 	// (shared storage missing, hung or failing, a stamp that cannot be
 	// written): recorded and alerted on, never counted against the tenant.
 	ResultPlatformError Result = "platform_error"
+	// ResultCancelled is a run stopped at the tenant's request (POST
+	// …/runs/{run}/cancel): recorded, counted neither way.
+	ResultCancelled Result = "cancelled"
 )
 
 // NodeResults are the results a node may report.
 var NodeResults = []Result{
 	ResultSuccess, ResultExitCode, ResultSignal, ResultTimeout, ResultOOM,
-	ResultOverlapSkipped, ResultFailed, ResultPlatformError,
+	ResultOverlapSkipped, ResultFailed, ResultPlatformError, ResultCancelled,
 }
 
 // Results are every result a run record may hold: a node's, and lost.
 var Results = []Result{
 	ResultSuccess, ResultExitCode, ResultSignal, ResultTimeout, ResultOOM,
-	ResultOverlapSkipped, ResultFailed, ResultPlatformError, ResultLost,
+	ResultOverlapSkipped, ResultFailed, ResultPlatformError, ResultCancelled, ResultLost,
 }
 
 // ReportedByNode reports whether a node may send r.
@@ -52,6 +55,18 @@ func (r Result) ReportedByNode() bool {
 		if r == v {
 			return true
 		}
+	}
+	return false
+}
+
+// IsFailure reports whether r is the tenant's failure, the only kind that
+// counts towards auto-disable. lost and platform_error are the platform's
+// doing, overlap_skipped is no run at all and cancelled was asked for:
+// they are recorded and shown but counted neither way.
+func (r Result) IsFailure() bool {
+	switch r {
+	case ResultExitCode, ResultSignal, ResultTimeout, ResultOOM, ResultFailed:
+		return true
 	}
 	return false
 }
@@ -91,6 +106,9 @@ const (
 	ActionRetry       Action = "retry"
 	ActionDelete      Action = "delete"
 	ActionRunNow      Action = "run_now"
+	// ActionCancel stops one run (the task's run key) on whichever node
+	// of the shard runs it.
+	ActionCancel Action = "cancel"
 )
 
 // Trigger says why a run started.
@@ -261,8 +279,29 @@ var ErrRunNowNotHere = errors.New("run now: not possible on this node")
 // request up there.
 const RunNowTTL = 5 * time.Minute
 
+// CancelRequest asks one node to stop one run of a unit, if the node runs
+// it now.
+type CancelRequest struct {
+	Unit   string `json:"unit"`
+	RunKey string `json:"run_key"`
+}
+
+// CancelMarker is what the node agent leaves in CancelDir before it stops
+// a unit for a cancel: cron-outcome reports the run as cancelled only when
+// the marker names the run and the very activation it ends (systemd's
+// $INVOCATION_ID), which the tenant can neither write nor choose.
+type CancelMarker struct {
+	RunKey       string    `json:"run_key"`
+	InvocationID string    `json:"invocation_id"`
+	At           time.Time `json:"at"`
+}
+
 // Well-known paths on a node.
 const (
+	// CancelDir holds cancel markers, one file per unit (CancelMarker):
+	// written by the node agent, read and removed by cron-outcome; root's
+	// only.
+	CancelDir = "/run/hostcron/cancel"
 	// RunNowDir holds run-now requests, one file per unit: written by the
 	// node agent, read by the runner (world-readable, not secret).
 	RunNowDir = "/run/hostcron/manual"

@@ -531,10 +531,20 @@ func (c *Cluster) Agent(t testing.TB, node string, jobs []wire.Job, out any, arg
 	if err != nil {
 		t.Fatalf("%s: node-agent %v: %v\n%s", node, args, err, stdout)
 	}
-	// slog lines go to stderr, merged here; the JSON answer starts at '{' or '['.
+	// slog lines (JSON objects) go to stderr, merged here before the
+	// answer: the answer is the last JSON value.
 	i := strings.IndexAny(stdout, "{[")
 	if out != nil && i >= 0 {
-		if err := json.Unmarshal([]byte(stdout[i:]), out); err != nil {
+		var last json.RawMessage
+		dec := json.NewDecoder(strings.NewReader(stdout[i:]))
+		for {
+			var v json.RawMessage
+			if err := dec.Decode(&v); err != nil {
+				break
+			}
+			last = v
+		}
+		if err := json.Unmarshal(last, out); err != nil {
 			t.Fatalf("%s: decode node-agent output: %v\n%s", node, err, stdout)
 		}
 	}

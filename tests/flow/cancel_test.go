@@ -1,0 +1,76 @@
+//go:build e2e
+
+package flow
+
+import (
+	"encoding/json"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestCancelThroughTheAPI: a tenant starts a long run with run-now and
+// cancels it through the API; the cancel travels the outbox and the job's
+// workflow to every node, the node running it stops it, and the run is
+// recorded as cancelled without counting as a failure (max_failures 1
+// would auto-disable on a failure).
+func TestCancelThroughTheAPI(t *testing.T) {
+	body, _ := json.Marshal(map[string]any{"webroot_id": c.Webroots["acme"].ID, "schedule": "0 6 * * *",
+		"command": "echo flow-cancel-started; sleep 300", "timeout_seconds": 600, "max_failures": 1})
+	id := call(t, "POST", "/api/v1/tenants/"+c.Tenants["acme"].ID+"/cron-jobs", string(body), 201)["id"].(string)
+	waitStatus(t, id, "active", 60*time.Second)
+	key := call(t, "POST", "/api/v1/cron-jobs/"+id+"/run-now", "", 202)["run_key"].(string)
+	run := "/api/v1/cron-jobs/" + id + "/runs/" + url.PathEscape(key)
+
+	// Running on one node: its service is activating there.
+	deadline := time.Now().Add(60 * time.Second)
+	for !runningSomewhere(t, id) {
+		if time.Now().After(deadline) {
+			t.Fatal("the run-now run never ran")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	acc := call(t, "POST", run+"/cancel", "", 202)
+	if acc["state"] != "cancel_requested" || acc["run_key"] != key {
+		t.Fatalf("cancel answered %v", acc)
+	}
+
+	deadline = time.Now().Add(90 * time.Second)
+	var r map[string]any
+	for {
+		r = call(t, "GET", run, "", 200)
+		if r["result"] != "queued" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the cancelled run was never recorded: %v", r)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if r["result"] != "cancelled" || !strings.Contains(r["failure_reason"].(string), "cancelled on request") {
+		t.Fatalf("run recorded %v (%v), want cancelled", r["result"], r["failure_reason"])
+	}
+	j := call(t, "GET", "/api/v1/cron-jobs/"+id, "", 200)
+	if j["status"] != "active" || j["consecutive_failures"] != 0.0 || j["last_result"] != "cancelled" {
+		t.Errorf("after the cancel the job is %v with %v failures, last result %v", j["status"], j["consecutive_failures"], j["last_result"])
+	}
+	if runningSomewhere(t, id) {
+		t.Error("the service still runs on a node after the cancel was recorded")
+	}
+	call(t, "POST", run+"/cancel", "", 409) // it has ended
+	call(t, "DELETE", "/api/v1/cron-jobs/"+id, "", 202)
+	waitGone(t, id, 60*time.Second)
+}
+
+// runningSomewhere reports whether the job's service runs on any node.
+func runningSomewhere(t *testing.T, id string) bool {
+	t.Helper()
+	for _, node := range c.Nodes {
+		out, _ := c.Exec(node, nil, "systemctl", "is-active", unitName(id)+".service")
+		if strings.TrimSpace(out) == "activating" {
+			return true
+		}
+	}
+	return false
+}
