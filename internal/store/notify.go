@@ -22,8 +22,9 @@ import (
 // The secret is never shown after the create that made it.
 type NotificationTarget struct {
 	ID        string    `json:"id"`
-	TenantID  string    `json:"tenant_id"`
-	CronJobID *string   `json:"cron_job_id"`
+	TenantID  string    `json:"tenant_id,omitempty"` // empty: an operator target
+	CronJobID *string   `json:"cron_job_id,omitempty"`
+	ShardID   *string   `json:"shard_id,omitempty"` // an operator target's shard; nil: every shard
 	Kind      string    `json:"kind"` // webhook, email
 	URL       string    `json:"url,omitempty"`
 	Address   string    `json:"address,omitempty"`
@@ -33,11 +34,11 @@ type NotificationTarget struct {
 	Secret    string    `json:"-"`
 }
 
-const targetColumns = `id, tenant_id, cron_job_id, kind, url, address, events, secret <> '', created_at, secret`
+const targetColumns = `id, coalesce(tenant_id::text, ''), cron_job_id, shard_id, kind, url, address, events, secret <> '', created_at, secret`
 
 func scanTarget(row pgx.Row) (NotificationTarget, error) {
 	var t NotificationTarget
-	err := row.Scan(&t.ID, &t.TenantID, &t.CronJobID, &t.Kind, &t.URL, &t.Address, &t.Events, &t.HasSecret, &t.CreatedAt, &t.Secret)
+	err := row.Scan(&t.ID, &t.TenantID, &t.CronJobID, &t.ShardID, &t.Kind, &t.URL, &t.Address, &t.Events, &t.HasSecret, &t.CreatedAt, &t.Secret)
 	return t, err
 }
 
@@ -180,8 +181,9 @@ type Delivery struct {
 	State     string
 	EventID   int64
 	Kind      string
-	TenantID  string
-	CronJobID string
+	TenantID  string // empty for an operator event
+	CronJobID string // empty for an operator event
+	ShardID   string // an operator event's shard
 	TargetID  string
 	RunKey    string
 	Payload   json.RawMessage
@@ -195,12 +197,13 @@ type Delivery struct {
 	Address   string
 }
 
-const claimedColumns = `d.id, d.lease, d.attempts, d.state, e.id, e.kind, e.tenant_id::text, e.cron_job_id::text, d.target_id::text,
+const claimedColumns = `d.id, d.lease, d.attempts, d.state, e.id, e.kind, coalesce(e.tenant_id::text, ''), coalesce(e.cron_job_id::text, ''),
+	coalesce(e.shard_id::text, ''), d.target_id::text,
 	e.run_key, e.payload, e.created_at, now(), d.channel, t.url, t.secret, t.address`
 
 func scanDelivery(row pgx.Row) (Delivery, error) {
 	var d Delivery
-	err := row.Scan(&d.ID, &d.Lease, &d.Attempts, &d.State, &d.EventID, &d.Kind, &d.TenantID, &d.CronJobID, &d.TargetID,
+	err := row.Scan(&d.ID, &d.Lease, &d.Attempts, &d.State, &d.EventID, &d.Kind, &d.TenantID, &d.CronJobID, &d.ShardID, &d.TargetID,
 		&d.RunKey, &d.Payload, &d.CreatedAt, &d.ClaimedAt, &d.Channel, &d.URL, &d.Secret, &d.Address)
 	return d, err
 }
@@ -262,7 +265,7 @@ func (s *Store) ClaimWebhookDeliveries(ctx context.Context, c WebhookClaim) ([]D
 				SELECT id, tenant_id, next_attempt_at,
 				       row_number() OVER (PARTITION BY tenant_id ORDER BY next_attempt_at, id) AS rn
 				FROM by_target_cap) r
-			LEFT JOIN by_tenant bn ON bn.tenant_id = r.tenant_id
+			LEFT JOIN by_tenant bn ON bn.tenant_id IS NOT DISTINCT FROM r.tenant_id
 			WHERE r.rn + coalesce(bn.n, 0) <= $4
 			ORDER BY r.next_attempt_at, r.id LIMIT $1),
 		due AS (
@@ -352,14 +355,21 @@ func (s *Store) PauseTarget(ctx context.Context, targetID string, pause time.Dur
 	return wrap(err, "pause notification target")
 }
 
-// DueMailTenants lists tenants with e-mail deliveries due.
+// OperatorMailKey stands for the operator where the e-mail worker works
+// per tenant: DueMailTenants lists it for operator e-mail, and it keys the
+// operator's own rate window, so operator mail never spends a tenant's
+// budget (gen_random_uuid never makes the nil UUID).
+const OperatorMailKey = "00000000-0000-0000-0000-000000000000"
+
+// DueMailTenants lists tenants with e-mail deliveries due
+// (OperatorMailKey for the operator's).
 func (s *Store) DueMailTenants(ctx context.Context, limit int) ([]string, error) {
 	// The tenants whose mail has waited longest come first: with more
 	// tenants due than one pass plans, an arbitrary pick could pass over
 	// the same tenant's mail pass after pass.
-	rows, err := s.pool.Query(ctx, `SELECT tenant_id::text FROM notification_deliveries
+	rows, err := s.pool.Query(ctx, `SELECT coalesce(tenant_id, $2::uuid)::text FROM notification_deliveries
 		WHERE channel = 'email' AND state IN ('pending', 'held') AND next_attempt_at <= now()
-		GROUP BY tenant_id ORDER BY min(next_attempt_at) LIMIT $1`, limit)
+		GROUP BY 1 ORDER BY min(next_attempt_at) LIMIT $1`, limit, OperatorMailKey)
 	if err != nil {
 		return nil, fmt.Errorf("due mail tenants: %w", err)
 	}
@@ -444,7 +454,7 @@ func claimMail(ctx context.Context, tx pgx.Tx, tenantID string, c MailClaim) ([]
 			SELECT id FROM (
 				SELECT d.id, row_number() OVER (PARTITION BY t.address ORDER BY d.id) AS rn
 				FROM notification_deliveries d JOIN notification_targets t ON t.id = d.target_id
-				WHERE d.tenant_id = $1 AND d.channel = 'email' AND d.state = 'held' AND d.next_attempt_at <= now()) h
+				WHERE coalesce(d.tenant_id, '00000000-0000-0000-0000-000000000000') = $1::uuid AND d.channel = 'email' AND d.state = 'held' AND d.next_attempt_at <= now()) h
 			WHERE rn <= $2)
 		ORDER BY d.id FOR UPDATE OF d SKIP LOCKED`, tenantID, c.PerAddress)
 	if err != nil {
@@ -457,7 +467,7 @@ func claimMail(ctx context.Context, tx pgx.Tx, tenantID string, c MailClaim) ([]
 	rows, err = tx.Query(ctx, `
 		SELECT `+claimedColumns+` FROM notification_deliveries d
 		JOIN notification_events e ON e.id = d.event_id JOIN notification_targets t ON t.id = d.target_id
-		WHERE d.tenant_id = $1 AND d.channel = 'email' AND d.state = 'pending' AND d.next_attempt_at <= now()
+		WHERE coalesce(d.tenant_id, '00000000-0000-0000-0000-000000000000') = $1::uuid AND d.channel = 'email' AND d.state = 'pending' AND d.next_attempt_at <= now()
 		ORDER BY d.id LIMIT $2 FOR UPDATE OF d SKIP LOCKED`, tenantID, c.Limit)
 	if err != nil {
 		return nil, nil, fmt.Errorf("claim mail: %w", err)
@@ -480,7 +490,7 @@ func claimMail(ctx context.Context, tx pgx.Tx, tenantID string, c MailClaim) ([]
 func heldBeyond(ctx context.Context, tx pgx.Tx, tenantID string, perAddress int) (map[string]int, error) {
 	rows, err := tx.Query(ctx, `
 		SELECT t.address, count(*) - $2 FROM notification_deliveries d JOIN notification_targets t ON t.id = d.target_id
-		WHERE d.tenant_id = $1 AND d.channel = 'email' AND d.state = 'held' AND d.next_attempt_at <= now()
+		WHERE coalesce(d.tenant_id, '00000000-0000-0000-0000-000000000000') = $1::uuid AND d.channel = 'email' AND d.state = 'held' AND d.next_attempt_at <= now()
 		GROUP BY t.address HAVING count(*) > $2`, tenantID, perAddress)
 	if err != nil {
 		return nil, fmt.Errorf("count held mail: %w", err)
@@ -569,7 +579,8 @@ type DeliveryView struct {
 	ID            int64      `json:"id"`
 	EventID       int64      `json:"event_id"`
 	Kind          string     `json:"kind"`
-	CronJobID     string     `json:"cron_job_id"`
+	CronJobID     string     `json:"cron_job_id,omitempty"` // empty for an operator event
+	ShardID       string     `json:"shard_id,omitempty"`    // an operator event's shard
 	JobName       string     `json:"job_name"`
 	RunKey        string     `json:"run_key"`
 	State         string     `json:"state"`
@@ -586,7 +597,8 @@ type DeliveryView struct {
 // an id below before (0: from the newest).
 func (s *Store) ListDeliveries(ctx context.Context, targetID string, before int64, limit int) ([]DeliveryView, error) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT d.id, e.id, e.kind, e.cron_job_id::text, coalesce(e.payload->>'job_name', ''), e.run_key, d.state, d.attempts,
+		SELECT d.id, e.id, e.kind, coalesce(e.cron_job_id::text, ''), coalesce(e.shard_id::text, ''),
+		       coalesce(e.payload->>'job_name', ''), e.run_key, d.state, d.attempts,
 		       d.last_error, d.last_status,
 		       CASE WHEN d.state IN ('pending', 'held') THEN d.next_attempt_at END, d.delivered_at, d.created_at, d.updated_at
 		FROM notification_deliveries d JOIN notification_events e ON e.id = d.event_id

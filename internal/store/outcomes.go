@@ -112,8 +112,12 @@ func (s *Store) RecordOutcome(ctx context.Context, node Node, jobID string, o Ou
 		}
 		res.AutoDisabled, res.Reenabled = st == tripAutoDisable, st == liftAutoDisable
 		// The tenant's notifications are written with the run: an
-		// outcome recorded is an outcome notified (the outbox).
-		return notifyOutcome(ctx, tx, job, res, runID, o.Result)
+		// outcome recorded is an outcome notified (the outbox); so is the
+		// operator's platform_error.
+		if err := notifyOutcome(ctx, tx, job, res, runID, o.Result); err != nil {
+			return err
+		}
+		return notifyOperatorOutcome(ctx, tx, node, job, false, o)
 	})
 	return res, err
 }

@@ -345,6 +345,10 @@ func (p *sweepPass) write(ctx context.Context, tx pgx.Tx, jobs []sweepJobRow) (l
 		if err := emitEvents(ctx, tx, runIDs, kinds); err != nil {
 			return nil, nil, fmt.Errorf("sweep: %w", err)
 		}
+		// And the operator hears of them once per shard and window.
+		if err := notifyUnrun(ctx, tx, lost); err != nil {
+			return nil, nil, fmt.Errorf("sweep: %w", err)
+		}
 	}
 	if len(ids) > 0 {
 		_, err := tx.Exec(ctx, `UPDATE cron_jobs j SET swept_until = u.swept_until, sweep_due_at = u.due_at
