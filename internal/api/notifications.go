@@ -43,15 +43,24 @@ const (
 // checkTarget validates a target request into a target of tenantID,
 // generating a webhook's secret when none is given.
 func checkTarget(r targetRequest, tenantID string, allowPrivate bool) (store.NotificationTarget, error) {
-	t := store.NotificationTarget{TenantID: tenantID, Kind: r.Kind, CronJobID: r.CronJobID}
 	events, err := checkEvents(r.Events)
 	if err != nil {
-		return t, err
+		return store.NotificationTarget{}, err
 	}
-	t.Events = events
 	if r.CronJobID != nil && !wire.ValidID(*r.CronJobID) {
-		return t, invalid("cron_job_id", "not a cron job id")
+		return store.NotificationTarget{}, invalid("cron_job_id", "not a cron job id")
 	}
+	t, err := checkChannel(r, allowPrivate)
+	t.TenantID, t.CronJobID, t.Events = tenantID, r.CronJobID, events
+	return t, err
+}
+
+// checkChannel validates where a target sends (a webhook's URL and
+// secret, generated when none is given, or an e-mail address): the same
+// rules for tenants' and the operator's targets.
+func checkChannel(r targetRequest, allowPrivate bool) (store.NotificationTarget, error) {
+	t := store.NotificationTarget{Kind: r.Kind}
+	var err error
 	switch r.Kind {
 	case "webhook":
 		if r.Address != "" {
@@ -144,8 +153,7 @@ func (s *Server) createTarget(c echo.Context) error {
 		return err
 	}
 	if t.Kind == "email" && !s.cfg.MailRelay {
-		return &apiError{http.StatusUnprocessableEntity, ProblemDetail{Code: "mail_not_configured", Field: "kind",
-			Message: "kind: this platform sends no e-mail (no SMTP relay is configured); use a webhook"}}
+		return errMailNotConfigured
 	}
 	created, err := s.store.CreateTarget(c.Request().Context(), t)
 	switch {
@@ -171,6 +179,11 @@ func (s *Server) listTargets(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]any{"targets": ts})
 }
 
+// errMailNotConfigured refuses an e-mail target without a relay: its
+// deliveries could only pile up.
+var errMailNotConfigured = &apiError{http.StatusUnprocessableEntity, ProblemDetail{Code: "mail_not_configured", Field: "kind",
+	Message: "kind: this platform sends no e-mail (no SMTP relay is configured); use a webhook"}}
+
 // targetInScope loads the target of the path if the caller may see it
 // (another tenant's is not found, as jobs are).
 func (s *Server) targetInScope(c echo.Context) (store.NotificationTarget, error) {
@@ -182,7 +195,9 @@ func (s *Server) targetInScope(c echo.Context) (store.NotificationTarget, error)
 	if err != nil {
 		return t, err
 	}
-	if !who(c).canSee(t.TenantID) {
+	// An operator target (no tenant) is the admin group's: not found here
+	// for anyone, tenant keys above all.
+	if t.TenantID == "" || !who(c).canSee(t.TenantID) {
 		return t, errNotFound
 	}
 	return t, nil
@@ -206,6 +221,11 @@ func (s *Server) listDeliveries(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	return s.deliveriesOf(c, t)
+}
+
+// deliveriesOf answers a page of a target's deliveries.
+func (s *Server) deliveriesOf(c echo.Context, t store.NotificationTarget) error {
 	limit, before, err := idPageParams(c)
 	if err != nil {
 		return err

@@ -125,6 +125,10 @@ func New(st *store.Store, cfg Config) *echo.Echo {
 	admin.POST("/api-keys/:key/rotate", s.rotateAPIKey)
 	admin.POST("/nodes/:node/credential/rotate", s.rotateNodeCredential)
 	admin.POST("/nodes/:node/credential/revoke", s.revokeNodeCredential)
+	admin.POST("/notification-targets", s.createOperatorTarget)
+	admin.GET("/notification-targets", s.listOperatorTargets)
+	admin.DELETE("/notification-targets/:id", s.deleteOperatorTarget)
+	admin.GET("/notification-targets/:id/deliveries", s.listOperatorDeliveries)
 
 	internal := e.Group("/internal/v1", s.requireNode)
 	internal.POST("/cron-jobs/:id/outcome", s.outcome)

@@ -23,9 +23,9 @@ import (
 type NotificationTarget struct {
 	ID        string    `json:"id"`
 	TenantID  string    `json:"tenant_id,omitempty"` // empty: an operator target
-	CronJobID *string   `json:"cron_job_id,omitempty"`
+	CronJobID *string   `json:"cron_job_id"`
 	ShardID   *string   `json:"shard_id,omitempty"` // an operator target's shard; nil: every shard
-	Kind      string    `json:"kind"` // webhook, email
+	Kind      string    `json:"kind"`               // webhook, email
 	URL       string    `json:"url,omitempty"`
 	Address   string    `json:"address,omitempty"`
 	Events    []string  `json:"events"`

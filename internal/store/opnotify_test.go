@@ -63,7 +63,7 @@ func TestPlatformErrorsAggregatePerShardWindow(t *testing.T) {
 		f.outcome(j, s0.Add(time.Duration(i)*time.Minute), wire.ResultPlatformError)
 		f.outcome(k, s0.Add(time.Duration(i)*time.Minute), wire.ResultPlatformError)
 	}
-	f.outcome(j, s0, wire.ResultPlatformError)                 // a redelivery: not counted
+	f.outcome(j, s0, wire.ResultPlatformError)                // a redelivery: not counted
 	f.outcome(j, s0.Add(10*time.Minute), wire.ResultExitCode) // the tenant's: not the operator's
 	evs := f.opEvents("platform_error")
 	if len(evs) != 1 {
