@@ -565,12 +565,21 @@ func MailDue(d Delivery) mail.Due {
 		OutputTail          string `json:"output_tail"`
 		ConsecutiveFailures int    `json:"consecutive_failures"`
 		MaxFailures         int    `json:"max_failures"`
+		// an operator event's (emitOperator)
+		ShardName string            `json:"shard_name"`
+		Count     int               `json:"count"`
+		Examples  []json.RawMessage `json:"examples"`
 	}
-	_ = json.Unmarshal(d.Payload, &p) // written by emitEvents: always this shape
+	_ = json.Unmarshal(d.Payload, &p) // written by emitEvents or emitOperator: always this shape
+	examples := make([]string, len(p.Examples))
+	for i, x := range p.Examples {
+		examples[i] = string(x)
+	}
 	return mail.Due{DeliveryID: d.ID, To: d.Address, Held: d.State == notify.StateHeld, Event: mail.Event{
 		ID: d.EventID, Kind: d.Kind, TenantID: d.TenantID, CronJobID: d.CronJobID, JobName: p.JobName,
 		Schedule: p.Schedule, RunKey: d.RunKey, Result: p.Result, FailureReason: p.FailureReason,
 		OutputTail: p.OutputTail, At: d.CreatedAt, ConsecutiveFailures: p.ConsecutiveFailures, MaxFailures: p.MaxFailures,
+		ShardID: d.ShardID, ShardName: p.ShardName, Count: p.Count, Examples: examples,
 	}}
 }
 

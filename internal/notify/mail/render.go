@@ -34,6 +34,37 @@ type Event struct {
 	At                  time.Time // the slot or the event's time
 	ConsecutiveFailures int
 	MaxFailures         int
+	// An operator event (platform_error, node_not_converged,
+	// slots_unrun) is about a shard, not a job: ShardID is set, and
+	// Count and Examples summarise its aggregation window.
+	ShardID   string
+	ShardName string
+	Count     int
+	Examples  []string // one line each
+}
+
+// operator reports whether e is an operator (shard-level) event.
+func (e Event) operator() bool { return e.ShardID != "" && e.CronJobID == "" }
+
+// operatorSubject says what an operator event counts, on which shard.
+func operatorSubject(e Event) string {
+	shard := oneLine(cmpOr(e.ShardName, e.ShardID), subjectNameMax)
+	switch e.Kind {
+	case "platform_error":
+		return fmt.Sprintf("Shard %q: %d platform errors", shard, e.Count)
+	case "node_not_converged":
+		return fmt.Sprintf("Shard %q: %d nodes not converged", shard, e.Count)
+	case "slots_unrun":
+		return fmt.Sprintf("Shard %q: %d scheduled runs went unrun", shard, e.Count)
+	}
+	return fmt.Sprintf("Shard %q: %s", shard, oneLine(e.Kind, 40))
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
 }
 
 // Message is one mail.
@@ -96,6 +127,9 @@ func jobLabel(e Event, max int) string {
 
 // subjectLine says what happened in a few words; the kind decides the verb.
 func subjectLine(e Event) string {
+	if e.operator() {
+		return operatorSubject(e)
+	}
 	job := `"` + jobLabel(e, subjectNameMax) + `"`
 	switch e.Kind {
 	case KindRunFailed:
@@ -116,6 +150,10 @@ func subjectLine(e Event) string {
 // explanation is the sentence that opens the body: what the event means
 // for the tenant and what to do.
 func explanation(e Event) string {
+	if e.operator() {
+		return "A shard-level fault of the platform (an operator notification): one mail per\n" +
+			"shard, kind and 10-minute window, counting the occurrences known when it was sent."
+	}
 	switch e.Kind {
 	case KindRunFailed:
 		return "A run of this cron job failed."
@@ -166,6 +204,14 @@ func writeFacts(b *strings.Builder, e Event) {
 		if value != "" {
 			fmt.Fprintf(b, "%-22s%s\n", label+":", oneLine(value, fieldMax))
 		}
+	}
+	fact("Shard", e.ShardName)
+	fact("Shard ID", e.ShardID)
+	if e.Count > 0 {
+		fact("Occurrences", strconv.Itoa(e.Count))
+	}
+	for _, x := range e.Examples {
+		fact("Example", x)
 	}
 	fact("Job", e.JobName)
 	fact("Job ID", e.CronJobID)

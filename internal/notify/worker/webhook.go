@@ -64,8 +64,9 @@ func NewWebhook(allowPrivate bool) *Webhook {
 type Body struct {
 	ID        int64           `json:"id"` // the event's: the same in every attempt
 	Kind      string          `json:"kind"`
-	TenantID  string          `json:"tenant_id"`
-	CronJobID string          `json:"cron_job_id"`
+	TenantID  string          `json:"tenant_id,omitempty"`   // absent for an operator event
+	CronJobID string          `json:"cron_job_id,omitempty"` // absent for an operator event
+	ShardID   string          `json:"shard_id,omitempty"`    // an operator event's shard
 	RunKey    string          `json:"run_key"`
 	CreatedAt time.Time       `json:"created_at"`
 	Data      json.RawMessage `json:"data"`
@@ -82,7 +83,7 @@ type Result struct {
 // Post attempts one delivery.
 func (h *Webhook) Post(ctx context.Context, d store.Delivery) Result {
 	body, err := json.Marshal(Body{ID: d.EventID, Kind: d.Kind, TenantID: d.TenantID, CronJobID: d.CronJobID,
-		RunKey: d.RunKey, CreatedAt: d.CreatedAt, Data: d.Payload})
+		ShardID: d.ShardID, RunKey: d.RunKey, CreatedAt: d.CreatedAt, Data: d.Payload})
 	if err != nil {
 		return Result{Verdict: notify.Permanent, Err: fmt.Errorf("encode body: %w", err), Reason: "encode"}
 	}

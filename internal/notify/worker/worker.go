@@ -375,7 +375,7 @@ func (w *Worker) executeMailPlan(ctx context.Context, tenant string, b store.Mai
 			w.handBack(ctx, tenant, b.Plan.Window, covered...)
 			continue
 		}
-		err := w.send(ctx, mail.RenderDigestMore(to, tenant, w.digestEvents(ctx, dues, byID), b.More[to]))
+		err := w.send(ctx, mail.RenderDigestMore(to, digestAccount(tenant), w.digestEvents(ctx, dues, byID), b.More[to]))
 		if err != nil && ctx.Err() != nil {
 			w.handBack(ctx, tenant, b.Plan.Window, covered...)
 			continue
@@ -388,6 +388,15 @@ func (w *Worker) executeMailPlan(ctx context.Context, tenant string, b store.Mai
 		w.refund(sctx, tenant, b.Plan.Window, err != nil)
 		cancel()
 	}
+}
+
+// digestAccount names whose mail a digest holds: the tenant, or the
+// operator for the operator's own rate window.
+func digestAccount(tenant string) string {
+	if tenant == store.OperatorMailKey {
+		return "operator"
+	}
+	return tenant
 }
 
 // settleTimeout bounds the bookkeeping of one mail once it is decided.
