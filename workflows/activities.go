@@ -28,6 +28,7 @@ type CoreStore interface {
 	NodeDesiredJobs(ctx context.Context, nodeID string) (set wire.DesiredSet, ok bool, err error)
 	ShardNodeIDs(ctx context.Context, shardID string) ([]string, error)
 	ShardIDs(ctx context.Context) ([]string, error)
+	RecordConverge(ctx context.Context, nodeID, errText string) error
 }
 
 // NodeUnits is the node's unit manager as the node activities use it;
@@ -95,6 +96,12 @@ func (a *CoreActivities) DesiredSetForNode(ctx context.Context, nodeID string) (
 func (a *CoreActivities) DesiredForNode(ctx context.Context, nodeID string) ([]wire.Job, error) {
 	set, err := a.DesiredSetForNode(ctx, nodeID)
 	return set.Jobs, err
+}
+
+// NoteConverge records a node's converge result (errText empty: it
+// succeeded): the operator's node_not_converged notifications read it.
+func (a *CoreActivities) NoteConverge(ctx context.Context, nodeID, errText string) error {
+	return a.Store.RecordConverge(ctx, nodeID, errText)
 }
 
 // ShardNodes lists the nodes of a shard.

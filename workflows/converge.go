@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/hostcron/hostcron/internal/wire"
@@ -22,7 +23,9 @@ func ConvergeNode(ctx workflow.Context, in ConvergeInput) (ConvergeResult, error
 		return ConvergeResult{}, fmt.Errorf("desired set: %w", err)
 	}
 	var rep wire.NodeReport
-	if err := workflow.ExecuteActivity(nodeCtx(ctx, in.NodeID, in.NodeTimeout), node.Reconcile, set.Jobs, set.Snapshot).Get(ctx, &rep); err != nil {
+	err = workflow.ExecuteActivity(nodeCtx(ctx, in.NodeID, in.NodeTimeout), node.Reconcile, set.Jobs, set.Snapshot).Get(ctx, &rep)
+	noteConverge(ctx, in.NodeID, err)
+	if err != nil {
 		return ConvergeResult{}, fmt.Errorf("reconcile node %s: %w", in.NodeID, err)
 	}
 	res := ConvergeResult{NodeID: in.NodeID, Jobs: len(set.Jobs), Written: rep.Written, Removed: rep.Removed,
@@ -30,6 +33,34 @@ func ConvergeNode(ctx workflow.Context, in ConvergeInput) (ConvergeResult, error
 	workflow.GetLogger(ctx).Info("node converged", "node", in.NodeID, "jobs", res.Jobs,
 		"written", len(res.Written), "removed", len(res.Removed), "reloads", res.Reloads)
 	return res, nil
+}
+
+// noteChange is the GetVersion change id of recording each converge's
+// result (NoteConverge): a run from before it replays without the
+// activity.
+const noteChange = "converge-noted"
+
+// noteConverge records the reconcile's result for the operator's
+// node_not_converged. Best effort, a few attempts: a converge does not
+// fail because its bookkeeping did, and the housekeeping leader's
+// periodic check still notices a node whose converges stop being
+// recorded.
+func noteConverge(ctx workflow.Context, nodeID string, reconcileErr error) {
+	if workflow.GetVersion(ctx, noteChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return
+	}
+	errText := ""
+	if reconcileErr != nil {
+		errText = reconcileErr.Error()
+	}
+	nctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:           CoreTaskQueue,
+		StartToCloseTimeout: 30 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 3},
+	})
+	if err := workflow.ExecuteActivity(nctx, core.NoteConverge, nodeID, errText).Get(ctx, nil); err != nil {
+		workflow.GetLogger(ctx).Warn("converge result not recorded", "node", nodeID, "err", err)
+	}
 }
 
 // snapshotChange is the GetVersion change id of desired sets that carry

@@ -202,6 +202,8 @@ func TestConvergeNodeReconcilesOnce(t *testing.T) {
 	env.OnActivity(core.DesiredSetForNode, mock.Anything, "n1").Return(wire.DesiredSet{Jobs: jobs, Snapshot: snap}, nil).Once()
 	// The node gets the snapshot with the jobs: it decides orphans by it.
 	env.OnActivity(node.Reconcile, mock.Anything, jobs, snap).Return(wire.NodeReport{Written: []string{"x.timer"}, Reloads: 1}, nil).Once()
+	// The success is recorded: the operator's node_not_converged reads it.
+	env.OnActivity(core.NoteConverge, mock.Anything, "n1", "").Return(nil).Once()
 	env.ExecuteWorkflow(ConvergeNode, ConvergeInput{NodeID: "n1"})
 	var res ConvergeResult
 	if err := env.GetWorkflowResult(&res); err != nil {
@@ -216,10 +218,38 @@ func TestConvergeNodeReconcilesOnce(t *testing.T) {
 func TestConvergeNodeFailsWhenNodeUnreachable(t *testing.T) {
 	env := newEnv(t)
 	env.OnActivity(core.DesiredSetForNode, mock.Anything, "n1").Return(wire.DesiredSet{}, nil)
-	env.OnActivity(node.Reconcile, mock.Anything, mock.Anything).Return(wire.NodeReport{}, errors.New("unreachable"))
+	// (Reconcile takes the jobs and the snapshot: a mock of two arguments
+	// failed the converge with a mock error instead of the node's.)
+	env.OnActivity(node.Reconcile, mock.Anything, mock.Anything, mock.Anything).Return(wire.NodeReport{}, errors.New("unreachable"))
+	// The failure is recorded (node_not_converged), and a failure to
+	// record it does not change the converge's own result.
+	env.OnActivity(core.NoteConverge, mock.Anything, "n1", mock.MatchedBy(func(e string) bool { return strings.Contains(e, "unreachable") })).
+		Return(errors.New("database down"))
 	env.ExecuteWorkflow(ConvergeNode, ConvergeInput{NodeID: "n1", NodeTimeout: 5 * time.Second})
-	if err := env.GetWorkflowError(); err == nil {
-		t.Error("converge of an unreachable node succeeded")
+	if err := env.GetWorkflowError(); err == nil || !strings.Contains(err.Error(), "unreachable") {
+		t.Errorf("converge of an unreachable node: %v", err)
+	}
+	env.AssertExpectations(t)
+}
+
+// A run from before converge results were recorded replays without
+// recording one.
+func TestConvergeNodeBeforeNotes(t *testing.T) {
+	env := newEnv(t)
+	env.OnGetVersion(noteChange, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+	env.OnActivity(core.DesiredSetForNode, mock.Anything, "n1").Return(wire.DesiredSet{}, nil)
+	env.OnActivity(node.Reconcile, mock.Anything, mock.Anything, mock.Anything).Return(wire.NodeReport{}, nil)
+	noted := false
+	env.OnActivity(core.NoteConverge, mock.Anything, mock.Anything, mock.Anything).Return(func(context.Context, string, string) error {
+		noted = true
+		return nil
+	}).Maybe()
+	env.ExecuteWorkflow(ConvergeNode, ConvergeInput{NodeID: "n1"})
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	if noted {
+		t.Error("an old run recorded its converge")
 	}
 }
 
@@ -260,6 +290,7 @@ func TestConvergeNodeDesiredSetAcrossVersions(t *testing.T) {
 				called = append(called, info.ActivityType.Name)
 			})
 			env.OnActivity(node.Reconcile, mock.Anything, jobs, tc.wantSnap).Return(wire.NodeReport{}, nil).Once()
+			env.OnActivity(core.NoteConverge, mock.Anything, "n1", "").Return(nil)
 			env.ExecuteWorkflow(ConvergeNode, ConvergeInput{NodeID: "n1"})
 			if err := env.GetWorkflowError(); err != nil {
 				t.Fatal(err)

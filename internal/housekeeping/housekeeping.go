@@ -1,6 +1,7 @@
 // Package housekeeping runs the core API's periodic chores: recording lost
-// runs, deleting old run history and expired create idempotency keys, and
-// pruning the dispatched outbox. With several core-api replicas only the
+// runs, reporting nodes that are not converged to the operator, deleting
+// old run history and expired create idempotency keys, and pruning the
+// dispatched outbox. With several core-api replicas only the
 // one holding the housekeeping leader lock does them, so no slot is swept
 // twice.
 package housekeeping
@@ -15,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hostcron/hostcron/internal/metrics"
+	"github.com/hostcron/hostcron/internal/notify"
 	"github.com/hostcron/hostcron/internal/store"
 	"github.com/hostcron/hostcron/internal/wire"
 )
@@ -32,6 +34,10 @@ type Config struct {
 	// Metrics count the lost runs the sweep records (hostcron_runs_total,
 	// hostcron_shard_runs_total); nil: not counted.
 	Metrics *metrics.Core
+	// ConvergeThreshold is how long a node may go without a recorded
+	// successful converge before the operator hears of it
+	// (node_not_converged; default notify.ConvergeThreshold).
+	ConvergeThreshold time.Duration
 }
 
 func (c *Config) defaults() {
@@ -46,6 +52,9 @@ func (c *Config) defaults() {
 	}
 	if c.PruneAfter <= 0 {
 		c.PruneAfter = time.Hour
+	}
+	if c.ConvergeThreshold <= 0 {
+		c.ConvergeThreshold = notify.ConvergeThreshold
 	}
 }
 
@@ -130,6 +139,11 @@ func (h *Housekeeper) chores(ctx context.Context, c store.Chores, now time.Time)
 	}
 	if rep.Lost > 0 || len(rep.Skipped) > 0 {
 		h.Log.Warn("swept lost runs", "runs", rep.Lost, "skipped_jobs", len(rep.Skipped))
+	}
+	// Once per window and shard at most: repeated checks add nothing to
+	// the window's event.
+	if _, err := c.CheckConvergence(ctx, now, h.Config.ConvergeThreshold); err != nil {
+		return err
 	}
 	if _, err := c.ExpireIdempotencyKeys(ctx); err != nil {
 		return err

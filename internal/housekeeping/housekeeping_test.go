@@ -252,3 +252,44 @@ func TestTickSkipsABadRowAndCountsIt(t *testing.T) {
 		t.Errorf("the round stopped at the bad row: the old outbox row is still there (%d, %v)", n, err)
 	}
 }
+
+// The leader's tick reports a node that has not converged for longer than
+// the threshold to the operator's targets, once per window.
+func TestTickReportsNodesNotConverged(t *testing.T) {
+	st := pgtest.New(t)
+	ctx := context.Background()
+	sh, err := st.CreateShard(ctx, "web-1", "/srv/shared/www")
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, _, err := st.CreateNode(ctx, sh.ID, "node1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.CreateOperatorTarget(ctx, store.NotificationTarget{Kind: "webhook", URL: "https://ops.example.com/",
+		Events: []string{"node_not_converged"}}); err != nil {
+		t.Fatal(err)
+	}
+	h := housekeeper(st)
+	defer h.Release()
+	events := func() (n int) {
+		t.Helper()
+		if err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM notification_events WHERE kind = 'node_not_converged'
+			AND payload->'examples'->0->>'node_id' = $1`, node.ID).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if _, err := h.Tick(ctx, time.Now()); err != nil || events() != 0 {
+		t.Fatalf("a new node reported: %d events, %v", events(), err)
+	}
+	later := time.Now().Add(time.Hour)
+	for i := 0; i < 2; i++ {
+		if led, err := h.Tick(ctx, later); !led || err != nil {
+			t.Fatalf("tick: %v %v", led, err)
+		}
+	}
+	if n := events(); n != 1 {
+		t.Errorf("%d node_not_converged events, want 1", n)
+	}
+}

@@ -78,10 +78,12 @@ func UnrunShards(lostByShard map[string]int) []ShardCount {
 type NodeConvergence struct {
 	NodeID, ShardID, Name string
 	Draining              bool
-	CreatedAt             time.Time
-	ConvergedAt           *time.Time // the last successful converge
-	FailedAt              *time.Time // the last failed one
-	Error                 string     // its error
+	// WatchedFrom is when the node's converges began to be recorded: its
+	// creation, or the upgrade that began recording them.
+	WatchedFrom time.Time
+	ConvergedAt *time.Time // the last successful converge
+	FailedAt    *time.Time // the last failed one
+	Error       string     // its error
 }
 
 // ConvergeThreshold is how long a node may go without a successful
@@ -91,7 +93,7 @@ const ConvergeThreshold = 30 * time.Minute
 
 // NotConverged says whether a node is not converged at now, and why: its
 // last converge failed (a success since clears it), or it has not
-// converged for longer than threshold (never, since it was created). A
+// converged for longer than threshold (never, since WatchedFrom). A
 // draining node is leaving and is not reported.
 func NotConverged(n NodeConvergence, now time.Time, threshold time.Duration) (string, bool) {
 	if n.Draining {
@@ -101,8 +103,8 @@ func NotConverged(n NodeConvergence, now time.Time, threshold time.Duration) (st
 		return "converge failed: " + n.Error, true
 	}
 	if n.ConvergedAt == nil {
-		if now.Sub(n.CreatedAt) > threshold {
-			return fmt.Sprintf("never converged since it was created %s ago", now.Sub(n.CreatedAt).Round(time.Second)), true
+		if since := now.Sub(n.WatchedFrom); since > threshold {
+			return fmt.Sprintf("no converge recorded in %s", since.Round(time.Second)), true
 		}
 		return "", false
 	}

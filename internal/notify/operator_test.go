@@ -74,15 +74,15 @@ func TestNotConverged(t *testing.T) {
 		n    NodeConvergence
 		want bool
 	}{
-		{"converged recently", NodeConvergence{CreatedAt: old, ConvergedAt: ago(5 * time.Minute)}, false},
-		{"converged too long ago", NodeConvergence{CreatedAt: old, ConvergedAt: ago(31 * time.Minute)}, true},
-		{"at the threshold", NodeConvergence{CreatedAt: old, ConvergedAt: ago(30 * time.Minute)}, false},
-		{"failed after the last success", NodeConvergence{CreatedAt: old, ConvergedAt: ago(20 * time.Minute), FailedAt: ago(time.Minute), Error: "timeout"}, true},
-		{"succeeded after a failure", NodeConvergence{CreatedAt: old, ConvergedAt: ago(time.Minute), FailedAt: ago(20 * time.Minute)}, false},
-		{"failed, never converged", NodeConvergence{CreatedAt: now.Add(-time.Minute), FailedAt: ago(time.Second)}, true},
-		{"new, not yet converged", NodeConvergence{CreatedAt: now.Add(-time.Minute)}, false},
-		{"never converged", NodeConvergence{CreatedAt: now.Add(-time.Hour)}, true},
-		{"draining", NodeConvergence{CreatedAt: old, Draining: true, FailedAt: ago(time.Second)}, false},
+		{"converged recently", NodeConvergence{WatchedFrom: old, ConvergedAt: ago(5 * time.Minute)}, false},
+		{"converged too long ago", NodeConvergence{WatchedFrom: old, ConvergedAt: ago(31 * time.Minute)}, true},
+		{"at the threshold", NodeConvergence{WatchedFrom: old, ConvergedAt: ago(30 * time.Minute)}, false},
+		{"failed after the last success", NodeConvergence{WatchedFrom: old, ConvergedAt: ago(20 * time.Minute), FailedAt: ago(time.Minute), Error: "timeout"}, true},
+		{"succeeded after a failure", NodeConvergence{WatchedFrom: old, ConvergedAt: ago(time.Minute), FailedAt: ago(20 * time.Minute)}, false},
+		{"failed, never converged", NodeConvergence{WatchedFrom: now.Add(-time.Minute), FailedAt: ago(time.Second)}, true},
+		{"new (or just upgraded), not yet converged", NodeConvergence{WatchedFrom: now.Add(-time.Minute)}, false},
+		{"never converged", NodeConvergence{WatchedFrom: now.Add(-time.Hour)}, true},
+		{"draining", NodeConvergence{WatchedFrom: old, Draining: true, FailedAt: ago(time.Second)}, false},
 	} {
 		reason, got := NotConverged(c.n, now, ConvergeThreshold)
 		if got != c.want || (got && reason == "") {

@@ -222,10 +222,10 @@ func (s *Store) RecordConverge(ctx context.Context, nodeID, errText string) erro
 	})
 }
 
-const convergenceColumns = `id::text, shard_id::text, name, draining, created_at, converged_at, converge_failed_at, converge_error`
+const convergenceColumns = `id::text, shard_id::text, name, draining, converge_watched_from, converged_at, converge_failed_at, converge_error`
 
 func convergenceDest(n *notify.NodeConvergence) []any {
-	return []any{&n.NodeID, &n.ShardID, &n.Name, &n.Draining, &n.CreatedAt, &n.ConvergedAt, &n.FailedAt, &n.Error}
+	return []any{&n.NodeID, &n.ShardID, &n.Name, &n.Draining, &n.WatchedFrom, &n.ConvergedAt, &n.FailedAt, &n.Error}
 }
 
 // emitNotConverged emits one node_not_converged occurrence for the nodes

@@ -36,7 +36,12 @@ ALTER TABLE notification_deliveries ALTER COLUMN tenant_id DROP NOT NULL;
 
 -- A node's convergence, as the ConvergeNode workflow reports it: the last
 -- success, the last failure and its error. node_not_converged reads them.
+-- converge_watched_from is when its converges began to be recorded: its
+-- creation, or for the nodes that exist now this migration (so an upgrade
+-- does not report every node as never converged before the next periodic
+-- converge has had its chance).
 ALTER TABLE nodes
-    ADD COLUMN converged_at       timestamptz,
-    ADD COLUMN converge_failed_at timestamptz,
-    ADD COLUMN converge_error     text NOT NULL DEFAULT '';
+    ADD COLUMN converged_at          timestamptz,
+    ADD COLUMN converge_failed_at    timestamptz,
+    ADD COLUMN converge_error        text NOT NULL DEFAULT '',
+    ADD COLUMN converge_watched_from timestamptz NOT NULL DEFAULT now();
