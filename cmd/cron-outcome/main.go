@@ -71,6 +71,9 @@ func run(ctx context.Context, log *slog.Logger) error {
 		return nil
 	}
 	report = cancelled(report, units.Name(tenant, jobID), log)
+	if inv := os.Getenv("INVOCATION_ID"); wire.ValidInvocationID(inv) {
+		report.InvocationID = inv // systemd's, for this activation: the run's output carries it
+	}
 	if rec.RunKey == "" {
 		return fmt.Errorf("run record names no run (%s: %s), nothing to report", rec.Kind, rec.Reason)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/hostcron/hostcron/internal/logship"
+	"github.com/hostcron/hostcron/internal/runkey"
 	"github.com/hostcron/hostcron/internal/store"
 	"github.com/hostcron/hostcron/internal/wire"
 )
@@ -53,6 +54,15 @@ func (s *Server) tenantLogs(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	end := now
+	var invocation string
+	if c.QueryParam("run") != "" {
+		var w runWindow
+		if w, err = s.runLogWindow(c, tenant.ID, jobID, now); err != nil {
+			return err
+		}
+		jobID, invocation, start, end = w.jobID, w.invocation, w.start, w.end
+	}
 	limit, err := intParam(c, "limit", 100, 1, 5000)
 	if err != nil {
 		return err
@@ -64,7 +74,7 @@ func (s *Server) tenantLogs(c echo.Context) error {
 	if s.cfg.Logs == nil {
 		return &apiError{http.StatusServiceUnavailable, ProblemDetail{Code: "unavailable", Message: "no log store configured"}}
 	}
-	lines, err := s.cfg.Logs.QueryRange(c.Request().Context(), logship.CronLogQuery(tenant.Name, jobID, contains), start, now, limit)
+	lines, err := s.cfg.Logs.QueryRange(c.Request().Context(), logship.CronLogQuery(tenant.Name, jobID, invocation, contains), start, end, limit)
 	if err != nil {
 		s.log.Error("log query failed", "tenant", tenant.Name, "err", err)
 		return &apiError{http.StatusBadGateway, ProblemDetail{Code: "log_store", Message: "the log store did not answer"}}
@@ -72,7 +82,58 @@ func (s *Server) tenantLogs(c echo.Context) error {
 	if lines == nil {
 		lines = []logship.Line{}
 	}
-	return c.JSON(http.StatusOK, map[string]any{"lines": lines, "start": start, "end": now})
+	return c.JSON(http.StatusOK, map[string]any{"lines": lines, "start": start, "end": end})
+}
+
+// runWindow is where one run's output lies: its job, its invocation and
+// its time range.
+type runWindow struct {
+	jobID, invocation string
+	start, end        time.Time
+}
+
+// Slack around a run's own times for its output: the journal stamps a
+// line when journald reads it, which can trail the run's end on a loaded
+// node, and node clocks differ a little.
+const (
+	runLogLead  = time.Minute
+	runLogTrail = 5 * time.Minute
+)
+
+// runLogWindow reads the run= parameter: a run key of one of the tenant's
+// jobs (cron_job_id, if given, must be its job). The run's record gives
+// its invocation, which selects exactly its lines, and its times, which
+// bound the query (since is ignored). A run with no invocation (reported
+// by an older node) cannot be told apart from its neighbours: 409.
+func (s *Server) runLogWindow(c echo.Context, tenantID, jobID string, now time.Time) (runWindow, error) {
+	key, err := runkey.Parse(c.QueryParam("run"))
+	if err != nil {
+		return runWindow{}, invalid("run", "must be a run key, as the runs listing gives it")
+	}
+	if jobID != "" && key.JobID != jobID {
+		return runWindow{}, invalid("run", "is a run of another job than cron_job_id")
+	}
+	ctx := c.Request().Context()
+	j, err := s.store.GetJob(ctx, key.JobID)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && j.TenantID != tenantID) {
+		return runWindow{}, errNotFound
+	}
+	if err != nil {
+		return runWindow{}, err
+	}
+	run, err := s.store.GetRun(ctx, key.JobID, 0, key.String())
+	if err != nil {
+		return runWindow{}, err
+	}
+	if run.InvocationID == "" || run.StartedAt == nil {
+		return runWindow{}, &apiError{http.StatusConflict, ProblemDetail{Code: "no_run_output_handle",
+			Message: "this run's output carries no invocation id (it did not start, or an older node ran it): query by cron_job_id and time"}}
+	}
+	end := now
+	if run.FinishedAt != nil && run.FinishedAt.Add(runLogTrail).Before(now) {
+		end = run.FinishedAt.Add(runLogTrail)
+	}
+	return runWindow{jobID: key.JobID, invocation: run.InvocationID, start: run.StartedAt.Add(-runLogLead), end: end}, nil
 }
 
 // parseSince accepts an RFC 3339 time or a duration back from now ("15m");

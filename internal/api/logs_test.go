@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/hostcron/hostcron/internal/logship"
 )
@@ -103,5 +104,69 @@ func TestTenantLogs(t *testing.T) {
 	_ = json.Unmarshal(raw, &body)
 	if body["error"].(map[string]any)["field"] != "log_type" {
 		t.Errorf("log_type=syslog: %s", raw)
+	}
+}
+
+// TestRunLogsAndUsage: a node's report carries what the command used and
+// its invocation; the run shows both, with a warning near the memory
+// limit; the logs API's run= selects exactly that invocation's lines over
+// the run's own time, for the run's tenant only. A report with a bad
+// invocation id is refused, and a run without one answers 409.
+func TestRunLogsAndUsage(t *testing.T) {
+	loki := &fakeLoki{}
+	srv := httptest.NewServer(loki)
+	defer srv.Close()
+	v := newEnvWith(t, Config{Logs: &logship.Client{URL: srv.URL}})
+	id := v.createJob(`,"max_memory_mb":64`)["id"].(string)
+	v.activate(id)
+	at := time.Now().UTC().Add(-10 * time.Minute).Truncate(time.Second)
+	const inv = "0123456789abcdef0123456789abcdef"
+	report := func(request, invocation string) (int, []byte) {
+		body, _ := json.Marshal(map[string]any{"run_key": id + "#manual#" + request, "version": 1, "scheduled_at": at,
+			"started_at": at, "finished_at": at.Add(2 * time.Second), "result": "success",
+			"cpu_seconds": 1.25, "peak_memory_bytes": 60 << 20, "invocation_id": invocation})
+		return v.do("POST", "/internal/v1/cron-jobs/"+id+"/outcome", v.node, string(body))
+	}
+	if code, out := report("1", `x"} or {a="b`); code != 400 || !strings.Contains(string(out), "invocation_id") {
+		t.Fatalf("a report with a bad invocation id: %d %s, want 400", code, out)
+	}
+	if code, out := report("1", inv); code != 200 {
+		t.Fatalf("report: %d %s", code, out)
+	}
+	key := id + "#manual#1"
+	r := v.mustJSON("GET", "/api/v1/cron-jobs/"+id+"/runs/"+url.PathEscape(key), v.key, "", 200)
+	warnings, _ := r["warnings"].([]any)
+	if r["cpu_seconds"] != 1.25 || r["peak_memory_bytes"] != float64(60<<20) || r["invocation_id"] != inv || len(warnings) != 1 ||
+		!strings.Contains(warnings[0].(string), "peak memory 60 MiB of its 64 MiB limit") {
+		t.Fatalf("run %v", r)
+	}
+
+	base := "/api/v1/tenants/" + v.tenant + "/logs"
+	out := v.mustJSON("GET", base+"?run="+url.QueryEscape(key), v.key, "", 200)
+	if q := loki.last(); q != `{log_type="cron", tenant_id="acme"} | cron_job_id="`+id+`" | invocation_id="`+inv+`"` {
+		t.Errorf("run= query %s", q)
+	}
+	start, _ := time.Parse(time.RFC3339Nano, out["start"].(string))
+	end, _ := time.Parse(time.RFC3339Nano, out["end"].(string))
+	if !start.Equal(at.Add(-time.Minute)) || !end.Equal(at.Add(2*time.Second+5*time.Minute)) {
+		t.Errorf("window %v – %v, want the run's own time with slack", start, end)
+	}
+
+	otherTenant, _, otherKey := v.addTenant("globex", v.shardID)
+	asked := len(loki.queries)
+	if code, out := v.do("GET", "/api/v1/tenants/"+otherTenant+"/logs?run="+url.QueryEscape(key), otherKey, ""); code != 404 {
+		t.Errorf("another tenant's run= of this run: %d %s, want 404", code, out)
+	}
+	if code, _ := v.do("GET", base+"?run=nonsense", v.key, ""); code != 400 {
+		t.Errorf("run=nonsense: %d, want 400", code)
+	}
+	if code, out := report("2", ""); code != 200 {
+		t.Fatalf("report without invocation: %d %s", code, out)
+	}
+	if code, out := v.do("GET", base+"?run="+url.QueryEscape(id+"#manual#2"), v.key, ""); code != 409 {
+		t.Errorf("run= of a run without invocation: %d %s, want 409", code, out)
+	}
+	if len(loki.queries) != asked {
+		t.Error("a refused run= reached Loki")
 	}
 }

@@ -33,6 +33,7 @@ func (s *Server) outcome(c echo.Context) error {
 	res, err := s.store.RecordOutcome(c.Request().Context(), node, jobID, store.Outcome{
 		RunKey: req.RunKey, Version: req.Version, ScheduledAt: req.ScheduledAt.UTC(), StartedAt: req.StartedAt, FinishedAt: req.FinishedAt,
 		Result: req.Result, ExitCode: req.ExitCode, Signal: req.Signal, FailureReason: req.FailureReason,
+		CPUSeconds: req.CPUSeconds, PeakMemoryBytes: req.PeakMemoryBytes, InvocationID: req.InvocationID,
 	})
 	if errors.Is(err, store.ErrVersionAhead) {
 		return invalid("version", "%v", err)
@@ -93,6 +94,12 @@ func checkOutcome(jobID string, key runkey.Key, err error, req wire.Outcome, now
 		return invalid("failure_reason", "at most %d bytes", wire.MaxFailureReason)
 	case !utf8.ValidString(req.FailureReason) || strings.ContainsRune(req.FailureReason, 0):
 		return invalid("failure_reason", "must be UTF-8 without NUL bytes")
+	case req.CPUSeconds != nil && !(*req.CPUSeconds >= 0 && *req.CPUSeconds <= wire.MaxCPUSeconds): // also NaN
+		return invalid("cpu_seconds", "must be from 0 to %g", float64(wire.MaxCPUSeconds))
+	case req.PeakMemoryBytes != nil && (*req.PeakMemoryBytes < 0 || *req.PeakMemoryBytes > wire.MaxPeakMemoryBytes):
+		return invalid("peak_memory_bytes", "must be from 0 to %d", int64(wire.MaxPeakMemoryBytes))
+	case req.InvocationID != "" && !wire.ValidInvocationID(req.InvocationID):
+		return invalid("invocation_id", "must be a systemd invocation id (32 lowercase hex digits)")
 	}
 	for name, t := range map[string]*time.Time{"started_at": req.StartedAt, "finished_at": req.FinishedAt} {
 		if t != nil && (t.After(now.Add(outcomeSkew)) || t.Before(now.Add(-runRetention))) {

@@ -40,7 +40,7 @@ func (l lokiTail) OutputTail(ctx context.Context, d store.Delivery) (string, err
 	if err != nil {
 		return "", fmt.Errorf("output tail: %w", err)
 	}
-	lines, err := l.logs.QueryRange(ctx, logship.CronLogQuery(tenant.Name, d.CronJobID, ""), start, end, tailLines)
+	lines, err := l.logs.QueryRange(ctx, logship.CronLogQuery(tenant.Name, d.CronJobID, "", ""), start, end, tailLines)
 	if err != nil {
 		return "", fmt.Errorf("output tail: %w", err)
 	}

@@ -55,7 +55,10 @@ type Entry struct {
 	Tenant string
 	JobID  string
 	Line   string
-	cursor string
+	// Invocation is journald's trusted _SYSTEMD_INVOCATION_ID: the
+	// activation, so the run, the line belongs to.
+	Invocation string
+	cursor     string
 }
 
 // Run ships until ctx ends. It restarts journalctl if it exits.
@@ -285,7 +288,11 @@ func decodeEntry(b []byte) (Entry, bool) {
 	if cut {
 		truncatedLines.Add(1)
 	}
-	return Entry{Time: time.UnixMicro(us), Tenant: tenant, JobID: job, Line: line, cursor: cursor}, true
+	inv, _ := f["_SYSTEMD_INVOCATION_ID"].(string)
+	if !wire.ValidInvocationID(inv) {
+		inv = ""
+	}
+	return Entry{Time: time.UnixMicro(us), Tenant: tenant, JobID: job, Line: line, Invocation: inv, cursor: cursor}, true
 }
 
 // ParseUnit splits cron-{tenant}-{id}.service into tenant and job id, by

@@ -241,6 +241,28 @@ func TestDecodeEntryTrustsOnlyTheUnit(t *testing.T) {
 	}
 }
 
+// The run's invocation comes only from journald's trusted field, and only
+// in systemd's spelling; anything else ships no invocation.
+func TestDecodeEntryInvocation(t *testing.T) {
+	const inv = "0123456789abcdef0123456789abcdef"
+	for _, tc := range []struct {
+		name   string
+		fields map[string]any
+		want   string
+	}{
+		{"journald's field", map[string]any{"_SYSTEMD_INVOCATION_ID": inv}, inv},
+		{"the process's own field is not it", map[string]any{"INVOCATION_ID": inv}, ""},
+		{"not systemd's spelling", map[string]any{"_SYSTEMD_INVOCATION_ID": `x"} | foo`}, ""},
+	} {
+		tc.fields["_SYSTEMD_UNIT"], tc.fields["MESSAGE"], tc.fields["__CURSOR"] = "cron-acme-"+testJob+".service", "hi", "c1"
+		b, _ := json.Marshal(tc.fields)
+		e, ok := decodeEntry(b)
+		if !ok || e.Invocation != tc.want {
+			t.Errorf("%s: invocation %q (ok %v), want %q", tc.name, e.Invocation, ok, tc.want)
+		}
+	}
+}
+
 func TestTruncate(t *testing.T) {
 	long := strings.Repeat("é", MaxLineBytes) // 2 bytes a rune
 	got, cut := truncate(long)
@@ -272,5 +294,26 @@ func TestScanSkipsHugeEntry(t *testing.T) {
 	}
 	if err != nil || len(got) != 2 || got[0] != "c1:before" || got[1] != "c3:after" {
 		t.Fatalf("scan = %v, %v; want c1 and c3, no error", got, err)
+	}
+}
+
+// The run's invocation travels as structured metadata, never as a label
+// (one stream per run would exhaust Loki's stream limits).
+func TestPushCarriesInvocationAsMetadata(t *testing.T) {
+	stub := &lokiStub{lines: map[string]int{}}
+	srv := httptest.NewServer(stub)
+	defer srv.Close()
+	const inv = "0123456789abcdef0123456789abcdef"
+	err := (&Client{URL: srv.URL}).Push(context.Background(), "node1", []Entry{{Time: time.Now(), Tenant: "acme", JobID: testJob, Line: "x", Invocation: inv}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stub.mu.Lock()
+	defer stub.mu.Unlock()
+	if stub.meta["invocation_id"] != inv || stub.meta["cron_job_id"] != testJob {
+		t.Errorf("structured metadata %v, want cron_job_id and invocation_id", stub.meta)
+	}
+	if _, ok := stub.label["invocation_id"]; ok {
+		t.Errorf("invocation_id is a stream label: %v", stub.label)
 	}
 }

@@ -58,9 +58,10 @@ type PushError struct {
 func (e *PushError) Error() string { return fmt.Sprintf("push: %d %s", e.Status, e.Body) }
 
 // Push sends entries as one stream per tenant, labelled log_type=cron,
-// job=cron, node and tenant_id (the tenant's name). cron_job_id travels as
-// structured metadata of each line: as a label it would make one stream
-// per job and node, beyond Loki's stream limits at ten thousand jobs.
+// job=cron, node and tenant_id (the tenant's name). cron_job_id and the
+// run's invocation_id travel as structured metadata of each line: as
+// labels they would make one stream per job (or run) and node, beyond
+// Loki's stream limits at ten thousand jobs.
 func (c *Client) Push(ctx context.Context, node string, entries []Entry) error {
 	streams := map[string]*pushStream{}
 	var keys []string
@@ -74,8 +75,11 @@ func (c *Client) Push(ctx context.Context, node string, entries []Entry) error {
 			streams[e.Tenant] = s
 			keys = append(keys, e.Tenant)
 		}
-		s.Values = append(s.Values, [3]any{strconv.FormatInt(e.Time.UnixNano(), 10), e.Line,
-			map[string]string{wire.LabelCronJobID: e.JobID}})
+		meta := map[string]string{wire.LabelCronJobID: e.JobID}
+		if e.Invocation != "" {
+			meta[wire.LabelInvocationID] = e.Invocation
+		}
+		s.Values = append(s.Values, [3]any{strconv.FormatInt(e.Time.UnixNano(), 10), e.Line, meta})
 	}
 	body := struct {
 		Streams []*pushStream `json:"streams"`
@@ -110,6 +114,9 @@ type Line struct {
 	Node      string    `json:"node"`
 	CronJobID string    `json:"cron_job_id"`
 	Line      string    `json:"line"`
+	// InvocationID is the run's systemd invocation ("" for lines shipped
+	// before it was carried).
+	InvocationID string `json:"invocation_id"`
 }
 
 // QueryRange runs a LogQL log query over [start, end], newest first.
@@ -152,7 +159,8 @@ func (c *Client) QueryRange(ctx context.Context, query string, start, end time.T
 			if err != nil {
 				continue
 			}
-			out = append(out, Line{Timestamp: time.Unix(0, ns).UTC(), Node: r.Stream[wire.LabelNode], CronJobID: r.Stream[wire.LabelCronJobID], Line: v[1]})
+			out = append(out, Line{Timestamp: time.Unix(0, ns).UTC(), Node: r.Stream[wire.LabelNode], CronJobID: r.Stream[wire.LabelCronJobID], Line: v[1],
+				InvocationID: r.Stream[wire.LabelInvocationID]})
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Timestamp.After(out[j].Timestamp) })
@@ -164,10 +172,11 @@ func (c *Client) QueryRange(ctx context.Context, query string, start, end time.T
 
 // CronLogQuery builds the LogQL for a tenant's cron logs. Every value is a
 // quoted string literal (LogQL uses Go's syntax), the tenant selector is
-// always present, and the job and line filters can only narrow: no
-// parameter can reach another tenant's streams. cron_job_id is structured
-// metadata, not a label, so it is a label filter after the selector.
-func CronLogQuery(tenantName, jobID, contains string) string {
+// always present, and the job, run (invocation) and line filters can only
+// narrow: no parameter can reach another tenant's streams. cron_job_id and
+// invocation_id are structured metadata, not labels, so they are label
+// filters after the selector.
+func CronLogQuery(tenantName, jobID, invocation, contains string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `{%s=%q, %s=`, wire.LabelLogType, wire.LogTypeCron, wire.LabelTenant)
 	b.WriteString(strconv.Quote(tenantName))
@@ -175,6 +184,10 @@ func CronLogQuery(tenantName, jobID, contains string) string {
 	if jobID != "" {
 		b.WriteString(` | ` + wire.LabelCronJobID + `=`)
 		b.WriteString(strconv.Quote(jobID))
+	}
+	if invocation != "" {
+		b.WriteString(` | ` + wire.LabelInvocationID + `=`)
+		b.WriteString(strconv.Quote(invocation))
 	}
 	if contains != "" {
 		b.WriteString(` |= `)

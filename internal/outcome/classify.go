@@ -59,6 +59,7 @@ func Classify(svc Service, rec runner.Record, haveRecord bool, now time.Time) (r
 		sig := rec.Signal
 		r.Signal = &sig
 	}
+	r.CPUSeconds, r.PeakMemoryBytes = usageOf(rec)
 	switch {
 	case rec.Kind == runner.KindPlatformError:
 		r.Result, r.FailureReason = wire.ResultPlatformError, rec.Reason
@@ -108,6 +109,22 @@ func Classify(svc Service, rec runner.Record, haveRecord bool, now time.Time) (r
 		r.FailureReason = fmt.Sprintf("service result %q (%s %s) before the command ran", svc.Result, svc.ExitCode, svc.ExitStatus)
 	}
 	return r, false
+}
+
+// usageOf is what a run of the command used, as the runner measured it;
+// nil for a record of no finished command (or nothing measured). Bounded
+// so a rewritten record cannot send the core a value it refuses.
+func usageOf(rec runner.Record) (cpu *float64, peak *int64) {
+	if rec.Kind != runner.KindRan || rec.FinishedAt == nil {
+		return nil, nil
+	}
+	if c := rec.CPUSeconds; c > 0 && c <= wire.MaxCPUSeconds {
+		cpu = &c
+	}
+	if p := rec.PeakMemoryBytes; p > 0 && p <= wire.MaxPeakMemoryBytes {
+		peak = &p
+	}
+	return cpu, peak
 }
 
 func nodeReason(rec runner.Record, why string) string {

@@ -74,6 +74,10 @@ type Record struct {
 	Trigger string `json:"trigger,omitempty"` // scheduled or manual
 	Node    string `json:"node,omitempty"`    // the node that wrote the record
 	Warning string `json:"warning,omitempty"` // e.g. a corrupt stamp that was overwritten
+	// What the command used (its rusage: user+system CPU, and the largest
+	// resident set of it and its waited-for descendants).
+	CPUSeconds      float64 `json:"cpu_seconds,omitempty"`
+	PeakMemoryBytes int64   `json:"peak_memory_bytes,omitempty"`
 }
 
 // RecordFile is the record's name in the service's runtime directory.

@@ -542,6 +542,7 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 	}
 	finished := env.Now().UTC()
 	rec.FinishedAt = &finished
+	rec.CPUSeconds, rec.PeakMemoryBytes = usage(cmd.ProcessState)
 	code := 0
 	var exitErr *exec.ExitError
 	switch {
@@ -567,6 +568,21 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 		code = 1
 	}
 	return finish(env, rec, code)
+}
+
+// usage is what the command used: user and system CPU seconds, and the
+// peak resident set (Linux reports ru_maxrss in KiB) of the largest
+// process among it and the descendants it waited for. Zero when unknown.
+func usage(ps *os.ProcessState) (cpuSeconds float64, peakBytes int64) {
+	if ps == nil {
+		return 0, 0
+	}
+	ru, ok := ps.SysUsage().(*syscall.Rusage)
+	if !ok || ru == nil {
+		return 0, 0
+	}
+	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return cpu.Seconds(), ru.Maxrss * 1024
 }
 
 // Attempt is the attempt number of every run: 1 until retries exist.

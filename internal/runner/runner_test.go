@@ -279,3 +279,21 @@ func ReadRecord(dir string) (Record, error) {
 	}
 	return r, nil
 }
+
+// TestRunRecordsUsage: the record says what the command used: CPU seconds
+// and the peak resident set of the largest process it waited for. The
+// command holds 48 MiB (a shell variable of that size) and burns CPU, so
+// both figures have a floor the measurement must reach.
+func TestRunRecordsUsage(t *testing.T) {
+	env, _ := setup(t, `x=$(head -c 50331648 /dev/zero | tr '\0' a); i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; echo ${#x}`)
+	if code := Run(env); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	r := record(t, env)
+	if r.PeakMemoryBytes < 48<<20 {
+		t.Errorf("peak memory %d bytes, want at least the 48 MiB the command held", r.PeakMemoryBytes)
+	}
+	if r.CPUSeconds <= 0.01 {
+		t.Errorf("CPU %.3f s, want the loop's CPU time", r.CPUSeconds)
+	}
+}

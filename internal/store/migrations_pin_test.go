@@ -30,6 +30,7 @@ var released = []struct{ name, sha string }{
 	{"015_job_environment.sql", "6ac4eb89ba75743e"},
 	{"016_cancel_runs.sql", "535817ac8ca0c7ec"},
 	{"017_operator_notifications.sql", "04b2a5281f87dbe4"},
+	{"018_run_usage.sql", "0af0c1638eae549b"},
 }
 
 func TestReleasedMigrationsNeverChange(t *testing.T) {

@@ -31,11 +31,19 @@ type Run struct {
 	// Added fields; the ones above keep their names.
 	Trigger wire.Trigger `json:"trigger"` // the run key's: scheduled, manual
 	Attempt int          `json:"attempt"` // 1 until retries exist
+	// What the command used (null when the node did not say), warnings
+	// when it came near its limits (usageWarnings), and the systemd
+	// invocation its output lines carry ("" for runs of older nodes).
+	CPUSeconds      *float64 `json:"cpu_seconds"`
+	PeakMemoryBytes *int64   `json:"peak_memory_bytes"`
+	Warnings        []string `json:"warnings"`
+	InvocationID    string   `json:"invocation_id"`
 }
 
 // runColumns are Run's columns in its field order.
 const runColumns = `id, run_key, cron_job_id, version, node_id, scheduled_at, started_at, finished_at, duration_ms,
-	result, exit_code, signal, failure_reason, received_at, trigger, attempt`
+	result, exit_code, signal, failure_reason, received_at, trigger, attempt,
+	cpu_seconds, peak_memory_bytes, warnings, invocation_id`
 
 // Outcome is what a node reports after a run.
 type Outcome struct {
@@ -48,6 +56,10 @@ type Outcome struct {
 	ExitCode      *int
 	Signal        *string
 	FailureReason string
+	// What the command used and its output's handle (wire.Outcome).
+	CPUSeconds      *float64
+	PeakMemoryBytes *int64
+	InvocationID    string
 }
 
 // OutcomeResult tells what recording an outcome did.
@@ -95,7 +107,7 @@ func (s *Store) RecordOutcome(ctx context.Context, node Node, jobID string, o Ou
 			res.Duplicate = true // a redelivery changes nothing
 			return nil
 		}
-		runID, err := writeRun(ctx, tx, node, jobID, o, step)
+		runID, err := writeRun(ctx, tx, node, jobID, o, step, usageWarnings(job, o))
 		if err != nil {
 			return err
 		}
@@ -178,7 +190,7 @@ func storedResult(ctx context.Context, tx pgx.Tx, jobID, runKey string) (*wire.R
 
 // writeRun inserts the run, or replaces the record under its run key, and
 // returns the record's id.
-func writeRun(ctx context.Context, tx pgx.Tx, node Node, jobID string, o Outcome, step recordStep) (int64, error) {
+func writeRun(ctx context.Context, tx pgx.Tx, node Node, jobID string, o Outcome, step recordStep, warnings []string) (int64, error) {
 	var duration *int64
 	if o.StartedAt != nil && o.FinishedAt != nil {
 		d := o.FinishedAt.Sub(*o.StartedAt).Milliseconds()
@@ -189,15 +201,20 @@ func writeRun(ctx context.Context, tx pgx.Tx, node Node, jobID string, o Outcome
 		"scheduled_at": o.ScheduledAt, "started_at": o.StartedAt, "finished_at": o.FinishedAt,
 		"duration_ms": duration, "result": o.Result, "exit_code": o.ExitCode, "signal": o.Signal,
 		"failure_reason": o.FailureReason,
+		"cpu_seconds":    o.CPUSeconds, "peak_memory_bytes": o.PeakMemoryBytes, "warnings": warnings, "invocation_id": o.InvocationID,
 	}
 	sql := `INSERT INTO cron_job_runs (run_key, cron_job_id, version, node_id, scheduled_at, started_at, finished_at,
-		                           duration_ms, result, exit_code, signal, failure_reason)
+		                           duration_ms, result, exit_code, signal, failure_reason,
+		                           cpu_seconds, peak_memory_bytes, warnings, invocation_id)
 		VALUES (@run_key, @cron_job_id, @version, @node_id, @scheduled_at, @started_at, @finished_at,
-		        @duration_ms, @result, @exit_code, @signal, @failure_reason) RETURNING id`
+		        @duration_ms, @result, @exit_code, @signal, @failure_reason,
+		        @cpu_seconds, @peak_memory_bytes, @warnings, @invocation_id) RETURNING id`
 	if step == replaceRun {
 		sql = `UPDATE cron_job_runs SET version = @version, node_id = @node_id, started_at = @started_at,
 			       finished_at = @finished_at, duration_ms = @duration_ms, result = @result, exit_code = @exit_code,
-			       signal = @signal, failure_reason = @failure_reason, received_at = now()
+			       signal = @signal, failure_reason = @failure_reason, received_at = now(),
+			       cpu_seconds = @cpu_seconds, peak_memory_bytes = @peak_memory_bytes, warnings = @warnings,
+			       invocation_id = @invocation_id
 			WHERE run_key = @run_key AND cron_job_id = @cron_job_id RETURNING id`
 	}
 	var id int64

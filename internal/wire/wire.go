@@ -226,7 +226,28 @@ type Outcome struct {
 	ExitCode      *int       `json:"exit_code"`
 	Signal        *string    `json:"signal"`
 	FailureReason string     `json:"failure_reason"`
+	// Added fields (an older core ignores them). What the command used,
+	// from the runner's rusage of it (the tenant can rewrite the record
+	// they come from: informational only, never counted), and the
+	// activation's systemd invocation id (cron-outcome's own
+	// $INVOCATION_ID), which every journal line of the run carries.
+	CPUSeconds      *float64 `json:"cpu_seconds,omitempty"`
+	PeakMemoryBytes *int64   `json:"peak_memory_bytes,omitempty"`
+	InvocationID    string   `json:"invocation_id,omitempty"`
 }
+
+var invocationRE = regexp.MustCompile(`^[0-9a-f]{32}$`)
+
+// ValidInvocationID reports whether s is a systemd invocation id as
+// $INVOCATION_ID and _SYSTEMD_INVOCATION_ID spell it.
+func ValidInvocationID(s string) bool { return invocationRE.MatchString(s) }
+
+// Bounds of a report's usage figures (a run lasts at most days; no node
+// has a petabyte of memory).
+const (
+	MaxCPUSeconds      = 1e7
+	MaxPeakMemoryBytes = 1 << 50
+)
 
 // Loki stream labels of cron output. The API's log queries select by the
 // same names the node agent pushes.
@@ -236,6 +257,10 @@ const (
 	LabelNode      = "node"
 	LabelTenant    = "tenant_id" // the tenant's name
 	LabelCronJobID = "cron_job_id"
+	// LabelInvocationID is structured metadata too: the systemd invocation
+	// of the run a line belongs to (journald's trusted
+	// _SYSTEMD_INVOCATION_ID), which the logs API's run= filter selects.
+	LabelInvocationID = "invocation_id"
 
 	LogTypeCron = "cron" // value of LabelLogType and LabelJob
 )
