@@ -33,7 +33,8 @@ const scaleTenantJobs = 1000
 //     its node reported (a success row inserted untimed before the pass);
 //   - desired_set: NodeDesiredJobs for the node (the whole shard's jobs,
 //     what ConvergeNode reads) and its JSON encoding, which is the size of
-//     the Temporal payload it travels in (B/set);
+//     the Temporal payload it travels in (B/set), and what reading and
+//     encoding it allocates (B/op);
 //   - list_page_100, list_page_1000: ListJobs of one tenant of 1,000
 //     jobs: its last page of 100 (after the 900th job), and a page of
 //     1,000 (the API's default limit: the whole tenant); 20 reads an op;
@@ -104,6 +105,7 @@ func BenchmarkScale(b *testing.B) {
 			perJob(b)
 		})
 		b.Run(fmt.Sprintf("jobs=%d/desired_set", n), func(b *testing.B) {
+			b.ReportAllocs() // what the core's worker allocates per converge
 			var size int
 			for i := 0; i < b.N; i++ {
 				set, ok, err := st.NodeDesiredJobs(ctx, seeded.node.ID)

@@ -23,7 +23,7 @@ if [ -z "${SKIP_BENCH:-}" ]; then
       split($1, p, "/"); n = substr(p[2], 6); c = p[3]; sub(/-[0-9]+$/, "", c)
       if (!(n in seenN)) { seenN[n] = 1; sizes[++ns] = n }
       v[n "|" c "|ns"] = $3
-      for (i = 5; i < NF; i += 2) v[n "|" c "|" $(i + 1)] = $i
+      for (i = 5; i < NF; i += 2) v[n "|" c "|" $(i + 1)] = $i  # custom metrics, B/op, allocs/op
     }
     function t(ns) { return ns >= 1e9 ? sprintf("%.2f s", ns / 1e9) : ns >= 1e6 ? sprintf("%.1f ms", ns / 1e6) : sprintf("%.0f µs", ns / 1e3) }
     function us(x) { return x >= 1000 ? sprintf("%.2f ms", x / 1000) : x < 0.1 ? sprintf("%.4f µs", x) : sprintf("%.2f µs", x) }
@@ -34,6 +34,7 @@ if [ -z "${SKIP_BENCH:-}" ]; then
         n = sizes[i]
         if (!((n "|" c "|ns") in v)) { printf " not run |"; continue }
         if (kind == "job") cell = t(v[n "|" c "|ns"]) " (" us(v[n "|" c "|µs/job"]) "/job)"
+        else if (kind == "alloc") cell = sprintf("%.1f MB (%d B/job)", v[n "|" c "|B/op"] / 1e6, v[n "|" c "|B/op"] / n)
         else if (kind == "bytes") cell = sprintf("%.1f MB (%d B/job)", v[n "|" c "|B/set"] / 1e6, v[n "|" c "|B/job"])
         else if (kind == "page") cell = us(v[n "|" c "|µs/page"])
         else if (kind == "disk") cell = sprintf("%d B/job, %d B/run (%s runs)", v[n "|" c "|B/job"], v[n "|" c "|B/run"], commas(v[n "|" c "|runs"]))
@@ -49,6 +50,7 @@ if [ -z "${SKIP_BENCH:-}" ]; then
       row("lost-run sweep pass, every job one slot due (reported)", "sweep_all_due", "job")
       row("desired set of the shard: read (REPEATABLE READ) + JSON", "desired_set", "job")
       row("desired set: JSON size (the Temporal payload)", "desired_set", "bytes")
+      row("desired set: Go memory allocated to read and encode it", "desired_set", "alloc")
       row("job list: a tenant of 1,000, page of 100", "list_page_100", "page")
       row("job list: a tenant of 1,000, page of 1,000 (API default)", "list_page_1000", "page")
       row("outcome recorded (success), one transaction, serial", "outcome_success", "outcome")
