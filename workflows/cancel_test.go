@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/mock"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/hostcron/hostcron/internal/runkey"
 	"github.com/hostcron/hostcron/internal/wire"
@@ -64,5 +67,52 @@ func TestBatchOrdersCancelsAroundItsRunNow(t *testing.T) {
 	cancelsOnly.add(Change{TaskID: 14, Action: wire.ActionCancel, RunKey: other})
 	if cancelsOnly.provision {
 		t.Fatal("a batch of cancels alone provisions")
+	}
+}
+
+// A run that started before cancels existed provisions on every batch, a
+// cancel included, and asks no node to cancel (ApplyJobs runs; CancelRun
+// has no mock, so a call would fail the workflow): the commands of such a
+// history replay unchanged on either version of the core.
+func TestJobWorkflowCancelBeforeTheChangeProvisions(t *testing.T) {
+	env := newEnv(t)
+	env.OnGetVersion(cancelChange, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+	applies := provisionCounter(env)
+	signalAndRun(env, Change{TaskID: 9, Action: wire.ActionCancel, RunKey: runkey.Manual(jobID, "8")})
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	if *applies != 1 {
+		t.Errorf("ApplyJobs ran %d times, want the old behaviour's 1", *applies)
+	}
+}
+
+// A provisioning cut short by a queued change (a node timed out, not yet
+// asked again) is resumed by the next batch even when that batch is a
+// cancel alone; the job is not left failed for want of a second round.
+func TestCancelAfterACutShortProvisioningProvisionsAgain(t *testing.T) {
+	env := newEnv(t)
+	env.OnActivity(core.LoadJob, mock.Anything, jobID).Return(plan(true, false, "node1"), nil)
+	applies := 0
+	// The first ask times out after a minute of workflow time; the cancel
+	// arrives meanwhile, so provisioning stops after that round.
+	env.OnActivity(node.ApplyJobs, mock.Anything, mock.Anything).Return(
+		func(context.Context, []wire.Job) (wire.NodeReport, error) {
+			applies++
+			return wire.NodeReport{}, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_CLOSE, nil)
+		}).After(time.Minute).Once()
+	env.OnActivity(node.ApplyJobs, mock.Anything, mock.Anything).Return(
+		func(context.Context, []wire.Job) (wire.NodeReport, error) { applies++; return wire.NodeReport{}, nil })
+	env.OnActivity(core.SetJobStatus, mock.Anything, jobID, int64(7), mock.Anything, mock.Anything, mock.Anything).Return(true, nil)
+	env.OnActivity(node.CancelRun, mock.Anything, mock.Anything).Return(false, nil)
+	key := runkey.Manual(jobID, "8")
+	signalAt(env, 0, Change{TaskID: 5, Action: wire.ActionUpdate})
+	signalAt(env, 30*time.Second, Change{TaskID: 6, Action: wire.ActionCancel, RunKey: key})
+	env.ExecuteWorkflow(JobWorkflow, JobInput{JobID: jobID, NodeTimeout: 2 * time.Minute, IdleTimeout: 5 * time.Minute})
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	if applies != 2 {
+		t.Errorf("ApplyJobs ran %d times, want the cut-short round resumed by the cancel's batch (2)", applies)
 	}
 }

@@ -35,6 +35,12 @@ const dedupChange = "skip-handled-task-ids"
 // it replay with a single round.
 const retryChange = "retry-timed-out-nodes"
 
+// cancelChange is the GetVersion change id of cancels: a run that started
+// before it provisions on every batch, a cancel included (it does not
+// stop the run: a core that old did not know cancels), so a replica of
+// either version replays the other's history.
+const cancelChange = "cancel-runs"
+
 // nodeRounds is how many times provisioning asks a node that timed out
 // (no answer within the node timeout: its worker never took the task, or
 // took it and did not finish, as on a node busy with every change that
@@ -60,18 +66,23 @@ func JobWorkflow(ctx workflow.Context, in JobInput) error {
 	if workflow.GetVersion(ctx, retryChange, workflow.DefaultVersion, 1) >= 1 {
 		rounds = nodeRounds
 	}
+	cancels := workflow.GetVersion(ctx, cancelChange, workflow.DefaultVersion, 1) >= 1
 	changes := workflow.GetSignalChannel(ctx, SignalChange)
+	cutShort := false // the last provisioning left a node unasked for newer changes
 	for batch := 0; ; batch++ {
 		b, ok := receiveBatch(ctx, changes, &in, dedup)
 		if !ok {
 			return nil // idle: the next change starts a new run
 		}
-		// A batch of cancels alone provisions nothing: a node that is down
-		// must not hold a stop up for the node timeout. (A history from
-		// before cancels existed has no cancel change, so it replays with
-		// the same commands: no GetVersion needed.)
-		if b.provision {
-			if err := provision(ctx, in, rounds, changes); err != nil {
+		if !cancels {
+			b.provision, b.cancels = true, nil
+		}
+		// A batch of cancels alone provisions nothing, so a node that is
+		// down does not hold a stop up for the node timeout, unless the
+		// last provisioning was cut short for it.
+		if b.provision || cutShort {
+			var err error
+			if cutShort, err = provision(ctx, in, rounds, changes); err != nil {
 				return err
 			}
 		}
@@ -245,13 +256,13 @@ func runNowCtx(ctx workflow.Context, nodeID string, timeout time.Duration) workf
 // each node at once, and one attempt lost or queued past the node timeout
 // must not leave a live node on the old version with the job failed (or,
 // for a delete, the row gone and the units running there).
-func provision(ctx workflow.Context, in JobInput, rounds int, changes workflow.ReceiveChannel) error {
+func provision(ctx workflow.Context, in JobInput, rounds int, changes workflow.ReceiveChannel) (cutShort bool, err error) {
 	var plan JobPlan
 	if err := workflow.ExecuteActivity(coreCtx(ctx), core.LoadJob, in.JobID).Get(ctx, &plan); err != nil {
-		return fmt.Errorf("load job: %w", err)
+		return false, fmt.Errorf("load job: %w", err)
 	}
 	if !plan.Exists {
-		return nil
+		return false, nil
 	}
 	errs := make([]error, len(plan.Nodes))
 	reps := make([]wire.NodeReport, len(plan.Nodes))
@@ -284,7 +295,11 @@ func provision(ctx workflow.Context, in JobInput, rounds int, changes workflow.R
 			ask[i] = timedOut(errs[i])
 			again = again || ask[i]
 		}
-		if !again || round >= rounds || (!plan.Deleting && changes.Len() > 0) {
+		if !again || round >= rounds {
+			break
+		}
+		if !plan.Deleting && changes.Len() > 0 {
+			cutShort = true // the next batch provisions again, whatever it holds
 			break
 		}
 	}
@@ -306,7 +321,7 @@ func provision(ctx workflow.Context, in JobInput, rounds int, changes workflow.R
 		if len(failed) > 0 {
 			workflow.GetLogger(ctx).Warn("units not removed from every node; converge removes them", "failed", failed)
 		}
-		return workflow.ExecuteActivity(coreCtx(ctx), core.FinishDelete, in.JobID).Get(ctx, nil)
+		return cutShort, workflow.ExecuteActivity(coreCtx(ctx), core.FinishDelete, in.JobID).Get(ctx, nil)
 	}
 	status, message := wire.StatusActive, ""
 	if !plan.Job.Enabled {
@@ -316,7 +331,7 @@ func provision(ctx workflow.Context, in JobInput, rounds int, changes workflow.R
 		status, message = wire.StatusFailed, wire.NotProvisionedPrefix+strings.Join(failed, "; ")
 	}
 	took := len(plan.Nodes) - len(failed)
-	return workflow.ExecuteActivity(coreCtx(ctx), core.SetJobStatus, in.JobID, plan.Version, status, message, took).Get(ctx, nil)
+	return cutShort, workflow.ExecuteActivity(coreCtx(ctx), core.SetJobStatus, in.JobID, plan.Version, status, message, took).Get(ctx, nil)
 }
 
 // timedOut reports whether a node activity ended because its time ran

@@ -35,6 +35,8 @@ type Env struct {
 	// decides the busy lock is not its own run: seconds, since a network
 	// filesystem can take that long to show another client's write.
 	StampWait time.Duration
+	// KillGrace overrides KillGrace (tests); 0: KillGrace.
+	KillGrace time.Duration
 	// Heartbeat is how often a running run refreshes its lease.
 	Heartbeat time.Duration
 	// KernelMemoryLimit: the kernel enforces MemoryMax= for the unit, so
@@ -520,11 +522,7 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	go func() {
-		for s := range sigs {
-			_ = syscall.Kill(-cmd.Process.Pid, s.(syscall.Signal))
-		}
-	}()
+	go forwardSignals(sigs, cmd.Process.Pid, env.killGrace())
 	done := make(chan struct{})
 	stopBeat := startHeartbeat(env, stampPath, lease)
 	var oom <-chan bool
@@ -568,6 +566,43 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 		code = 1
 	}
 	return finish(env, rec, code)
+}
+
+// KillGrace is how long a command may take to end after the runner passed
+// it SIGTERM (a cancel, a stop) before its whole group gets SIGKILL: the
+// unit's TimeoutStopSec, so a cancel ends a run as surely as systemd's own
+// stop does.
+const KillGrace = 10 * time.Second
+
+func (env Env) killGrace() time.Duration {
+	if env.KillGrace > 0 {
+		return env.KillGrace
+	}
+	return KillGrace
+}
+
+// forwardSignals passes each signal the runner gets to the command's
+// process group, and kills the group grace after the first one; it ends
+// when sigs is closed (the command has been waited for).
+func forwardSignals(sigs <-chan os.Signal, pgid int, grace time.Duration) {
+	var kill <-chan time.Time
+	for {
+		select {
+		case s, ok := <-sigs:
+			if !ok {
+				return
+			}
+			_ = syscall.Kill(-pgid, s.(syscall.Signal))
+			if kill == nil {
+				t := time.NewTimer(grace)
+				defer t.Stop()
+				kill = t.C
+			}
+		case <-kill:
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			kill = make(chan time.Time) // once
+		}
+	}
 }
 
 // usage is what the command used: user and system CPU seconds, and the

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -295,5 +296,34 @@ func TestRunRecordsUsage(t *testing.T) {
 	}
 	if r.CPUSeconds <= 0.01 {
 		t.Errorf("CPU %.3f s, want the loop's CPU time", r.CPUSeconds)
+	}
+}
+
+// TestTermEscalatesToKill: a command that ignores SIGTERM is killed, with
+// its whole group, once the grace after the runner's SIGTERM is over, so
+// a cancel ends a run; the record says SIGKILL.
+func TestTermEscalatesToKill(t *testing.T) {
+	env, _ := setup(t, `trap '' TERM; sleep 30 & wait; sleep 30`)
+	env.KillGrace = 300 * time.Millisecond
+	go func() {
+		// Only once the command runs: the runner's handler is installed
+		// then (before it, SIGTERM would end this test process).
+		for {
+			if b, err := os.ReadFile(filepath.Join(env.RuntimeDir, RecordFile)); err == nil && strings.Contains(string(b), `"kind":"ran"`) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		time.Sleep(200 * time.Millisecond)
+		_ = syscall.Kill(os.Getpid(), syscall.SIGTERM) // the runner is this test process
+	}()
+	start := time.Now()
+	code := Run(env)
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("the command ran %v after SIGTERM: not killed", took)
+	}
+	r := record(t, env)
+	if r.Signal != "SIGKILL" || code != 128+int(syscall.SIGKILL) {
+		t.Fatalf("record signal %q, exit %d: want SIGKILL after the grace", r.Signal, code)
 	}
 }

@@ -56,4 +56,14 @@ func TestCancelRunQueuesTheStopAndCountsNeitherWay(t *testing.T) {
 	if _, err := f.st.CancelRun(ctx, j.ID, runkey.Manual(j.ID, request)); err != nil {
 		t.Fatalf("cancel of a queued run-now: %v", err)
 	}
+	// An hour after dispatch the outbox row is pruned; a long run-now is
+	// still cancellable by its audit event.
+	_, err = f.st.Pool().Exec(ctx, `DELETE FROM cron_job_tasks WHERE id = $1::bigint`, request)
+	must(t, err)
+	if _, err := f.st.CancelRun(ctx, j.ID, runkey.Manual(j.ID, request)); err != nil {
+		t.Fatalf("cancel of a run-now whose outbox row was pruned: %v", err)
+	}
+	if _, err := f.st.CancelRun(ctx, j.ID, runkey.Manual(j.ID, "0"+request)); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a run-now key the core never spells: %v, want not found", err)
+	}
 }

@@ -524,11 +524,13 @@ func (s *Store) RunNow(ctx context.Context, id string, ifVersion int64) (CronJob
 		if job.Status != wire.StatusActive && job.Status != wire.StatusDisabled {
 			return conflict("cron job is %s; it can run now once it is provisioned (active or disabled)", job.Status)
 		}
-		if err := recordEvent(ctx, tx, job, actorOf(ctx), string(wire.ActionRunNow), nil); err != nil {
+		if request, err = queueTaskID(ctx, tx, id, wire.ActionRunNow, job.Version); err != nil {
 			return err
 		}
-		request, err = queueTaskID(ctx, tx, id, wire.ActionRunNow, job.Version)
-		return err
+		// The event names the request: it outlives the outbox row (pruned
+		// an hour after dispatch), so a long run-now can still be
+		// cancelled (CancelRun).
+		return recordEvent(ctx, tx, job, actorOf(ctx), string(wire.ActionRunNow), map[string]any{"request": strconv.FormatInt(request, 10)})
 	})
 	if err != nil {
 		return job, "", err
@@ -696,12 +698,13 @@ func (s *Store) CancelRun(ctx context.Context, jobID, runKey string) (CronJob, e
 		var now time.Time
 		var requested bool
 		err = tx.QueryRow(ctx, `SELECT (SELECT result FROM cron_job_runs WHERE run_key = $1), now(),
-			       EXISTS (SELECT 1 FROM cron_job_tasks WHERE id = $2 AND cron_job_id = $3 AND action = $4)`,
-			runKey, requestID(key), jobID, wire.ActionRunNow).Scan(&result, &now, &requested)
+			       EXISTS (SELECT 1 FROM cron_job_tasks WHERE id = $2 AND cron_job_id = $3 AND action = $4)
+			       OR EXISTS (SELECT 1 FROM cron_job_events WHERE cron_job_id = $3 AND action = $4 AND detail->>'request' = $5)`,
+			runKey, requestID(key), jobID, wire.ActionRunNow, key.Request).Scan(&result, &now, &requested)
 		if err != nil {
 			return fmt.Errorf("cancel run: %w", err)
 		}
-		if err := cancellable(key, result, requested, now); err != nil {
+		if err := cancellable(key, result, requested, now, job.TimeoutSeconds); err != nil {
 			return err
 		}
 		if err := recordEvent(ctx, tx, job, actorOf(ctx), string(wire.ActionCancel), map[string]any{"run_key": runKey}); err != nil {
@@ -718,29 +721,40 @@ func (s *Store) CancelRun(ctx context.Context, jobID, runKey string) (CronJob, e
 }
 
 // requestID is a manual key's request as the outbox task id it is; 0
-// (no task) for anything else.
+// (no task) for anything else, and for a spelling the core never gives
+// ("012" is not request 12's key: the run would be recorded under "12").
 func requestID(k runkey.Key) int64 {
 	if k.Trigger != wire.TriggerManual {
 		return 0
 	}
 	n, err := strconv.ParseInt(k.Request, 10, 64)
-	if err != nil {
+	if err != nil || strconv.FormatInt(n, 10) != k.Request {
 		return 0
 	}
 	return n
 }
 
+// cancelReach is how long after its slot a scheduled run may still be
+// running beyond its timeout: systemd stops it at the timeout (10 s to
+// die), and a node clock may lag a little.
+const cancelReach = 15 * time.Minute
+
 // cancellable decides whether a run can still be stopped: it has no record
-// (or only the sweeper's lost one: a run that outlived its grace may still
-// be running), a scheduled slot is not in the future, and a manual run is
-// a request of the job.
-func cancellable(k runkey.Key, recorded *string, requested bool, now time.Time) error {
+// (or only the sweeper's lost one: a node may still be running it), a
+// scheduled slot is neither in the future nor so old that its timeout
+// has stopped it (cancelReach), and a manual run is a request of the job
+// (by its outbox row or, once that is pruned, its audit event). A slot
+// need not be a fire time of today's schedule: a run of the schedule
+// before an edit may still be running.
+func cancellable(k runkey.Key, recorded *string, requested bool, now time.Time, timeoutSec int) error {
 	switch {
 	case recorded != nil && wire.Result(*recorded) != wire.ResultLost:
 		return conflict("run %s has ended (%s): only a run that is queued or running can be cancelled", k, *recorded)
 	case k.Trigger == wire.TriggerScheduled && k.Slot.After(now):
 		return conflict("slot %s is in the future: nothing runs yet", k.Slot.Format(time.RFC3339))
-	case k.Trigger == wire.TriggerManual && !requested:
+	case k.Trigger == wire.TriggerScheduled && now.Sub(k.Slot) > time.Duration(timeoutSec)*time.Second+cancelReach:
+		return conflict("slot %s is older than the job's timeout: its run has ended", k.Slot.Format(time.RFC3339))
+	case k.Trigger == wire.TriggerManual && (!requested || requestID(k) == 0):
 		return fmt.Errorf("run-now request %s: %w", k.Request, ErrNotFound)
 	}
 	return nil

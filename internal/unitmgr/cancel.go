@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/hostcron/hostcron/internal/atomicfile"
 	"github.com/hostcron/hostcron/internal/outcome"
@@ -15,14 +18,18 @@ import (
 	"github.com/hostcron/hostcron/internal/wire"
 )
 
-// A cancel stops the unit's service, but only while it runs the run that
+// A cancel signals the unit's runner, but only while it runs the run that
 // was named: the runner's record (in the service's runtime directory)
-// says which run that is. Before the stop, the agent leaves a marker
-// naming the run and the service's invocation; cron-outcome, which ends
-// that same invocation, reports the run as cancelled when the marker
-// matches (see outcome.Cancelled). systemd's stop sends SIGTERM to the
-// whole cgroup and SIGKILL after the unit's TimeoutStopSec; ExecStopPost
-// runs either way.
+// says which run that is, and systemd's InvocationID and MainPID, read
+// before and after the record and after the runner's pidfd is opened,
+// show the record and the pidfd are of one activation. (systemd's own stop
+// cannot be aimed so: a stop queued as one run ends would stop the next,
+// and its record would read as the tenant's failure.) The runner passes
+// SIGTERM to the command's group and kills the group after KillGrace,
+// as systemd's stop would. Before the signal, the agent leaves a marker
+// naming the run and that invocation; cron-outcome, which ends that same
+// invocation, reports the run as cancelled when the marker matches (see
+// outcome.Cancelled).
 
 // cancelPaths are where a cancel looks and writes; tests replace them.
 type cancelPaths struct {
@@ -41,9 +48,35 @@ func (m *Manager) cancelPaths() cancelPaths {
 	return p
 }
 
-// CancelRun stops req's run if this node runs it now, and reports whether
-// it did. A unit that is not here, not running, or running another run
-// (the named one ended, the next slot began) is left alone: false, nil.
+// activation is who runs a service now, as systemd says.
+type activation struct {
+	invocation string // hex InvocationID
+	mainPID    uint32 // the runner; 0 outside ExecStart
+	active     string // ActiveState
+}
+
+func (m *Manager) activationOf(ctx context.Context, service string) (activation, error) {
+	var a activation
+	v, err := m.sys.UnitProperty(ctx, service, "", "ActiveState")
+	if err != nil {
+		return a, fmt.Errorf("cancel: %s: %w", service, err)
+	}
+	a.active, _ = v.(string)
+	if v, err = m.sys.UnitProperty(ctx, service, "", "InvocationID"); err != nil {
+		return a, fmt.Errorf("cancel: %s: invocation: %w", service, err)
+	}
+	id, _ := v.([]byte)
+	a.invocation = hex.EncodeToString(id)
+	if v, err = m.sys.UnitProperty(ctx, service, "Service", "MainPID"); err != nil {
+		return a, fmt.Errorf("cancel: %s: main pid: %w", service, err)
+	}
+	a.mainPID, _ = v.(uint32)
+	return a, nil
+}
+
+// CancelRun signals req's run to end if this node runs it now, and reports
+// whether it did. A unit that is not here, not running, or running another
+// run (the named one ended, the next slot began) is left alone: false, nil.
 func (m *Manager) CancelRun(ctx context.Context, req wire.CancelRequest) (bool, error) {
 	unit := req.Unit
 	key, err := runkey.Parse(req.RunKey)
@@ -55,12 +88,9 @@ func (m *Manager) CancelRun(ctx context.Context, req wire.CancelRequest) (bool, 
 	if _, err := os.Stat(unitFile); err != nil {
 		return false, nil // not on this node
 	}
-	active, err := m.sys.UnitProperty(ctx, service, "", "ActiveState")
-	if err != nil {
-		return false, fmt.Errorf("cancel: %s: %w", service, err)
-	}
-	if s, _ := active.(string); !busy(s) {
-		return false, nil
+	before, err := m.activationOf(ctx, service)
+	if err != nil || !busy(before.active) || before.mainPID == 0 || before.invocation == "" {
+		return false, err // not running, or between ExecStart and ExecStopPost
 	}
 	owner, err := m.runNowHooks().owner(unitFile)
 	if err != nil {
@@ -71,37 +101,44 @@ func (m *Manager) CancelRun(ctx context.Context, req wire.CancelRequest) (bool, 
 	if err != nil || running != req.RunKey {
 		return false, nil // between runs, or another run: not this one
 	}
-	inv, err := m.sys.UnitProperty(ctx, service, "", "InvocationID")
+	runner, err := unix.PidfdOpen(int(before.mainPID), 0)
 	if err != nil {
-		return false, fmt.Errorf("cancel: %s: invocation: %w", service, err)
+		return false, nil // the runner has just ended
 	}
-	id, ok := inv.([]byte)
-	if !ok || len(id) == 0 {
-		return false, fmt.Errorf("cancel: %s: no invocation id", service)
+	defer unix.Close(runner)
+	after, err := m.activationOf(ctx, service)
+	if err != nil || after != before {
+		return false, err // the activation moved on while it was looked at
 	}
-	marker := wire.CancelMarker{RunKey: req.RunKey, InvocationID: hex.EncodeToString(id), At: m.now().UTC()}
-	if err := writeCancelMarker(p.markerDir, unit, marker); err != nil {
+	marker := wire.CancelMarker{RunKey: req.RunKey, InvocationID: before.invocation, At: m.now().UTC()}
+	markerPath, err := writeCancelMarker(p.markerDir, unit, marker)
+	if err != nil {
 		return false, err
 	}
-	if err := m.sys.StopUnit(ctx, service); err != nil {
-		return false, fmt.Errorf("cancel: stop %s: %w", service, err)
+	if err := unix.PidfdSendSignal(runner, unix.SIGTERM, nil, 0); err != nil {
+		_ = os.Remove(markerPath) // nothing was stopped: the marker must not relabel the run
+		if errors.Is(err, unix.ESRCH) {
+			return false, nil // it ended on its own first
+		}
+		return false, fmt.Errorf("cancel: signal %s's runner: %w", service, err)
 	}
-	m.log.Info("run cancelled: stopping its service", "unit", service, "run_key", req.RunKey)
+	m.log.Info("run cancelled: its runner was told to stop", "unit", service, "run_key", req.RunKey, "invocation", before.invocation)
 	return true, nil
 }
 
 // writeCancelMarker leaves the marker cron-outcome reads: root's only, so
 // the tenant can neither write one nor learn another tenant's.
-func writeCancelMarker(dir, unit string, mk wire.CancelMarker) error {
+func writeCancelMarker(dir, unit string, mk wire.CancelMarker) (string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("cancel marker: %w", err)
+		return "", fmt.Errorf("cancel marker: %w", err)
 	}
 	b, err := json.Marshal(mk)
 	if err != nil {
-		return fmt.Errorf("cancel marker: %w", err)
+		return "", fmt.Errorf("cancel marker: %w", err)
 	}
-	if err := atomicfile.Write(filepath.Join(dir, unit+".json"), b, 0o600); err != nil {
-		return fmt.Errorf("cancel marker: %w", err)
+	path := filepath.Join(dir, unit+".json")
+	if err := atomicfile.Write(path, b, 0o600); err != nil {
+		return "", fmt.Errorf("cancel marker: %w", err)
 	}
-	return nil
+	return path, nil
 }

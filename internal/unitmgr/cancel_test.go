@@ -3,9 +3,11 @@ package unitmgr
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
-	"reflect"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +21,11 @@ type cancelSystemd struct {
 	*fakeSystemd
 	state      string
 	invocation []byte
+	mainPID    uint32
+	// onRead, when set, runs on each read of InvocationID (the n-th): a
+	// test moves the activation on between the agent's looks.
+	onRead func(n int)
+	reads  int
 }
 
 func (f *cancelSystemd) UnitProperty(_ context.Context, unit, _, name string) (any, error) {
@@ -26,9 +33,36 @@ func (f *cancelSystemd) UnitProperty(_ context.Context, unit, _, name string) (a
 	case "ActiveState":
 		return f.state, nil
 	case "InvocationID":
+		f.reads++
+		if f.onRead != nil {
+			f.onRead(f.reads)
+		}
 		return f.invocation, nil
+	case "MainPID":
+		return f.mainPID, nil
 	}
 	return f.fakeSystemd.UnitProperty(context.Background(), unit, "", name)
+}
+
+// runner starts a stand-in for the unit's runner (a sleep) and returns
+// its pid and a channel that says how it ended.
+func runnerProcess(t *testing.T) (uint32, <-chan string) {
+	t.Helper()
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan string, 1)
+	go func() {
+		err := cmd.Wait()
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			ended <- ws.Signal().String()
+			return
+		}
+		ended <- fmt.Sprint(err)
+	}()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	return uint32(cmd.Process.Pid), ended
 }
 
 const recordOwner = 4242 // a tenant uid: the record must be the unit user's
@@ -38,7 +72,8 @@ const recordOwner = 4242 // a tenant uid: the record must be the unit user's
 func cancelNode(t *testing.T, state, running string) (*Manager, *cancelSystemd, string) {
 	t.Helper()
 	m, base := testManager(t)
-	f := &cancelSystemd{fakeSystemd: base, state: state, invocation: []byte{0xab, 0xcd, 0x01}}
+	pid, _ := runnerProcess(t)
+	f := &cancelSystemd{fakeSystemd: base, state: state, invocation: []byte{0xab, 0xcd, 0x01}, mainPID: pid}
 	m.sys = f
 	dir := t.TempDir()
 	m.cancel = cancelPaths{runtimeRoot: filepath.Join(dir, "run"), markerDir: filepath.Join(dir, "cancel")}
@@ -82,6 +117,8 @@ func TestCancelRunStopsOnlyTheNamedRunningRun(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, f, unit := cancelNode(t, tc.state, tc.running)
+			pid, ended := runnerProcess(t)
+			f.mainPID = pid
 			got, err := m.CancelRun(context.Background(), wire.CancelRequest{Unit: unit, RunKey: key})
 			if err != nil {
 				t.Fatal(err)
@@ -89,12 +126,18 @@ func TestCancelRunStopsOnlyTheNamedRunningRun(t *testing.T) {
 			if got != tc.want {
 				t.Fatalf("stopped = %v, want %v", got, tc.want)
 			}
-			var wantCalls []string
-			if tc.want {
-				wantCalls = []string{"stop " + unit + ".service"}
+			select {
+			case how := <-ended:
+				if !tc.want || how != "terminated" {
+					t.Fatalf("the runner ended (%s), want it signalled only when the run is the named one (%v), with SIGTERM", how, tc.want)
+				}
+			case <-time.After(2 * time.Second):
+				if tc.want {
+					t.Fatal("the runner was not signalled")
+				}
 			}
-			if calls := f.Calls(); !reflect.DeepEqual(calls, wantCalls) {
-				t.Fatalf("systemd calls %q, want %q", calls, wantCalls)
+			if calls := f.Calls(); len(calls) != 0 {
+				t.Fatalf("systemd calls %q: a cancel signals the runner, it stops no unit", calls)
 			}
 			b, err := os.ReadFile(filepath.Join(m.cancel.markerDir, unit+".json"))
 			if !tc.want {
@@ -136,6 +179,33 @@ func TestCancelRunRefusesAMismatchedRequest(t *testing.T) {
 	}
 	if calls := f.Calls(); len(calls) != 0 {
 		t.Fatalf("systemd calls %q, want none", calls)
+	}
+}
+
+// The activation moves on while the agent looks (the named run ends, the
+// next starts): the agent signals nothing, leaves no marker, and the next
+// run is not stopped in the named one's place.
+func TestCancelRunLeavesTheNextActivationAlone(t *testing.T) {
+	key := runkey.Manual(idA, "7")
+	m, f, unit := cancelNode(t, "activating", key)
+	pid, ended := runnerProcess(t)
+	f.mainPID = pid
+	f.onRead = func(n int) {
+		if n == 2 { // after the record was read: the next run has begun
+			f.invocation = []byte{0x99}
+		}
+	}
+	ok, err := m.CancelRun(context.Background(), wire.CancelRequest{Unit: unit, RunKey: key})
+	if err != nil || ok {
+		t.Fatalf("stopped=%v err=%v, want nothing done", ok, err)
+	}
+	select {
+	case how := <-ended:
+		t.Fatalf("the next activation's runner was signalled (%s)", how)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if _, err := os.Stat(filepath.Join(m.cancel.markerDir, unit+".json")); err == nil {
+		t.Fatal("a marker was left though nothing was signalled")
 	}
 }
 
