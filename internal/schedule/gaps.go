@@ -41,3 +41,6 @@ func (s *Schedule) changeGaps(c clockChange) []Gap {
 		}
 	}
 }
+
+// Location is the schedule's zone.
+func (s *Schedule) Location() *time.Location { return s.loc }

@@ -135,7 +135,7 @@ func Classify(in Input) []Slot {
 		}
 	}
 	for _, g := range in.Gaps {
-		out = append(out, Slot{At: g.At, Wall: g.Wall, State: DSTGap})
+		out = append(out, Slot{At: g.At, Wall: withSeconds(g.Wall), State: DSTGap})
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].At.Before(out[j].At) })
 	return out
@@ -224,4 +224,13 @@ func firstRunIn(runs []Run, from, end time.Time) (time.Time, bool) {
 		}
 	}
 	return first, !first.IsZero()
+}
+
+// withSeconds writes a gap's wall time (DSTNote's form, seconds only when
+// not 0) as every slot's, with seconds.
+func withSeconds(wall string) string {
+	if len(wall) == len("2006-01-02T15:04") {
+		return wall + ":00"
+	}
+	return wall
 }
