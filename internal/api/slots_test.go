@@ -219,7 +219,8 @@ func TestSlotsBoundsAndScope(t *testing.T) {
 	if code != 200 || !a.From.Equal(utc("2026-04-01T22:00:00Z")) || !a.To.Equal(utc("2026-04-02T22:00:00Z")) {
 		t.Errorf("from alone: %d %v %v", code, a.From, a.To)
 	}
-	// Exactly 31 days is allowed.
+	// Exactly 31 days passes the range check: */5 then holds 8928 fire
+	// times (refused, naming 5000), an hourly job 744 (answered).
 	if code, _, out := v.slots(id, "?from=2026-03-01T00:00:00Z&to=2026-04-01T00:00:00Z", v.key); code != 400 || !strings.Contains(out, "5000") {
 		t.Errorf("31 days of */5 (8928 fire times): %d %.200s", code, out)
 	}
