@@ -144,7 +144,7 @@ func newRoot(stdout, stderr io.Writer, env func(string) string) *cobra.Command {
 	pf.StringVar(&configPath, "config", "", "config file (default $XDG_CONFIG_HOME/hostcron/ctl.json)")
 	pf.StringVarP(&a.output, "output", "o", "table", "table or json")
 	pf.BoolVar(&allowHTTP, "allow-http", false, "allow a plain-http API address on another machine (the key travels in the clear)")
-	root.AddCommand(a.jobsCmd(), a.runsCmd(), a.logsCmd(), a.previewCmd(), a.keysCmd())
+	root.AddCommand(a.jobsCmd(), a.runsCmd(), a.slotsCmd(), a.logsCmd(), a.previewCmd(), a.keysCmd())
 	return root
 }
 

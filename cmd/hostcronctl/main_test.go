@@ -27,6 +27,7 @@ type world struct {
 	url                  string
 	tenant, webroot, key string
 	setJobStatus         func(id string)
+	sql                  func(stmt string, args ...any) // writes what the API cannot (a past)
 }
 
 func newWorld(t *testing.T) *world {
@@ -57,6 +58,11 @@ func newWorld(t *testing.T) *world {
 		}
 		if _, err := st.SetProvisioned(ctx, id, j.Version, wire.StatusActive, "", 1); err != nil {
 			t.Error(err)
+		}
+	}
+	w.sql = func(stmt string, args ...any) {
+		if _, err := st.Pool().Exec(ctx, stmt, args...); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
 		}
 	}
 	return w
@@ -293,4 +299,68 @@ func TestCancelThroughTheCommandLine(t *testing.T) {
 	if _, _, err := w.ctl(nil, "jobs", "cancel", j.ID, future); err == nil || !strings.Contains(err.Error(), "409") {
 		t.Fatalf("cancel of a future slot: %v, want the API's 409", err)
 	}
+}
+
+func TestSlotsThroughTheCommandLine(t *testing.T) {
+	w := newWorld(t)
+	out, _, err := w.ctl(nil, "jobs", "create", "-o", "json", "--webroot", w.webroot, "--schedule", "0 * * * *", "--command", "true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var j apiclient.Job
+	_ = json.Unmarshal([]byte(out), &j)
+	w.setJobStatus(j.ID)
+	// A past the API cannot make: created and provisioned before base.
+	base := time.Now().UTC().Truncate(time.Hour).Add(-3 * time.Hour)
+	w.sql(`UPDATE cron_jobs SET created_at = $2, swept_until = $3 WHERE id = $1`, j.ID, base.Add(-time.Hour), base.Add(time.Hour))
+	w.sql(`UPDATE cron_job_events SET at = $2 WHERE cron_job_id = $1`, j.ID, base.Add(-time.Hour))
+	for slot, result := range map[time.Time]string{base: "exit_code", base.Add(time.Hour): "lost"} {
+		w.sql(`INSERT INTO cron_job_runs (run_key, cron_job_id, version, scheduled_at, result, exit_code)
+			VALUES ($1, $2, 1, $3, $4, CASE WHEN $4 = 'exit_code' THEN 7 END)`,
+			j.ID+"#scheduled#"+slot.Format(time.RFC3339), j.ID, slot, result)
+	}
+	from, to := base.Format(time.RFC3339), base.Add(3*time.Hour).Format(time.RFC3339)
+	out, _, err = w.ctl(nil, "slots", j.ID, "--from", from, "--to", to)
+	if err != nil {
+		t.Fatalf("slots: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	want := [][]string{
+		{"SLOT", "WALL TIME", "STATE", "RESULT", "EXIT"},
+		{from, base.Format("2006-01-02T15:04:05"), "ran", "exit_code", "7"},
+		{base.Add(time.Hour).Format(time.RFC3339), "lost", "lost", "-"},
+		{base.Add(2 * time.Hour).Format(time.RFC3339), "not_swept_yet", "-", "-"},
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("slots printed %d lines, want %d:\n%s", len(lines), len(want), out)
+	}
+	for i, cells := range want {
+		if !containsInOrder(lines[i], cells) {
+			t.Errorf("line %d = %q, want the cells %q", i, lines[i], cells)
+		}
+	}
+
+	out, _, err = w.ctl(nil, "slots", j.ID, "--from", from, "--to", to, "-o", "json")
+	var answer struct {
+		Slots []apiclient.Slot `json:"slots"`
+	}
+	if err != nil || json.Unmarshal([]byte(out), &answer) != nil || len(answer.Slots) != 3 || answer.Slots[0].Run == nil {
+		t.Errorf("slots -o json: %v\n%s", err, out)
+	}
+	if _, _, err := w.ctl(nil, "slots", j.ID, "--from", "2026-01-01T00:00:00Z", "--to", "2026-03-01T00:00:00Z"); err == nil ||
+		!strings.Contains(err.Error(), "31 days") {
+		t.Errorf("a 59-day range: %v, want the API's 400 naming the limit", err)
+	}
+}
+
+// containsInOrder reports whether line holds the cells in order.
+func containsInOrder(line string, cells []string) bool {
+	for _, c := range cells {
+		i := strings.Index(line, c)
+		if i < 0 {
+			return false
+		}
+		line = line[i+len(c):]
+	}
+	return true
 }

@@ -44,6 +44,10 @@ type Config struct {
 	// MailRelay says the core has an SMTP relay: without one, e-mail
 	// targets are refused, as their deliveries could only pile up.
 	MailRelay bool
+	// OutcomeGrace is how long after a run's timeout its outcome may
+	// still arrive (the sweeper's grace, default 2m): the slots listing
+	// calls a slot younger than timeout + grace pending.
+	OutcomeGrace time.Duration
 }
 
 // Converger starts converging a node to its shard's desired state.
@@ -78,6 +82,9 @@ func New(st *store.Store, cfg Config) *echo.Echo {
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = 30 * time.Second
 	}
+	if cfg.OutcomeGrace <= 0 {
+		cfg.OutcomeGrace = 2 * time.Minute
+	}
 	s := &Server{cfg: cfg, store: st, log: cfg.Logger, metrics: cfg.Metrics,
 		reqs: &requestMetrics{m: cfg.Metrics}, now: cfg.Now}
 	e := echo.New()
@@ -103,6 +110,7 @@ func New(st *store.Store, cfg Config) *echo.Echo {
 	v1.GET("/cron-jobs/:id/runs/:run", s.getRun)
 	v1.POST("/cron-jobs/:id/runs/:run/cancel", s.cancelRun)
 	v1.GET("/cron-jobs/:id/events", s.listJobEvents)
+	v1.GET("/cron-jobs/:id/slots", s.listSlots)
 	v1.GET("/cron-jobs/:id/preview", s.jobPreview)
 	v1.POST("/tenants/:tenant/notification-targets", s.createTarget)
 	v1.GET("/tenants/:tenant/notification-targets", s.listTargets)

@@ -170,6 +170,15 @@ type Run struct {
 	FailureReason string     `json:"failure_reason"`
 }
 
+// Slot is one fire time of a job's schedule and what became of it.
+type Slot struct {
+	ScheduledAt *time.Time `json:"scheduled_at"` // nil for a dst_gap
+	WallTime    string     `json:"wall_time"`
+	State       string     `json:"state"`
+	OffSchedule bool       `json:"off_schedule"`
+	Run         *Run       `json:"run"`
+}
+
 // Line is one line of a job's output.
 type Line struct {
 	Timestamp time.Time `json:"timestamp"`

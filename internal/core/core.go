@@ -158,6 +158,7 @@ func (c *Core) start(ctx, bg context.Context, cfg Config) error {
 	c.goLoop(func() { c.initShardMetrics(bg, m, time.Minute) })
 
 	if cfg.Housekeeping != nil {
+		apiCfg.OutcomeGrace = cfg.Housekeeping.Grace // the slots listing's pending is the sweeper's grace
 		hk := *cfg.Housekeeping
 		hk.Registry, hk.Metrics = reg, m
 		c.goLoop(func() { housekeeping.Run(bg, c.store, hk, c.log) })

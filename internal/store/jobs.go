@@ -160,7 +160,10 @@ func (s *Store) CreateJob(ctx context.Context, tenantID string, f JobFields, ide
 				return fmt.Errorf("create cron job: idempotency key: %w", err)
 			}
 		}
-		if err := recordEvent(ctx, tx, job, actorOf(ctx), string(wire.ActionCreate), nil); err != nil {
+		// enabled in the detail: the slots listing reads when the job ran
+		// from the trail, and an update's detail names fields, not values.
+		created := map[string]any{"enabled": job.Enabled}
+		if err := recordEvent(ctx, tx, job, actorOf(ctx), string(wire.ActionCreate), created); err != nil {
 			return err
 		}
 		return queueTask(ctx, tx, job.ID, wire.ActionCreate, job.Version)
