@@ -98,3 +98,74 @@ func TestTenantLogsFromLoki(t *testing.T) {
 		}
 	}
 }
+
+// TestRunLogsSelectOneRun: two runs of one job print the same marker; the
+// logs API's run= returns exactly the lines of the run asked for (its
+// systemd invocation, shipped as structured metadata), and the run record
+// says what the command used.
+func TestRunLogsSelectOneRun(t *testing.T) {
+	marker := fmt.Sprintf("runmarker-%d", time.Now().UnixNano())
+	body := fmt.Sprintf(`{"webroot_id":%q,"schedule":"0 7 * * *","command":"echo %s $HOSTCRON_RUN_KEY"}`, c.Webroots["acme"].ID, marker)
+	id := call(t, "POST", "/api/v1/tenants/"+c.Tenants["acme"].ID+"/cron-jobs", body, 201)["id"].(string)
+	waitStatus(t, id, "active", 60*time.Second)
+	var keys []string
+	for i := 0; i < 2; i++ {
+		k := call(t, "POST", "/api/v1/cron-jobs/"+id+"/run-now", "", 202)["run_key"].(string)
+		keys = append(keys, k)
+		deadline := time.Now().Add(60 * time.Second)
+		for call(t, "GET", "/api/v1/cron-jobs/"+id+"/runs/"+url.PathEscape(k), "", 200)["result"] == "queued" {
+			if time.Now().After(deadline) {
+				t.Fatalf("run %s not recorded", k)
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	}
+	for _, k := range keys {
+		r := call(t, "GET", "/api/v1/cron-jobs/"+id+"/runs/"+url.PathEscape(k), "", 200)
+		if inv, _ := r["invocation_id"].(string); len(inv) != 32 || r["cpu_seconds"] == nil || r["peak_memory_bytes"] == nil {
+			t.Errorf("run %s: invocation %v, cpu %v, peak %v: want all reported", k, r["invocation_id"], r["cpu_seconds"], r["peak_memory_bytes"])
+		}
+	}
+	// Both runs' lines are in Loki (by marker), then run= picks one.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, lines := logLines(t, key, c.Tenants["acme"].ID, id, marker); len(lines) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the two runs' lines never reached the logs API")
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	for _, k := range keys {
+		req, _ := http.NewRequest("GET", c.APIURL+"/api/v1/tenants/"+c.Tenants["acme"].ID+"/logs?run="+url.QueryEscape(k), nil)
+		req.Header.Set("X-API-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out struct {
+			Lines []struct {
+				Line string `json:"line"`
+			} `json:"lines"`
+		}
+		_ = jsonDecode(resp, &out)
+		resp.Body.Close()
+		// The run's lines: its command's, and cron-outcome's report of it
+		// (the hook ends the same activation); none of the other run's.
+		mine := 0
+		for _, l := range out.Lines {
+			if strings.Contains(l.Line, marker+" "+k) {
+				mine++
+			}
+			for _, other := range keys {
+				if other != k && strings.Contains(l.Line, other) {
+					t.Errorf("run=%s returned the other run's line %q", k, l.Line)
+				}
+			}
+		}
+		if resp.StatusCode != 200 || mine != 1 {
+			t.Errorf("run=%s: %d %+v, want that run's line once", k, resp.StatusCode, out.Lines)
+		}
+	}
+}
