@@ -50,18 +50,16 @@ func (s *Server) tenantLogs(c echo.Context) error {
 		}
 	}
 	now := s.now()
-	start, err := parseSince(c.QueryParam("since"), now)
-	if err != nil {
-		return err
-	}
-	end := now
+	start, end := now, now
 	var invocation string
-	if c.QueryParam("run") != "" {
-		var w runWindow
-		if w, err = s.runLogWindow(c, tenant.ID, jobID, now); err != nil {
+	if c.QueryParam("run") != "" { // the run's own time; since is ignored
+		w, err := s.runLogWindow(c, tenant.ID, jobID, now)
+		if err != nil {
 			return err
 		}
 		jobID, invocation, start, end = w.jobID, w.invocation, w.start, w.end
+	} else if start, err = parseSince(c.QueryParam("since"), now); err != nil {
+		return err
 	}
 	limit, err := intParam(c, "limit", 100, 1, 5000)
 	if err != nil {

@@ -138,6 +138,9 @@ func (s *Server) slotRange(c echo.Context) (time.Time, time.Time, error) {
 	if !from.Before(to) {
 		return from, to, invalid("to", "must be after from")
 	}
+	if from.Year() < 1 || to.Year() > 9999 {
+		return from, to, invalid("from", "the range must lie within the years 0001 to 9999")
+	}
 	if to.Sub(from) > MaxSlotRange {
 		return from, to, invalid("to", "the range may span at most 31 days (%s)", MaxSlotRange)
 	}

@@ -161,6 +161,9 @@ func (c *Core) start(ctx, bg context.Context, cfg Config) error {
 		apiCfg.OutcomeGrace = cfg.Housekeeping.Grace // the slots listing's pending is the sweeper's grace
 		hk := *cfg.Housekeeping
 		hk.Registry, hk.Metrics = reg, m
+		if hk.ConvergeThreshold == 0 {
+			hk.ConvergeThreshold = housekeeping.ConvergeThresholdFor(cfg.ConvergeEvery)
+		}
 		c.goLoop(func() { housekeeping.Run(bg, c.store, hk, c.log) })
 	}
 	if cfg.MetricsAddr != "" {

@@ -36,8 +36,22 @@ type Config struct {
 	Metrics *metrics.Core
 	// ConvergeThreshold is how long a node may go without a recorded
 	// successful converge before the operator hears of it
-	// (node_not_converged; default notify.ConvergeThreshold).
+	// (node_not_converged; 0: notify.ConvergeThreshold; negative: no
+	// periodic check, failures still notify). The core derives it from
+	// its converge schedule (ConvergeThresholdFor).
 	ConvergeThreshold time.Duration
+}
+
+// ConvergeThresholdFor is the overdue threshold for a converge schedule of
+// every: three periods (a node may miss two before it is reported, never
+// at each period's edge), at least notify.ConvergeThreshold; none without
+// a schedule (nodes converge only when they announce, so a quiet node is
+// not overdue).
+func ConvergeThresholdFor(every time.Duration) time.Duration {
+	if every <= 0 {
+		return -1
+	}
+	return max(3*every, notify.ConvergeThreshold)
 }
 
 func (c *Config) defaults() {
@@ -53,7 +67,7 @@ func (c *Config) defaults() {
 	if c.PruneAfter <= 0 {
 		c.PruneAfter = time.Hour
 	}
-	if c.ConvergeThreshold <= 0 {
+	if c.ConvergeThreshold == 0 {
 		c.ConvergeThreshold = notify.ConvergeThreshold
 	}
 }
@@ -142,8 +156,12 @@ func (h *Housekeeper) chores(ctx context.Context, c store.Chores, now time.Time)
 	}
 	// Once per window and shard at most: repeated checks add nothing to
 	// the window's event.
-	if _, err := c.CheckConvergence(ctx, now, h.Config.ConvergeThreshold); err != nil {
-		return err
+	// A failed check is logged, not fatal: retention and pruning below
+	// must not wait on it.
+	if h.Config.ConvergeThreshold > 0 {
+		if _, err := c.CheckConvergence(ctx, now, h.Config.ConvergeThreshold); err != nil {
+			h.Log.Error("convergence check", "err", err)
+		}
 	}
 	if _, err := c.ExpireIdempotencyKeys(ctx); err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/hostcron/hostcron/internal/notify"
 	"github.com/hostcron/hostcron/internal/pgtest"
 	"github.com/hostcron/hostcron/internal/store"
 	"github.com/hostcron/hostcron/internal/wire"
@@ -291,5 +292,20 @@ func TestTickReportsNodesNotConverged(t *testing.T) {
 	}
 	if n := events(); n != 1 {
 		t.Errorf("%d node_not_converged events, want 1", n)
+	}
+}
+
+func TestConvergeThresholdFor(t *testing.T) {
+	for _, tc := range []struct {
+		every, want time.Duration
+	}{
+		{0, -1}, // no schedule: no periodic check
+		{10 * time.Minute, notify.ConvergeThreshold},
+		{30 * time.Minute, 90 * time.Minute},
+		{6 * time.Hour, 18 * time.Hour},
+	} {
+		if got := ConvergeThresholdFor(tc.every); got != tc.want {
+			t.Errorf("ConvergeThresholdFor(%v) = %v, want %v", tc.every, got, tc.want)
+		}
 	}
 }

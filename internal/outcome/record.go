@@ -256,18 +256,19 @@ func RuntimeDirOwner(dir, userName string) (int, error) {
 	return int(st.Uid), nil
 }
 
-// RunningKey is the run key the record in a service's runtime directory
-// names, read with the same care as ReadRecord (the tenant owns the file):
-// the node agent asks it before it stops a unit for a cancel, so it stops
-// only the run that was named. The key is compared, never trusted further.
-func RunningKey(dir string, uid int) (string, error) {
+// RunningKey is the run key and kind the record in a service's runtime
+// directory names, read with the same care as ReadRecord (the tenant owns
+// the file): the node agent asks it before it signals a runner for a
+// cancel, so it signals only the runner of the run that was named. They
+// are compared, never trusted further.
+func RunningKey(dir string, uid int) (key, kind string, err error) {
 	b, err := readOwnedFile(dir, runner.RecordFile, uid)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	var r runner.Record
 	if err := json.Unmarshal(b, &r); err != nil {
-		return "", fmt.Errorf("%w: %v", ErrBadRecord, err)
+		return "", "", fmt.Errorf("%w: %v", ErrBadRecord, err)
 	}
-	return r.RunKey, nil
+	return r.RunKey, r.Kind, nil
 }

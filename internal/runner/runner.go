@@ -493,6 +493,13 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 	}
 	cmd.Env = commandEnv(os.Environ(), jobVars, runEnv(spec, rec))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // one group to signal and measure
+	// The handler comes before the record says "ran": the node agent
+	// signals a runner (a cancel) only once its record says so, and a
+	// runner must not die of that signal between its record and its
+	// command's start, leaving a record without an end.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs) // caught to the end: the record must be written
 	started := env.Now().UTC()
 	rec.Kind, rec.StartedAt = KindRan, &started
 	// A record before the command starts: if the run is killed (timeout,
@@ -520,9 +527,10 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 		release(env, stampPath, lease)
 		return setupError(env, rec, fmt.Errorf("start command: %w", err))
 	}
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	go forwardSignals(sigs, cmd.Process.Pid, env.killGrace())
+	// A SIGTERM that came since the record said "ran" waits in sigs and
+	// reaches the command's group now.
+	reaped := make(chan struct{})
+	go forwardSignals(sigs, cmd.Process.Pid, env.killGrace(), reaped)
 	done := make(chan struct{})
 	stopBeat := startHeartbeat(env, stampPath, lease)
 	var oom <-chan bool
@@ -530,11 +538,12 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 		oom = watchMemory(env.MemoryCgroup, cmd.Process.Pid, int64(spec.MemoryMaxMB)<<20, done)
 	}
 	err = cmd.Wait()
+	// No forwarding once the command is reaped: its group id may be
+	// reused, and the stamp I/O below may take long on shared storage.
+	close(reaped)
 	close(done)
 	stopBeat() // before the release, so no late beat overwrites it
 	release(env, stampPath, lease)
-	signal.Stop(sigs)
-	close(sigs)
 	if oom != nil {
 		rec.OOMKilled = <-oom // the watch answers as soon as done is closed
 	}
@@ -583,15 +592,14 @@ func (env Env) killGrace() time.Duration {
 
 // forwardSignals passes each signal the runner gets to the command's
 // process group, and kills the group grace after the first one; it ends
-// when sigs is closed (the command has been waited for).
-func forwardSignals(sigs <-chan os.Signal, pgid int, grace time.Duration) {
+// when the command has been reaped (later signals stay caught, unused).
+func forwardSignals(sigs <-chan os.Signal, pgid int, grace time.Duration, reaped <-chan struct{}) {
 	var kill <-chan time.Time
 	for {
 		select {
-		case s, ok := <-sigs:
-			if !ok {
-				return
-			}
+		case <-reaped:
+			return
+		case s := <-sigs:
 			_ = syscall.Kill(-pgid, s.(syscall.Signal))
 			if kill == nil {
 				t := time.NewTimer(grace)

@@ -67,3 +67,26 @@ func TestCancelRunQueuesTheStopAndCountsNeitherWay(t *testing.T) {
 		t.Fatalf("a run-now key the core never spells: %v, want not found", err)
 	}
 }
+
+// A job's cancels still in the outbox are bounded: each asks every node of
+// the shard, so a tenant cannot flood the node queues other tenants share.
+func TestCancelsPendingPerJobAreBounded(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	j := f.job(2)
+	slot := time.Now().UTC().Truncate(time.Second).Add(-time.Minute)
+	for i := 0; i < store.MaxPendingCancels; i++ {
+		if _, err := f.st.CancelRun(ctx, j.ID, runkey.Scheduled(j.ID, slot.Add(time.Duration(i)*time.Second))); err != nil {
+			t.Fatalf("cancel %d: %v", i, err)
+		}
+	}
+	var conflict *store.ConflictError
+	if _, err := f.st.CancelRun(ctx, j.ID, runkey.Scheduled(j.ID, slot.Add(-time.Second))); !errors.As(err, &conflict) {
+		t.Fatalf("cancel beyond the bound: %v, want a conflict", err)
+	}
+	_, err := f.st.Pool().Exec(ctx, `UPDATE cron_job_tasks SET dispatched_at = now() WHERE cron_job_id = $1`, j.ID)
+	must(t, err)
+	if _, err := f.st.CancelRun(ctx, j.ID, runkey.Scheduled(j.ID, slot.Add(-time.Second))); err != nil {
+		t.Fatalf("cancel once the others were dispatched: %v", err)
+	}
+}

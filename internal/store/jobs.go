@@ -700,12 +700,19 @@ func (s *Store) CancelRun(ctx context.Context, jobID, runKey string) (CronJob, e
 		var result *string
 		var now time.Time
 		var requested bool
+		var pending int
 		err = tx.QueryRow(ctx, `SELECT (SELECT result FROM cron_job_runs WHERE run_key = $1), now(),
 			       EXISTS (SELECT 1 FROM cron_job_tasks WHERE id = $2 AND cron_job_id = $3 AND action = $4)
-			       OR EXISTS (SELECT 1 FROM cron_job_events WHERE cron_job_id = $3 AND action = $4 AND detail->>'request' = $5)`,
-			runKey, requestID(key), jobID, wire.ActionRunNow, key.Request).Scan(&result, &now, &requested)
+			       OR EXISTS (SELECT 1 FROM cron_job_events WHERE cron_job_id = $3 AND action = $4 AND detail->>'request' = $5),
+			       (SELECT count(*) FROM cron_job_tasks WHERE cron_job_id = $3 AND action = $6 AND dispatched_at IS NULL)`,
+			runKey, requestID(key), jobID, wire.ActionRunNow, key.Request, wire.ActionCancel).Scan(&result, &now, &requested, &pending)
 		if err != nil {
 			return fmt.Errorf("cancel run: %w", err)
+		}
+		// Each cancel asks every node of the shard: a tenant must not
+		// flood the shard's node queues, which other tenants share.
+		if pending >= MaxPendingCancels {
+			return conflict("%d cancels of this job are still on their way to the nodes: wait for them", pending)
 		}
 		if err := cancellable(key, result, requested, now, job.TimeoutSeconds); err != nil {
 			return err
@@ -736,6 +743,9 @@ func requestID(k runkey.Key) int64 {
 	}
 	return n
 }
+
+// MaxPendingCancels bounds a job's cancels not yet handed to its workflow.
+const MaxPendingCancels = 10
 
 // cancelReach is how long after its slot a scheduled run may still be
 // running beyond its timeout: systemd stops it at the timeout (10 s to

@@ -251,7 +251,10 @@ func (s *Store) ClaimWebhookDeliveries(ctx context.Context, c WebhookClaim) ([]D
 			SELECT target_id, tenant_id FROM notification_deliveries
 			WHERE state = 'pending' AND channel = 'webhook' AND leased_until > now()),
 		by_target AS (SELECT target_id, count(*) AS n FROM inflight GROUP BY target_id),
-		by_tenant AS (SELECT tenant_id, count(*) AS n FROM inflight GROUP BY tenant_id),
+		-- The operator's deliveries (no tenant) are one group: the nil
+		-- UUID stands for it, so the join below stays a hash join.
+		by_tenant AS (SELECT coalesce(tenant_id, '00000000-0000-0000-0000-000000000000') AS tenant_id, count(*) AS n
+		              FROM inflight GROUP BY 1),
 		by_target_cap AS (
 			SELECT r.* FROM (
 				SELECT id, target_id, tenant_id, next_attempt_at,
@@ -265,7 +268,7 @@ func (s *Store) ClaimWebhookDeliveries(ctx context.Context, c WebhookClaim) ([]D
 				SELECT id, tenant_id, next_attempt_at,
 				       row_number() OVER (PARTITION BY tenant_id ORDER BY next_attempt_at, id) AS rn
 				FROM by_target_cap) r
-			LEFT JOIN by_tenant bn ON bn.tenant_id IS NOT DISTINCT FROM r.tenant_id
+			LEFT JOIN by_tenant bn ON bn.tenant_id = coalesce(r.tenant_id, '00000000-0000-0000-0000-000000000000')
 			WHERE r.rn + coalesce(bn.n, 0) <= $4
 			ORDER BY r.next_attempt_at, r.id LIMIT $1),
 		due AS (

@@ -118,7 +118,14 @@ func emitOperator(ctx context.Context, q dbtx, o Occurrence) error {
 	if o.Once {
 		added = 0
 	}
-	_, err = q.Exec(ctx, `
+	// The window's first occurrence writes the event and its deliveries.
+	// A later one only adds to the count, and only if no other
+	// transaction holds the event (SKIP LOCKED): a hot row held through
+	// every outcome's commit would serialise a shard-wide fault's
+	// outcomes, and the count is a lower bound anyway (a delivery sends
+	// the event as it is when claimed).
+	var inserted bool
+	err = q.QueryRow(ctx, `
 		WITH ev AS (
 			INSERT INTO notification_events (shard_id, kind, run_key, payload)
 			SELECT $1::uuid, $2, $3, jsonb_build_object('shard_id', $1::text,
@@ -127,19 +134,26 @@ func emitOperator(ctx context.Context, q dbtx, o Occurrence) error {
 			       'count', $6::int, 'examples', $7::jsonb)
 			WHERE EXISTS (SELECT 1 FROM notification_targets t WHERE t.tenant_id IS NULL
 			              AND (t.shard_id IS NULL OR t.shard_id = $1::uuid) AND $2 = ANY(t.events))
-			ON CONFLICT (shard_id, kind, run_key) WHERE cron_job_id IS NULL DO UPDATE
-			SET payload = notification_events.payload || jsonb_build_object(
-			    'count', (notification_events.payload->>'count')::int + $9::int,
-			    'examples', (SELECT coalesce(jsonb_agg(x ORDER BY i), '[]') FROM jsonb_array_elements(
-			                   notification_events.payload->'examples' || CASE WHEN $9::int > 0 THEN $7::jsonb ELSE '[]' END)
-			                 WITH ORDINALITY AS a(x, i) WHERE i <= $8))
-			RETURNING id, shard_id, kind, xmax = 0 AS inserted)
-		INSERT INTO notification_deliveries (event_id, target_id, tenant_id, channel)
-		SELECT ev.id, t.id, NULL, t.kind FROM ev JOIN notification_targets t
-		  ON t.tenant_id IS NULL AND (t.shard_id IS NULL OR t.shard_id = ev.shard_id) AND ev.kind = ANY(t.events)
-		WHERE ev.inserted`,
+			ON CONFLICT (shard_id, kind, run_key) WHERE cron_job_id IS NULL DO NOTHING
+			RETURNING id, shard_id, kind),
+		dl AS (
+			INSERT INTO notification_deliveries (event_id, target_id, tenant_id, channel)
+			SELECT ev.id, t.id, NULL, t.kind FROM ev JOIN notification_targets t
+			  ON t.tenant_id IS NULL AND (t.shard_id IS NULL OR t.shard_id = ev.shard_id) AND ev.kind = ANY(t.events))
+		SELECT EXISTS (SELECT 1 FROM ev)`,
 		o.ShardID, string(o.Kind), notify.OperatorKey(o.Kind, o.At), start, start.Add(notify.OperatorWindow),
-		o.Count, examples, notify.MaxExamples, added)
+		o.Count, examples).Scan(&inserted)
+	if err != nil || inserted || added == 0 {
+		return wrap(err, "operator event "+string(o.Kind))
+	}
+	_, err = q.Exec(ctx, `
+		UPDATE notification_events e SET payload = e.payload || jsonb_build_object(
+		    'count', (e.payload->>'count')::int + $4::int,
+		    'examples', (SELECT coalesce(jsonb_agg(x ORDER BY i), '[]') FROM jsonb_array_elements(
+		                   e.payload->'examples' || $5::jsonb) WITH ORDINALITY AS a(x, i) WHERE i <= $6))
+		WHERE e.id = (SELECT id FROM notification_events WHERE shard_id = $1::uuid AND kind = $2 AND run_key = $3
+		              AND cron_job_id IS NULL FOR UPDATE SKIP LOCKED)`,
+		o.ShardID, string(o.Kind), notify.OperatorKey(o.Kind, o.At), added, examples, notify.MaxExamples)
 	return wrap(err, "operator event "+string(o.Kind))
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hostcron/hostcron/internal/notify"
+	"github.com/hostcron/hostcron/internal/runkey"
 	"github.com/hostcron/hostcron/internal/store"
 	"github.com/hostcron/hostcron/internal/wire"
 )
@@ -212,4 +213,37 @@ func TestNodeNotConverged(t *testing.T) {
 		t.Errorf("an hour without a converge: %d %v", n, err)
 	}
 	must(t, f.st.RecordConverge(ctx, "7b0e5c3a-55a4-4bb7-9c53-2f8c1b1d0a11", "gone")) // a deleted node: no error
+}
+
+// An outcome's platform_error does not wait for another transaction that
+// holds the window's event (a shard-wide fault's outcomes would run one at
+// a time, each through its commit): it skips the count and records its run.
+func TestPlatformErrorDoesNotQueueOnTheWindowsEvent(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	f.operatorTarget(nil, "platform_error")
+	s0 := time.Now().UTC().Truncate(time.Minute).Add(-time.Hour)
+	j := f.job(3)
+	f.outcome(j, s0, wire.ResultPlatformError) // the window's event exists
+	tx, err := f.st.Pool().Begin(ctx)
+	must(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, `SELECT id FROM notification_events WHERE cron_job_id IS NULL FOR UPDATE`)
+	must(t, err)
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.st.RecordOutcome(ctx, f.node, j.ID, store.Outcome{RunKey: runkey.Scheduled(j.ID, s0.Add(time.Minute)),
+			Version: j.Version, ScheduledAt: s0.Add(time.Minute), Result: wire.ResultPlatformError, FailureReason: "storage hung"})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		must(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the outcome waited for the transaction holding the window's event")
+	}
+	must(t, tx.Rollback(ctx))
+	if n := f.count(`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1 AND result = 'platform_error'`, j.ID); n != 2 {
+		t.Errorf("%d platform_error runs recorded, want 2", n)
+	}
 }

@@ -64,9 +64,17 @@ func slotRuns(ctx context.Context, tx pgx.Tx, jobID string, from, to time.Time, 
 
 // trailForSlots reads the job's trail oldest first, leaving out the
 // actions that change neither its schedule nor whether it runs.
+// maxSlotTrail bounds the audit events one slots request reads.
+const maxSlotTrail = 10000
+
 func trailForSlots(ctx context.Context, tx pgx.Tx, jobID string) ([]JobEvent, error) {
-	rows, err := tx.Query(ctx, `SELECT id, at, actor, action, version, detail FROM cron_job_events
-		WHERE cron_job_id = $1 AND action NOT IN ('run_now', 'cancel') ORDER BY id`, jobID)
+	// The newest maxSlotTrail events only: a job edited in a loop must not
+	// make every slots request read its whole trail. Older state reads as
+	// a pruned trail does (traced back from the job, else unknown).
+	rows, err := tx.Query(ctx, `SELECT * FROM (
+		SELECT id, at, actor, action, version, detail FROM cron_job_events
+		WHERE cron_job_id = $1 AND action NOT IN ('run_now', 'cancel') ORDER BY id DESC LIMIT $2) newest
+		ORDER BY id`, jobID, maxSlotTrail)
 	if err != nil {
 		return nil, fmt.Errorf("trail: %w", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/hostcron/hostcron/internal/atomicfile"
 	"github.com/hostcron/hostcron/internal/outcome"
 	"github.com/hostcron/hostcron/internal/runkey"
+	"github.com/hostcron/hostcron/internal/runner"
 	"github.com/hostcron/hostcron/internal/wire"
 )
 
@@ -97,9 +98,12 @@ func (m *Manager) CancelRun(ctx context.Context, req wire.CancelRequest) (bool, 
 		return false, fmt.Errorf("cancel: %s: %w", service, err)
 	}
 	p := m.cancelPaths()
-	running, err := outcome.RunningKey(filepath.Join(p.runtimeRoot, unit), owner)
-	if err != nil || running != req.RunKey {
-		return false, nil // between runs, or another run: not this one
+	// Only a runner whose record says "ran" runs the named run: before
+	// that it may still be electing (a loser on this node names the same
+	// slot, and another node runs it) or switch to a run-now request.
+	running, kind, err := outcome.RunningKey(filepath.Join(p.runtimeRoot, unit), owner)
+	if err != nil || running != req.RunKey || kind != runner.KindRan {
+		return false, nil // between runs, electing, or another run: not this one
 	}
 	runner, err := unix.PidfdOpen(int(before.mainPID), 0)
 	if err != nil {

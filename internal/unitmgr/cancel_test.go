@@ -70,6 +70,11 @@ const recordOwner = 4242 // a tenant uid: the record must be the unit user's
 // cancelNode is a manager whose job idA has its service file and, when
 // running is not "", a run record naming that run key.
 func cancelNode(t *testing.T, state, running string) (*Manager, *cancelSystemd, string) {
+	return cancelNodeKind(t, state, running, runner.KindRan)
+}
+
+// cancelNodeKind is cancelNode with a record of kind.
+func cancelNodeKind(t *testing.T, state, running, kind string) (*Manager, *cancelSystemd, string) {
 	t.Helper()
 	m, base := testManager(t)
 	pid, _ := runnerProcess(t)
@@ -90,7 +95,7 @@ func cancelNode(t *testing.T, state, running string) (*Manager, *cancelSystemd, 
 		if err := os.MkdirAll(rt, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := runner.WriteRecord(rt, runner.Record{Kind: runner.KindRan, RunKey: running}); err != nil {
+		if err := runner.WriteRecord(rt, runner.Record{Kind: kind, RunKey: running}); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.Chown(filepath.Join(rt, runner.RecordFile), recordOwner, recordOwner); err != nil {
@@ -179,6 +184,27 @@ func TestCancelRunRefusesAMismatchedRequest(t *testing.T) {
 	}
 	if calls := f.Calls(); len(calls) != 0 {
 		t.Fatalf("systemd calls %q, want none", calls)
+	}
+}
+
+// A runner whose record names the run but is still electing (it may lose:
+// another node runs the slot) or may yet switch to a run-now request is
+// not signalled: only a record that says "ran" is the named run's runner.
+func TestCancelRunLeavesAnElectingRunnerAlone(t *testing.T) {
+	key := runkey.Scheduled(idA, time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))
+	for _, kind := range []string{runner.KindStarted, runner.KindContention} {
+		m, f, unit := cancelNodeKind(t, "activating", key, kind)
+		pid, ended := runnerProcess(t)
+		f.mainPID = pid
+		ok, err := m.CancelRun(context.Background(), wire.CancelRequest{Unit: unit, RunKey: key})
+		if err != nil || ok {
+			t.Fatalf("%s: stopped=%v err=%v, want nothing done", kind, ok, err)
+		}
+		select {
+		case how := <-ended:
+			t.Fatalf("%s: the electing runner was signalled (%s)", kind, how)
+		case <-time.After(300 * time.Millisecond):
+		}
 	}
 }
 

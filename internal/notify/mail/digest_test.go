@@ -3,6 +3,7 @@ package mail
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // A digest keeps a disable_warning's output short: the last line of its
@@ -43,5 +44,24 @@ func TestLastLine(t *testing.T) {
 		if got := lastLine(tt.in, tt.max); got != tt.want {
 			t.Errorf("lastLine(%q, %d) = %q, want %q", tt.in, tt.max, got, tt.want)
 		}
+	}
+}
+
+// An operator's digest names each held event's shard and count, and its
+// footer says why the operator receives it (no job's settings to point at).
+func TestOperatorDigestNamesShardAndCount(t *testing.T) {
+	at := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	evs := []Event{
+		{Kind: "platform_error", ShardID: "sh-1", ShardName: "web-1", Count: 17, At: at},
+		{Kind: "slots_unrun", ShardID: "sh-2", ShardName: "web-2", Count: 3, At: at},
+	}
+	m := RenderDigest("ops@example.com", "", evs)
+	for _, want := range []string{"shard web-1  count=17", "shard web-2  count=3", "operator notification target", "operator notification limit"} {
+		if !strings.Contains(m.Body, want) {
+			t.Errorf("operator digest lacks %q:\n%s", want, m.Body)
+		}
+	}
+	if strings.Contains(m.Body, "job's settings") || strings.Contains(m.Body, "account") {
+		t.Errorf("operator digest speaks of a tenant's job or account:\n%s", m.Body)
 	}
 }

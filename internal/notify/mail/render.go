@@ -190,13 +190,25 @@ func eventBody(e Event) string {
 		}
 		b.WriteString("-----\n")
 	}
-	b.WriteString(footer)
+	b.WriteString(footerFor(e.operator()))
 	return b.String()
 }
 
 const footer = "\n-- \nThis is an automatic message from hostcron. You receive it because\n" +
 	"this address is subscribed to notifications for the job; change that\n" +
 	"in the job's settings.\n"
+
+const operatorFooter = "\n-- \nThis is an automatic message from hostcron. You receive it because\n" +
+	"this address is an operator notification target (admin API,\n" +
+	"/api/v1/admin/notification-targets).\n"
+
+// footerFor is the footer of a tenant's mail, or an operator's.
+func footerFor(operator bool) string {
+	if operator {
+		return operatorFooter
+	}
+	return footer
+}
 
 // writeFacts writes the event's fields, skipping empty ones.
 func writeFacts(b *strings.Builder, e Event) {
@@ -248,9 +260,15 @@ func lastBytes(s string, n int) string {
 // tails are left out to keep a digest of a whole day's failures readable.
 func digestBody(tenantID string, events []Event, more int) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "The notification limit for account %s was reached, so %d notifications\n"+
-		"were held and are summarised here. Each job's run history has the details.\n\n",
-		oneLine(tenantID, fieldMax), len(events)+more)
+	operator := len(events) > 0 && events[0].operator()
+	if operator {
+		fmt.Fprintf(&b, "The operator notification limit was reached, so %d notifications were\n"+
+			"held and are summarised here: shard, kind and occurrences as known when held.\n\n", len(events)+more)
+	} else {
+		fmt.Fprintf(&b, "The notification limit for account %s was reached, so %d notifications\n"+
+			"were held and are summarised here. Each job's run history has the details.\n\n",
+			oneLine(tenantID, fieldMax), len(events)+more)
+	}
 	for i, e := range events {
 		if i == digestListMax {
 			break
@@ -260,7 +278,7 @@ func digestBody(tenantID string, events []Event, more int) string {
 	if n := len(events) - min(len(events), digestListMax) + more; n > 0 {
 		fmt.Fprintf(&b, "... and %d more\n", n)
 	}
-	b.WriteString(footer)
+	b.WriteString(footerFor(operator))
 	return b.String()
 }
 
@@ -268,6 +286,9 @@ func digestLine(e Event) string {
 	at := "-"
 	if !e.At.IsZero() {
 		at = e.At.UTC().Format(time.RFC3339)
+	}
+	if e.operator() {
+		return fmt.Sprintf("%s  %-18s shard %s  count=%d\n", at, oneLine(e.Kind, 40), oneLine(e.ShardName, subjectNameMax), e.Count)
 	}
 	line := fmt.Sprintf("%s  %-16s %s", at, oneLine(e.Kind, 40), jobLabel(e, subjectNameMax))
 	if e.Result != "" {
