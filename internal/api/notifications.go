@@ -203,25 +203,34 @@ func (s *Server) targetInScope(c echo.Context) (store.NotificationTarget, error)
 	return t, nil
 }
 
-func (s *Server) deleteTarget(c echo.Context) error {
-	t, err := s.targetInScope(c)
-	if err != nil {
-		return err
+// targetLoader finds the path's target for one route group: a tenant's
+// (targetInScope) or the operator's (operatorTarget).
+type targetLoader func(echo.Context) (store.NotificationTarget, error)
+
+// deleteTarget deletes the target load finds.
+func (s *Server) deleteTarget(load targetLoader) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		t, err := load(c)
+		if err != nil {
+			return err
+		}
+		if err := s.store.DeleteTarget(c.Request().Context(), t.ID); err != nil {
+			return err
+		}
+		return c.NoContent(http.StatusNoContent)
 	}
-	if err := s.store.DeleteTarget(c.Request().Context(), t.ID); err != nil {
-		return err
-	}
-	return c.NoContent(http.StatusNoContent)
 }
 
-// listDeliveries is a target's deliveries, newest first; next_before
-// pages on (absent at the end).
-func (s *Server) listDeliveries(c echo.Context) error {
-	t, err := s.targetInScope(c)
-	if err != nil {
-		return err
+// listDeliveries answers the deliveries of the target load finds, newest
+// first; next_before pages on (absent at the end).
+func (s *Server) listDeliveries(load targetLoader) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		t, err := load(c)
+		if err != nil {
+			return err
+		}
+		return s.deliveriesOf(c, t)
 	}
-	return s.deliveriesOf(c, t)
 }
 
 // deliveriesOf answers a page of a target's deliveries.

@@ -117,22 +117,3 @@ func (s *Server) operatorTarget(c echo.Context) (store.NotificationTarget, error
 	}
 	return t, nil
 }
-
-func (s *Server) deleteOperatorTarget(c echo.Context) error {
-	t, err := s.operatorTarget(c)
-	if err != nil {
-		return err
-	}
-	if err := s.store.DeleteTarget(c.Request().Context(), t.ID); err != nil {
-		return err
-	}
-	return c.NoContent(http.StatusNoContent)
-}
-
-func (s *Server) listOperatorDeliveries(c echo.Context) error {
-	t, err := s.operatorTarget(c)
-	if err != nil {
-		return err
-	}
-	return s.deliveriesOf(c, t)
-}

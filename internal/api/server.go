@@ -114,8 +114,8 @@ func New(st *store.Store, cfg Config) *echo.Echo {
 	v1.GET("/cron-jobs/:id/preview", s.jobPreview)
 	v1.POST("/tenants/:tenant/notification-targets", s.createTarget)
 	v1.GET("/tenants/:tenant/notification-targets", s.listTargets)
-	v1.DELETE("/notification-targets/:id", s.deleteTarget)
-	v1.GET("/notification-targets/:id/deliveries", s.listDeliveries)
+	v1.DELETE("/notification-targets/:id", s.deleteTarget(s.targetInScope))
+	v1.GET("/notification-targets/:id/deliveries", s.listDeliveries(s.targetInScope))
 
 	admin := v1.Group("/admin", requireAdmin)
 	admin.POST("/shards", s.createShard)
@@ -135,8 +135,8 @@ func New(st *store.Store, cfg Config) *echo.Echo {
 	admin.POST("/nodes/:node/credential/revoke", s.revokeNodeCredential)
 	admin.POST("/notification-targets", s.createOperatorTarget)
 	admin.GET("/notification-targets", s.listOperatorTargets)
-	admin.DELETE("/notification-targets/:id", s.deleteOperatorTarget)
-	admin.GET("/notification-targets/:id/deliveries", s.listOperatorDeliveries)
+	admin.DELETE("/notification-targets/:id", s.deleteTarget(s.operatorTarget))
+	admin.GET("/notification-targets/:id/deliveries", s.listDeliveries(s.operatorTarget))
 
 	internal := e.Group("/internal/v1", s.requireNode)
 	internal.POST("/cron-jobs/:id/outcome", s.outcome)
