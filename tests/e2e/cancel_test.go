@@ -69,3 +69,37 @@ func TestCancelStopsTheRunningRun(t *testing.T) {
 		t.Errorf("the cancel marker was not spent: %s", out)
 	}
 }
+
+// TestCancelKillsACommandThatIgnoresTerm: a command (and its child) that
+// ignore SIGTERM are killed with SIGKILL after the runner's grace, and the
+// run is still recorded as cancelled, not as the tenant's failure.
+func TestCancelKillsACommandThatIgnoresTerm(t *testing.T) {
+	const node = "node1"
+	job := c.NewJob(t, "acme", "0 3 29 2 *", `trap '' TERM; echo stubborn-started; sleep 300`, 600, 64, 1)
+	c.Agent(t, node, []wire.Job{job}, nil, "apply")
+	t.Cleanup(func() { c.Agent(t, node, nil, nil, "remove", job.UnitName()) })
+	c.Agent(t, node, nil, nil, "run-now", job.UnitName(), "1")
+	key := fmt.Sprintf("%s#manual#1", job.ID)
+	journal(t, node, job, func(s string) bool { return strings.Contains(s, "stubborn-started") })
+	var res map[string]bool
+	c.Agent(t, node, nil, &res, "cancel", job.UnitName(), key)
+	if !res["stopped"] {
+		t.Fatal("the cancel did not signal the running run")
+	}
+	var run store.Run
+	c.WaitRuns(t, job.ID, 90*time.Second, func(runs []store.Run) bool {
+		for _, r := range runs {
+			if r.RunKey == key {
+				run = r
+				return true
+			}
+		}
+		return false
+	})
+	if run.Result != wire.ResultCancelled || run.Signal == nil || *run.Signal != "SIGKILL" {
+		t.Fatalf("run recorded %s (signal %v, %s), want cancelled by SIGKILL after the grace", run.Result, run.Signal, run.FailureReason)
+	}
+	if out, err := c.Exec(node, nil, "pgrep", "-u", job.User, "-f", "sleep 300"); err == nil {
+		t.Errorf("the command's child outlived the kill: %s", out)
+	}
+}
