@@ -136,6 +136,7 @@ func startNodeWorker(ctx context.Context, cfg nodeconf.Config, nm *metrics.Node,
 	}
 	m.SetObserver(nm)
 	warnControlPlane(ctx, cfg, log)
+	go startsLoop(ctx, cfg, m, log.With("component", "starts"))
 	w := worker.New(tc, workflows.NodeTaskQueue(cfg.NodeID), worker.Options{MaxConcurrentActivityExecutionSize: 4})
 	workflows.RegisterNode(w, &workflows.NodeActivities{Units: m, Admission: admission})
 	if err := w.Start(); err != nil {

@@ -45,6 +45,9 @@ type jobRequest struct {
 type jobResponse struct {
 	store.CronJob
 	NextRunAt *time.Time `json:"next_run_at"`
+	// RunningSince is when the job's oldest run in progress started (a
+	// node reported it; absent when none runs). Set on reads (get, list).
+	RunningSince *time.Time `json:"running_since,omitempty"`
 	// Warnings is set on create and update answers only: the DST notes
 	// of the schedule as saved ([] when none), so a tenant learns of a
 	// skipped or merged run when it writes the schedule, not when it
@@ -377,9 +380,20 @@ func (s *Server) listJobs(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	ids := make([]string, len(jobs))
+	for i, j := range jobs {
+		ids[i] = j.ID
+	}
+	running, err := s.store.RunningSince(c.Request().Context(), ids)
+	if err != nil {
+		return err
+	}
 	out := make([]jobResponse, len(jobs))
 	for i, j := range jobs {
 		out[i] = s.withNext(j)
+		if at, ok := running[j.ID]; ok {
+			out[i].RunningSince = &at
+		}
 	}
 	var cursor *string
 	if next != nil {
@@ -438,7 +452,16 @@ func (s *Server) getJob(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return s.respondJob(c, http.StatusOK, j)
+	running, err := s.store.RunningSince(c.Request().Context(), []string{j.ID})
+	if err != nil {
+		return err
+	}
+	resp := s.withNext(j)
+	if at, ok := running[j.ID]; ok {
+		resp.RunningSince = &at
+	}
+	c.Response().Header().Set("ETag", `"`+strconv.FormatInt(j.Version, 10)+`"`)
+	return c.JSON(http.StatusOK, resp)
 }
 
 // updateJob overlays the request's present fields on the job as the

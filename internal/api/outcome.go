@@ -111,3 +111,34 @@ func checkOutcome(jobID string, key runkey.Key, err error, req wire.Outcome, now
 	}
 	return nil
 }
+
+// started notes a run a node reports running (wire.RunStart): display
+// only, so a start that does not check out is refused (400) and one for a
+// run already recorded changes nothing.
+func (s *Server) started(c echo.Context) error {
+	jobID, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	var req wire.RunStart
+	if err := decodeLenient(c, &req); err != nil {
+		return err
+	}
+	if err := checkStart(jobID, req, s.now()); err != nil {
+		return err
+	}
+	noted, err := s.store.RecordStart(c.Request().Context(), nodeOf(c), jobID, req)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"noted": noted})
+}
+
+// checkStart holds a start report to the rules an outcome's times and key
+// are held to (the same job, slot, clock bounds and invocation format).
+func checkStart(jobID string, st wire.RunStart, now time.Time) error {
+	key, err := runkey.Parse(st.RunKey)
+	started := st.StartedAt
+	return checkOutcome(jobID, key, err, wire.Outcome{RunKey: st.RunKey, Version: st.Version, ScheduledAt: st.ScheduledAt,
+		StartedAt: &started, Result: wire.ResultSuccess, InvocationID: st.InvocationID}, now)
+}

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net/http"
 	"net/url"
@@ -26,16 +27,34 @@ func (s *Server) listRuns(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	items := []any{}
+	if q.Before == nil { // runs in progress head the first page
+		running, err := s.store.RunningRuns(c.Request().Context(), j.ID)
+		if err != nil {
+			return err
+		}
+		for _, r := range running {
+			if q.WantsRunning(r.Trigger, r.ScheduledAt) {
+				items = append(items, r)
+			}
+		}
+	}
+	if q.OnlyRunning() {
+		return c.JSON(http.StatusOK, map[string]any{"runs": items, "next_cursor": nil})
+	}
 	runs, next, err := s.store.PageRuns(c.Request().Context(), j.ID, q)
 	if err != nil {
 		return err
+	}
+	for _, r := range runs {
+		items = append(items, r)
 	}
 	var cursor *string
 	if next != nil {
 		c := encodeRunCursor(*next)
 		cursor = &c
 	}
-	return c.JSON(http.StatusOK, map[string]any{"runs": runs, "next_cursor": cursor})
+	return c.JSON(http.StatusOK, map[string]any{"runs": items, "next_cursor": cursor})
 }
 
 // runQuery reads the runs listing's limit, cursor and filters: result and
@@ -54,7 +73,7 @@ func runQuery(c echo.Context) (store.RunQuery, error) {
 		}
 		q.Before = &pos
 	}
-	if q.Results, err = listParam(c, "result", wire.Results); err != nil {
+	if q.Results, err = listParam(c, "result", append(append([]wire.Result(nil), wire.Results...), store.ResultRunning)); err != nil {
 		return q, err
 	}
 	if q.Triggers, err = listParam(c, "trigger", wire.Triggers); err != nil {
@@ -113,7 +132,16 @@ func (s *Server) getRun(c echo.Context) error {
 	if err == nil {
 		return c.JSON(http.StatusOK, run)
 	}
-	if id != 0 || key.Trigger != wire.TriggerManual {
+	if id != 0 {
+		return err
+	}
+	if rr, ok, rerr := s.runningRun(ctx, j.ID, key.String()); rerr != nil || ok {
+		if rerr != nil {
+			return rerr
+		}
+		return c.JSON(http.StatusOK, rr)
+	}
+	if key.Trigger != wire.TriggerManual {
 		return err
 	}
 	at, known, qerr := s.store.RunNowRequested(ctx, j.ID, key.Request)
@@ -129,6 +157,20 @@ func (s *Server) getRun(c echo.Context) error {
 	}
 	return c.JSON(http.StatusOK, queuedRun{RunKey: key.String(), CronJobID: j.ID, Result: "queued",
 		Trigger: wire.TriggerManual, Attempt: 1, RequestedAt: at})
+}
+
+// runningRun is the run in progress under key, if a node reported it.
+func (s *Server) runningRun(ctx context.Context, jobID, key string) (store.RunningRun, bool, error) {
+	running, err := s.store.RunningRuns(ctx, jobID)
+	if err != nil {
+		return store.RunningRun{}, false, err
+	}
+	for _, r := range running {
+		if r.RunKey == key {
+			return r, true, nil
+		}
+	}
+	return store.RunningRun{}, false, nil
 }
 
 // runRef reads the {run} path parameter of job jobID: a record id (digits)

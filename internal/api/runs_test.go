@@ -507,3 +507,77 @@ func TestCancelRun(t *testing.T) {
 func otherJobKey(string) string {
 	return "00000000-0000-4000-8000-000000000000#scheduled#2026-11-22T12:00:00Z"
 }
+
+// TestRunningRuns: a node's start report shows the run as running (its
+// own GET, the head of the runs listing, the result=running filter, the
+// job's running_since) until its outcome is recorded; a start of another
+// shard's job or a malformed one is refused and shows nothing.
+func TestRunningRuns(t *testing.T) {
+	v := newEnv(t)
+	id := v.createJob("")["id"].(string)
+	v.activate(id)
+	_, _, out := v.doHeaders("POST", "/api/v1/cron-jobs/"+id+"/run-now", v.key, "", nil)
+	var acc map[string]any
+	_ = json.Unmarshal(out, &acc)
+	key := acc["run_key"].(string)
+	request := strings.TrimPrefix(key, id+"#manual#")
+	at := time.Now().UTC().Add(-time.Minute).Truncate(time.Second)
+	start := func(node, runKey string) (int, []byte) {
+		b, _ := json.Marshal(map[string]any{"run_key": runKey, "version": 1, "scheduled_at": at, "started_at": at.Add(time.Second),
+			"invocation_id": "0123456789abcdef0123456789abcdef"})
+		return v.do("POST", "/internal/v1/cron-jobs/"+id+"/started", node, string(b))
+	}
+	otherShard := v.mustJSON("POST", "/api/v1/admin/shards", adminKey, `{"name":"web-2","web_storage_dir":"/srv/shared/www2"}`, 201)["id"].(string)
+	otherNode := v.mustJSON("POST", "/api/v1/admin/shards/"+otherShard+"/nodes", adminKey, `{"name":"node9"}`, 201)["credential"].(string)
+	if code, out := start(otherNode, key); code == 200 && strings.Contains(string(out), `"noted":true`) {
+		t.Errorf("a node of another shard noted a start: %d %s", code, out)
+	}
+	if code, _ := start(v.node, "00000000-0000-4000-8000-000000000000#manual#1"); code != 400 {
+		t.Errorf("a start of another job's key: %d, want 400", code)
+	}
+	runPath := "/api/v1/cron-jobs/" + id + "/runs/" + url.PathEscape(key)
+	if r := v.mustJSON("GET", runPath, v.key, "", 200); r["result"] != "queued" {
+		t.Fatalf("before any start the run is %v, want queued", r["result"])
+	}
+	if code, out := start(v.node, key); code != 200 || !strings.Contains(string(out), `"noted":true`) {
+		t.Fatalf("start: %d %s", code, out)
+	}
+	if code, out := start(v.node, key); code != 200 || !strings.Contains(string(out), `"noted":false`) {
+		t.Errorf("a repeated start: %d %s, want noted false", code, out)
+	}
+	r := v.mustJSON("GET", runPath, v.key, "", 200)
+	if r["result"] != "running" || r["started_at"] == nil || r["trigger"] != "manual" {
+		t.Fatalf("running run %v", r)
+	}
+	list := v.mustJSON("GET", "/api/v1/cron-jobs/"+id+"/runs", v.key, "", 200)["runs"].([]any)
+	if len(list) != 1 || list[0].(map[string]any)["result"] != "running" {
+		t.Errorf("runs list %v, want the running run at its head", list)
+	}
+	if only := v.mustJSON("GET", "/api/v1/cron-jobs/"+id+"/runs?result=running", v.key, "", 200)["runs"].([]any); len(only) != 1 {
+		t.Errorf("result=running: %v", only)
+	}
+	if none := v.mustJSON("GET", "/api/v1/cron-jobs/"+id+"/runs?result=exit_code", v.key, "", 200)["runs"].([]any); len(none) != 0 {
+		t.Errorf("result=exit_code lists %v", none)
+	}
+	if j := v.mustJSON("GET", "/api/v1/cron-jobs/"+id, v.key, "", 200); j["running_since"] == nil {
+		t.Errorf("the job shows no running_since: %v", j)
+	}
+	jobs := v.mustJSON("GET", "/api/v1/tenants/"+v.tenant+"/cron-jobs", v.key, "", 200)["cron_jobs"].([]any)
+	if len(jobs) != 1 || jobs[0].(map[string]any)["running_since"] == nil {
+		t.Errorf("the job list shows no running_since: %v", jobs)
+	}
+
+	v.manualOutcome(id, request, at, "success")
+	if r := v.mustJSON("GET", runPath, v.key, "", 200); r["result"] != "success" {
+		t.Errorf("after its outcome the run is %v", r["result"])
+	}
+	if j := v.mustJSON("GET", "/api/v1/cron-jobs/"+id, v.key, "", 200); j["running_since"] != nil {
+		t.Errorf("running_since after the outcome: %v", j["running_since"])
+	}
+	if n := v.count(`SELECT count(*) FROM cron_job_run_starts WHERE run_key = $1`, key); n != 0 {
+		t.Errorf("the start outlived its record (%d rows)", n)
+	}
+	if code, out := start(v.node, key); code != 200 || !strings.Contains(string(out), `"noted":false`) {
+		t.Errorf("a late start of a recorded run: %d %s, want noted false", code, out)
+	}
+}

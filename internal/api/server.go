@@ -140,6 +140,7 @@ func New(st *store.Store, cfg Config) *echo.Echo {
 
 	internal := e.Group("/internal/v1", s.requireNode)
 	internal.POST("/cron-jobs/:id/outcome", s.outcome)
+	internal.POST("/cron-jobs/:id/started", s.started)
 	internal.POST("/nodes/announce", s.announce)
 	s.reqs.setRoutes(e.Routes())
 	return e

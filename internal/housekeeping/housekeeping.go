@@ -174,6 +174,11 @@ func (h *Housekeeper) chores(ctx context.Context, c store.Chores, now time.Time)
 	if _, err := c.PruneDispatched(ctx, now.Add(-h.Config.PruneAfter)); err != nil {
 		return err
 	}
+	// A start no record ended is a run the sweeper recorded lost (or a
+	// node that went away); two days is far past any run's timeout.
+	if _, err := c.PruneStarts(ctx, now.Add(-48*time.Hour)); err != nil {
+		return err
+	}
 	if _, err := c.DeleteEventsBefore(ctx, now.Add(-h.Config.Retention)); err != nil {
 		return err
 	}

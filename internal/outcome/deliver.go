@@ -57,13 +57,25 @@ type Client struct {
 
 // Post delivers one report.
 func (c Client) Post(ctx context.Context, jobID string, r wire.Outcome) error {
-	body, err := json.Marshal(r)
+	return c.post(ctx, "/internal/v1/cron-jobs/"+jobID+"/outcome", "outcome", r)
+}
+
+// PostStart tells the core a run of the job is running on this node
+// (display only: a lost start costs the "running" view, never a record).
+func (c Client) PostStart(ctx context.Context, jobID string, st wire.RunStart) error {
+	return c.post(ctx, "/internal/v1/cron-jobs/"+jobID+"/started", "start", st)
+}
+
+// post sends v as JSON to path with the node's credential; a 4xx the
+// API means for good is ErrPermanent.
+func (c Client) post(ctx context.Context, path, what string, v any) error {
+	body, err := json.Marshal(v)
 	if err != nil {
-		return fmt.Errorf("encode outcome: %w", err)
+		return fmt.Errorf("encode %s: %w", what, err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.BaseURL+"/internal/v1/cron-jobs/"+jobID+"/outcome", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.BaseURL+path, bytes.NewReader(body))
 	if err != nil {
-		return fmt.Errorf("outcome request: %w", err)
+		return fmt.Errorf("%s request: %w", what, err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+c.Credential)
@@ -73,7 +85,7 @@ func (c Client) Post(ctx context.Context, jobID string, r wire.Outcome) error {
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("post outcome: %w", err)
+		return fmt.Errorf("post %s: %w", what, err)
 	}
 	defer resp.Body.Close()
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
@@ -81,9 +93,9 @@ func (c Client) Post(ctx context.Context, jobID string, r wire.Outcome) error {
 	case resp.StatusCode == http.StatusOK:
 		return nil
 	case permanentStatus(resp.StatusCode):
-		return fmt.Errorf("post outcome: %d %s: %w", resp.StatusCode, bytes.TrimSpace(msg), ErrPermanent)
+		return fmt.Errorf("post %s: %d %s: %w", what, resp.StatusCode, bytes.TrimSpace(msg), ErrPermanent)
 	default:
-		return fmt.Errorf("post outcome: %d %s", resp.StatusCode, bytes.TrimSpace(msg))
+		return fmt.Errorf("post %s: %d %s", what, resp.StatusCode, bytes.TrimSpace(msg))
 	}
 }
 

@@ -256,19 +256,20 @@ func RuntimeDirOwner(dir, userName string) (int, error) {
 	return int(st.Uid), nil
 }
 
-// RunningKey is the run key and kind the record in a service's runtime
-// directory names, read with the same care as ReadRecord (the tenant owns
-// the file): the node agent asks it before it signals a runner for a
-// cancel, so it signals only the runner of the run that was named. They
-// are compared, never trusted further.
-func RunningKey(dir string, uid int) (key, kind string, err error) {
+// RunningRecord is the record in a running service's runtime directory,
+// read with the same care as ReadRecord (the tenant owns the file): the
+// node agent asks it before it signals a runner for a cancel, so it
+// signals only the runner of the run that was named, and to report the
+// run as started. Its fields are compared or checked by the core, never
+// trusted further.
+func RunningRecord(dir string, uid int) (runner.Record, error) {
 	b, err := readOwnedFile(dir, runner.RecordFile, uid)
 	if err != nil {
-		return "", "", err
+		return runner.Record{}, err
 	}
 	var r runner.Record
 	if err := json.Unmarshal(b, &r); err != nil {
-		return "", "", fmt.Errorf("%w: %v", ErrBadRecord, err)
+		return runner.Record{}, fmt.Errorf("%w: %v", ErrBadRecord, err)
 	}
-	return r.RunKey, r.Kind, nil
+	return r, nil
 }

@@ -101,8 +101,8 @@ func (m *Manager) CancelRun(ctx context.Context, req wire.CancelRequest) (bool, 
 	// Only a runner whose record says "ran" runs the named run: before
 	// that it may still be electing (a loser on this node names the same
 	// slot, and another node runs it) or switch to a run-now request.
-	running, kind, err := outcome.RunningKey(filepath.Join(p.runtimeRoot, unit), owner)
-	if err != nil || running != req.RunKey || kind != runner.KindRan {
+	rec, err := outcome.RunningRecord(filepath.Join(p.runtimeRoot, unit), owner)
+	if err != nil || rec.RunKey != req.RunKey || rec.Kind != runner.KindRan {
 		return false, nil // between runs, electing, or another run: not this one
 	}
 	runner, err := unix.PidfdOpen(int(before.mainPID), 0)

@@ -243,3 +243,35 @@ func TestCancelRunOfAUnitNotHere(t *testing.T) {
 		t.Fatalf("stopped=%v err=%v calls=%q, want nothing", ok, err, f.Calls())
 	}
 }
+
+// Running lists the runs the node's services run, from each runner's
+// record: only a record that says "ran" (an electing runner runs
+// nothing), with the service's invocation.
+func TestRunningListsRunsThatRan(t *testing.T) {
+	key := runkey.Manual(idA, "7")
+	for _, tc := range []struct {
+		kind string
+		want int
+	}{{runner.KindRan, 1}, {runner.KindStarted, 0}, {runner.KindContention, 0}} {
+		m, f, unit := cancelNodeKind(t, "activating", key, tc.kind)
+		f.active[unit+".service"] = true
+		rt := filepath.Join(m.cancel.runtimeRoot, unit)
+		started := time.Date(2026, 11, 22, 12, 0, 1, 0, time.UTC)
+		if err := runner.WriteRecord(rt, runner.Record{Kind: tc.kind, RunKey: key, Version: 3, StartedAt: &started}); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(filepath.Join(rt, runner.RecordFile), recordOwner, recordOwner); err != nil {
+			t.Fatal(err)
+		}
+		got, err := m.Running(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != tc.want {
+			t.Fatalf("%s: %d running, want %d", tc.kind, len(got), tc.want)
+		}
+		if tc.want == 1 && (got[0].JobID != idA || got[0].RunKey != key || got[0].Version != 3 || !got[0].StartedAt.Equal(started) || got[0].InvocationID != "abcd01") {
+			t.Errorf("running %+v", got[0])
+		}
+	}
+}

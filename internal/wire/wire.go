@@ -249,6 +249,17 @@ const (
 	MaxPeakMemoryBytes = 1 << 50
 )
 
+// RunStart is what a node agent reports of a run its node is running (the
+// runner's record says "ran"): the core shows the run as running until its
+// outcome arrives. Display only; never counted.
+type RunStart struct {
+	RunKey       string    `json:"run_key"`
+	Version      int64     `json:"version"`
+	ScheduledAt  time.Time `json:"scheduled_at"`
+	StartedAt    time.Time `json:"started_at"`
+	InvocationID string    `json:"invocation_id,omitempty"`
+}
+
 // Loki stream labels of cron output. The API's log queries select by the
 // same names the node agent pushes.
 const (

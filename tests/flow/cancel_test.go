@@ -23,31 +23,27 @@ func TestCancelThroughTheAPI(t *testing.T) {
 	key := call(t, "POST", "/api/v1/cron-jobs/"+id+"/run-now", "", 202)["run_key"].(string)
 	run := "/api/v1/cron-jobs/" + id + "/runs/" + url.PathEscape(key)
 
-	// Running on one node: its service is activating there.
+	// Running on one node: the node agent reports it, so the API shows it
+	// as running (and the job as running since its start).
 	deadline := time.Now().Add(60 * time.Second)
-	for !runningSomewhere(t, id) {
+	for call(t, "GET", run, "", 200)["result"] != "running" {
 		if time.Now().After(deadline) {
-			t.Fatal("the run-now run never ran")
+			t.Fatal("the run-now run never showed as running")
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+	if !runningSomewhere(t, id) {
+		t.Fatal("the API says running, but no node's service runs")
+	}
+	if j := call(t, "GET", "/api/v1/cron-jobs/"+id, "", 200); j["running_since"] == nil {
+		t.Errorf("the running job shows no running_since: %v", j)
 	}
 	acc := call(t, "POST", run+"/cancel", "", 202)
 	if acc["state"] != "cancel_requested" || acc["run_key"] != key {
 		t.Fatalf("cancel answered %v", acc)
 	}
 
-	deadline = time.Now().Add(90 * time.Second)
-	var r map[string]any
-	for {
-		r = call(t, "GET", run, "", 200)
-		if r["result"] != "queued" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the cancelled run was never recorded: %v", r)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+	r := waitRecorded(t, id, key, 90*time.Second)
 	if r["result"] != "cancelled" || !strings.Contains(r["failure_reason"].(string), "cancelled on request") {
 		t.Fatalf("run recorded %v (%v), want cancelled", r["result"], r["failure_reason"])
 	}
@@ -73,4 +69,34 @@ func runningSomewhere(t *testing.T, id string) bool {
 		}
 	}
 	return false
+}
+
+// waitRecorded polls a run until it has a record (it is neither queued
+// nor running) and returns it.
+func waitRecorded(t *testing.T, id, key string, timeout time.Duration) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		r := call(t, "GET", "/api/v1/cron-jobs/"+id+"/runs/"+url.PathEscape(key), "", 200)
+		if r["result"] != "queued" && r["result"] != "running" {
+			return r
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run %s not recorded within %v: %v", key, timeout, r)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// recordedRuns is a job's runs listing without the runs in progress at
+// its head: the records.
+func recordedRuns(t testing.TB, id string) []any {
+	t.Helper()
+	var out []any
+	for _, r := range call(t, "GET", "/api/v1/cron-jobs/"+id+"/runs", "", 200)["runs"].([]any) {
+		if r.(map[string]any)["result"] != "running" {
+			out = append(out, r)
+		}
+	}
+	return out
 }

@@ -222,7 +222,7 @@ func TestRunNowAndDelete(t *testing.T) {
 	call(t, "POST", "/api/v1/cron-jobs/"+id+"/run-now", "", 202)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		runs := call(t, "GET", "/api/v1/cron-jobs/"+id+"/runs", "", 200)["runs"].([]any)
+		runs := recordedRuns(t, id)
 		if len(runs) == 1 {
 			if r := runs[0].(map[string]any); r["result"] != "success" {
 				t.Errorf("run-now run: %v", r)

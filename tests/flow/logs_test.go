@@ -112,13 +112,7 @@ func TestRunLogsSelectOneRun(t *testing.T) {
 	for i := 0; i < 2; i++ {
 		k := call(t, "POST", "/api/v1/cron-jobs/"+id+"/run-now", "", 202)["run_key"].(string)
 		keys = append(keys, k)
-		deadline := time.Now().Add(60 * time.Second)
-		for call(t, "GET", "/api/v1/cron-jobs/"+id+"/runs/"+url.PathEscape(k), "", 200)["result"] == "queued" {
-			if time.Now().After(deadline) {
-				t.Fatalf("run %s not recorded", k)
-			}
-			time.Sleep(250 * time.Millisecond)
-		}
+		waitRecorded(t, id, k, 60*time.Second)
 	}
 	for _, k := range keys {
 		r := call(t, "GET", "/api/v1/cron-jobs/"+id+"/runs/"+url.PathEscape(k), "", 200)

@@ -1,0 +1,143 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/hostcron/hostcron/internal/runkey"
+	"github.com/hostcron/hostcron/internal/wire"
+)
+
+// RunningRun is a run a node reported started and no outcome (nor the
+// sweeper's lost record) has ended yet.
+type RunningRun struct {
+	RunKey       string       `json:"run_key"`
+	CronJobID    string       `json:"cron_job_id"`
+	NodeID       *string      `json:"node_id"`
+	ScheduledAt  time.Time    `json:"scheduled_at"`
+	StartedAt    time.Time    `json:"started_at"`
+	InvocationID string       `json:"invocation_id"`
+	Result       string       `json:"result"` // "running"
+	Trigger      wire.Trigger `json:"trigger"`
+	Attempt      int          `json:"attempt"`
+}
+
+// ResultRunning is the result a run in progress shows; it is never stored
+// as a run's result.
+const ResultRunning = "running"
+
+// RecordStart notes that node runs a run of job jobID. The job must be on
+// the node's shard (as for outcomes); a run that already has a record, or
+// was already noted, changes nothing. It reports whether it was noted.
+func (s *Store) RecordStart(ctx context.Context, node Node, jobID string, st wire.RunStart) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `
+		INSERT INTO cron_job_run_starts (run_key, cron_job_id, node_id, scheduled_at, started_at, invocation_id)
+		SELECT $1, j.id, $3, $4, $5, $6 FROM cron_jobs j
+		WHERE j.id = $2 AND j.tenant_id IN (SELECT id FROM tenants WHERE shard_id = $7)
+		  AND NOT EXISTS (SELECT 1 FROM cron_job_runs r WHERE r.run_key = $1)
+		ON CONFLICT (run_key) DO NOTHING`,
+		st.RunKey, jobID, node.ID, st.ScheduledAt, st.StartedAt, st.InvocationID, node.ShardID)
+	if err != nil {
+		return false, fmt.Errorf("record start: %w", err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// runningWhere is the condition of a start no record has ended.
+const runningWhere = `NOT EXISTS (SELECT 1 FROM cron_job_runs r WHERE r.run_key = s.run_key)`
+
+// RunningRuns are a job's runs in progress, newest slot first.
+func (s *Store) RunningRuns(ctx context.Context, jobID string) ([]RunningRun, error) {
+	rows, err := s.pool.Query(ctx, `SELECT run_key, cron_job_id, node_id, scheduled_at, started_at, invocation_id
+		FROM cron_job_run_starts s WHERE cron_job_id = $1 AND `+runningWhere+` ORDER BY scheduled_at DESC, run_key`, jobID)
+	if err != nil {
+		return nil, fmt.Errorf("running runs: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (RunningRun, error) {
+		var rr RunningRun
+		err := r.Scan(&rr.RunKey, &rr.CronJobID, &rr.NodeID, &rr.ScheduledAt, &rr.StartedAt, &rr.InvocationID)
+		rr.Result, rr.Attempt = ResultRunning, 1
+		rr.Trigger = triggerOfKey(rr.RunKey)
+		return rr, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("running runs: %w", err)
+	}
+	return out, nil
+}
+
+// RunningSince is, per job of ids, when its oldest run in progress
+// started; jobs with none are absent.
+func (s *Store) RunningSince(ctx context.Context, ids []string) (map[string]time.Time, error) {
+	out := map[string]time.Time{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := s.pool.Query(ctx, `SELECT cron_job_id::text, min(started_at) FROM cron_job_run_starts s
+		WHERE cron_job_id = ANY($1::uuid[]) AND `+runningWhere+` GROUP BY 1`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("running since: %w", err)
+	}
+	var id string
+	var at time.Time
+	_, err = pgx.ForEachRow(rows, []any{&id, &at}, func() error { out[id] = at; return nil })
+	if err != nil {
+		return nil, fmt.Errorf("running since: %w", err)
+	}
+	return out, nil
+}
+
+// endStart deletes a run's start once its record is written (in the
+// recording transaction).
+func endStart(ctx context.Context, tx pgx.Tx, runKey string) error {
+	if _, err := tx.Exec(ctx, `DELETE FROM cron_job_run_starts WHERE run_key = $1`, runKey); err != nil {
+		return fmt.Errorf("end run start: %w", err)
+	}
+	return nil
+}
+
+// PruneStarts deletes starts older than cutoff: a start whose run never
+// reported is ended by the sweeper's lost record, and only kept this long
+// so the table stays small.
+func (c Chores) PruneStarts(ctx context.Context, cutoff time.Time) (int64, error) {
+	tag, err := c.db.Exec(ctx, `DELETE FROM cron_job_run_starts WHERE started_at < $1`, cutoff)
+	if err != nil {
+		return 0, fmt.Errorf("prune run starts: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// triggerOfKey is the trigger a run key spells (scheduled for anything
+// that does not parse: the key was checked when the start was noted).
+func triggerOfKey(key string) wire.Trigger {
+	if k, err := runkey.Parse(key); err == nil {
+		return k.Trigger
+	}
+	return wire.TriggerScheduled
+}
+
+// WantsRunning reports whether a run in progress of trigger and slot
+// passes the query's filters (result, trigger, range).
+func (q RunQuery) WantsRunning(trigger wire.Trigger, slot time.Time) bool {
+	switch {
+	case len(q.Results) > 0 && !slices.Contains(q.Results, wire.Result(ResultRunning)):
+		return false
+	case len(q.Triggers) > 0 && !slices.Contains(q.Triggers, trigger):
+		return false
+	case q.From != nil && slot.Before(*q.From):
+		return false
+	case q.To != nil && !slot.Before(*q.To):
+		return false
+	}
+	return true
+}
+
+// OnlyRunning reports whether the query asks for runs in progress alone,
+// which no stored record is.
+func (q RunQuery) OnlyRunning() bool {
+	return len(q.Results) == 1 && q.Results[0] == wire.Result(ResultRunning)
+}
