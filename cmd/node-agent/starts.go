@@ -27,7 +27,7 @@ func startsLoop(ctx context.Context, cfg nodeconf.Config, m *unitmgr.Manager, lo
 	t := time.NewTicker(startsEvery)
 	defer t.Stop()
 	for {
-		running, err := m.Running(ctx)
+		running, err := m.Running(ctx, func(inv string) bool { return reported[inv] })
 		if err != nil && ctx.Err() == nil {
 			log.Warn("cannot list running cron services", "err", err)
 		}
@@ -37,7 +37,7 @@ func startsLoop(ctx context.Context, cfg nodeconf.Config, m *unitmgr.Manager, lo
 			err := client.PostStart(ctx, st.JobID, st.RunStart)
 			switch {
 			case err == nil, errors.Is(err, outcome.ErrPermanent):
-				reported[st.RunKey] = true
+				reported[st.InvocationID] = true
 			case ctx.Err() == nil:
 				log.Debug("run start not reported yet", "run_key", st.RunKey, "err", err)
 			}
@@ -50,14 +50,15 @@ func startsLoop(ctx context.Context, cfg nodeconf.Config, m *unitmgr.Manager, lo
 	}
 }
 
-// startsToReport decides which running runs to report: those not reported
-// yet. It returns them and the reported set without runs no longer
+// startsToReport decides which running runs to report: those of an
+// activation (invocation) not reported yet, one report per activation. It
+// returns them and the reported set without activations no longer
 // running, so the set stays as small as the node's running runs.
 func startsToReport(running []unitmgr.Started, reported map[string]bool) (post []unitmgr.Started, keep map[string]bool) {
 	keep = make(map[string]bool, len(running))
 	for _, st := range running {
-		if reported[st.RunKey] {
-			keep[st.RunKey] = true
+		if reported[st.InvocationID] {
+			keep[st.InvocationID] = true
 			continue
 		}
 		post = append(post, st)

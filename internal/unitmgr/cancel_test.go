@@ -263,7 +263,7 @@ func TestRunningListsRunsThatRan(t *testing.T) {
 		if err := os.Chown(filepath.Join(rt, runner.RecordFile), recordOwner, recordOwner); err != nil {
 			t.Fatal(err)
 		}
-		got, err := m.Running(context.Background())
+		got, err := m.Running(context.Background(), func(string) bool { return false })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -273,5 +273,30 @@ func TestRunningListsRunsThatRan(t *testing.T) {
 		if tc.want == 1 && (got[0].JobID != idA || got[0].RunKey != key || got[0].Version != 3 || !got[0].StartedAt.Equal(started) || got[0].InvocationID != "abcd01") {
 			t.Errorf("running %+v", got[0])
 		}
+	}
+}
+
+// An activation reported already is listed by its invocation alone: its
+// record, which the tenant may rewrite, is not read again. A record that
+// says the run finished (the service is in its ExecStopPost) is no run in
+// progress.
+func TestRunningSkipsKnownAndFinished(t *testing.T) {
+	key := runkey.Manual(idA, "7")
+	m, f, unit := cancelNode(t, "activating", key)
+	f.active[unit+".service"] = true
+	got, err := m.Running(context.Background(), func(inv string) bool { return inv == "abcd01" })
+	if err != nil || len(got) != 1 || got[0].InvocationID != "abcd01" || got[0].RunKey != "" {
+		t.Fatalf("known activation: %+v (%v), want it by invocation alone", got, err)
+	}
+	rt := filepath.Join(m.cancel.runtimeRoot, unit)
+	started, finished := time.Now(), time.Now()
+	if err := runner.WriteRecord(rt, runner.Record{Kind: runner.KindRan, RunKey: key, StartedAt: &started, FinishedAt: &finished}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(filepath.Join(rt, runner.RecordFile), recordOwner, recordOwner); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := m.Running(context.Background(), func(string) bool { return false }); len(got) != 0 {
+		t.Fatalf("a finished run listed as running: %+v", got)
 	}
 }

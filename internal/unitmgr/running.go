@@ -18,42 +18,64 @@ type Started struct {
 }
 
 // Running lists the runs this node's cron services run now: a service
-// that is starting and whose runner's record says "ran" (a runner still
-// electing, or one that lost, runs nothing). A service whose record or
-// unit cannot be read is left out: the report is display only, and the
-// run's outcome is its record.
-func (m *Manager) Running(ctx context.Context) ([]Started, error) {
+// that is starting and whose runner's record says "ran" and has not
+// finished (a runner still electing, or one that lost, runs nothing). The
+// service's invocation is read before and after the record, so the run
+// reported is that activation's. known says an invocation was reported
+// already: its record is not read again (a rewritten record must not
+// make a second report), and it is listed by invocation alone. A service
+// whose record or unit cannot be read is left out: the report is display
+// only, and the run's outcome is its record.
+func (m *Manager) Running(ctx context.Context, known func(invocation string) bool) ([]Started, error) {
 	loaded, err := m.sys.ListUnits(ctx, []string{wire.UnitPrefix + "*" + extService})
 	if err != nil {
 		return nil, err
 	}
-	root := m.cancelPaths().runtimeRoot
 	var out []Started
 	for _, u := range loaded {
 		if !busy(u.ActiveState) {
 			continue
 		}
-		unit := strings.TrimSuffix(u.Name, extService)
-		_, jobID, ok := wire.SplitUnitName(unit)
-		if !ok {
-			continue
+		if st, ok := m.runningOf(ctx, u.Name, known); ok {
+			out = append(out, st)
 		}
-		owner, err := m.runNowHooks().owner(filepath.Join(m.layout.UnitDir, u.Name))
-		if err != nil {
-			continue
-		}
-		rec, err := outcome.RunningRecord(filepath.Join(root, unit), owner)
-		if err != nil || rec.Kind != runner.KindRan || rec.StartedAt == nil || !strings.HasPrefix(rec.RunKey, jobID+"#") {
-			continue
-		}
-		st := Started{JobID: jobID, RunStart: wire.RunStart{RunKey: rec.RunKey, Version: rec.Version,
-			ScheduledAt: rec.Slot, StartedAt: *rec.StartedAt}}
-		if v, err := m.sys.UnitProperty(ctx, u.Name, "", "InvocationID"); err == nil {
-			if id, ok := v.([]byte); ok {
-				st.InvocationID = hex.EncodeToString(id)
-			}
-		}
-		out = append(out, st)
 	}
 	return out, nil
+}
+
+// runningOf is Running for one service.
+func (m *Manager) runningOf(ctx context.Context, service string, known func(string) bool) (Started, bool) {
+	unit := strings.TrimSuffix(service, extService)
+	_, jobID, ok := wire.SplitUnitName(unit)
+	if !ok || !wire.ValidID(jobID) {
+		return Started{}, false
+	}
+	inv := m.invocationOf(ctx, service)
+	if inv == "" {
+		return Started{}, false
+	}
+	if known(inv) {
+		return Started{JobID: jobID, RunStart: wire.RunStart{InvocationID: inv}}, true
+	}
+	owner, err := m.runNowHooks().owner(filepath.Join(m.layout.UnitDir, service))
+	if err != nil {
+		return Started{}, false
+	}
+	rec, err := outcome.RunningRecord(filepath.Join(m.cancelPaths().runtimeRoot, unit), owner)
+	if err != nil || rec.Kind != runner.KindRan || rec.StartedAt == nil || rec.FinishedAt != nil ||
+		!strings.HasPrefix(rec.RunKey, jobID+"#") || m.invocationOf(ctx, service) != inv {
+		return Started{}, false
+	}
+	return Started{JobID: jobID, RunStart: wire.RunStart{RunKey: rec.RunKey, Version: rec.Version,
+		ScheduledAt: rec.Slot, StartedAt: *rec.StartedAt, InvocationID: inv}}, true
+}
+
+// invocationOf is the service's InvocationID in hex, "" if unknown.
+func (m *Manager) invocationOf(ctx context.Context, service string) string {
+	v, err := m.sys.UnitProperty(ctx, service, "", "InvocationID")
+	if err != nil {
+		return ""
+	}
+	id, _ := v.([]byte)
+	return hex.EncodeToString(id)
 }
