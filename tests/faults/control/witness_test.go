@@ -203,3 +203,32 @@ func stopJob(t *testing.T, id string) {
 	waitJob(t, id, 2*time.Minute, "disabled", func(j store.CronJob) bool { return j.Status == wire.StatusDisabled })
 	time.Sleep(3 * time.Second)
 }
+
+// settledWitness stops a job, then reads its witness and its runs once
+// every witnessed run has its record (for at most a minute): a job still
+// running leaves a run witnessed (its command wrote the line) whose
+// outcome is not recorded yet, which is no failure of exactly-once.
+func settledWitness(t *testing.T, id, file string) ([]harness.Execution, []store.Run) {
+	t.Helper()
+	stopJob(t, id)
+	var execs []harness.Execution
+	var runs []store.Run
+	deadline := time.Now().Add(time.Minute)
+	for {
+		execs, runs = harness.ReadWitness(t, witnessPath(file)), runsBySlot(t, id)
+		recorded := map[string]bool{}
+		for _, r := range runs {
+			recorded[r.RunKey] = true
+		}
+		missing := 0
+		for _, e := range execs {
+			if !recorded[e.Key.String()] {
+				missing++
+			}
+		}
+		if missing == 0 || time.Now().After(deadline) {
+			return execs, runs
+		}
+		time.Sleep(time.Second)
+	}
+}
