@@ -93,7 +93,7 @@ func (f *fakeSystemd) RestartUnit(_ context.Context, n string) error {
 	f.record("restart %s", n)
 	return nil
 }
-func (f *fakeSystemd) ListUnits(context.Context, []string) ([]LoadedUnit, error) {
+func (f *fakeSystemd) ListUnits(_ context.Context, _, _ []string) ([]LoadedUnit, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []LoadedUnit

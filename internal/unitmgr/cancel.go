@@ -2,7 +2,6 @@ package unitmgr
 
 import (
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -63,11 +62,9 @@ func (m *Manager) activationOf(ctx context.Context, service string) (activation,
 		return a, fmt.Errorf("cancel: %s: %w", service, err)
 	}
 	a.active, _ = v.(string)
-	if v, err = m.sys.UnitProperty(ctx, service, "", "InvocationID"); err != nil {
-		return a, fmt.Errorf("cancel: %s: invocation: %w", service, err)
+	if a.invocation, err = m.invocationOf(ctx, service); err != nil {
+		return a, fmt.Errorf("cancel: %w", err)
 	}
-	id, _ := v.([]byte)
-	a.invocation = hex.EncodeToString(id)
 	if v, err = m.sys.UnitProperty(ctx, service, "Service", "MainPID"); err != nil {
 		return a, fmt.Errorf("cancel: %s: main pid: %w", service, err)
 	}
@@ -105,11 +102,11 @@ func (m *Manager) CancelRun(ctx context.Context, req wire.CancelRequest) (bool, 
 	if err != nil || rec.RunKey != req.RunKey || rec.Kind != runner.KindRan {
 		return false, nil // between runs, electing, or another run: not this one
 	}
-	runner, err := unix.PidfdOpen(int(before.mainPID), 0)
+	pidfd, err := unix.PidfdOpen(int(before.mainPID), 0)
 	if err != nil {
 		return false, nil // the runner has just ended
 	}
-	defer unix.Close(runner)
+	defer unix.Close(pidfd)
 	after, err := m.activationOf(ctx, service)
 	if err != nil || after != before {
 		return false, err // the activation moved on while it was looked at
@@ -119,7 +116,7 @@ func (m *Manager) CancelRun(ctx context.Context, req wire.CancelRequest) (bool, 
 	if err != nil {
 		return false, err
 	}
-	if err := unix.PidfdSendSignal(runner, unix.SIGTERM, nil, 0); err != nil {
+	if err := unix.PidfdSendSignal(pidfd, unix.SIGTERM, nil, 0); err != nil {
 		_ = os.Remove(markerPath) // nothing was stopped: the marker must not relabel the run
 		if errors.Is(err, unix.ESRCH) {
 			return false, nil // it ended on its own first

@@ -166,7 +166,7 @@ func (m *Manager) enabledTimers() (map[string]bool, error) {
 }
 
 func (m *Manager) loadedUnits(ctx context.Context) (map[string]LoadedUnit, error) {
-	us, err := m.sys.ListUnits(ctx, []string{wire.UnitPrefix + "*"})
+	us, err := m.sys.ListUnits(ctx, nil, []string{wire.UnitPrefix + "*"})
 	if err != nil {
 		return nil, fmt.Errorf("list cron units: %w", err)
 	}

@@ -3,6 +3,7 @@ package unitmgr
 import (
 	"context"
 	"encoding/hex"
+	"fmt"
 	"path/filepath"
 	"strings"
 
@@ -27,7 +28,10 @@ type Started struct {
 // whose record or unit cannot be read is left out: the report is display
 // only, and the run's outcome is its record.
 func (m *Manager) Running(ctx context.Context, known func(invocation string) bool) ([]Started, error) {
-	loaded, err := m.sys.ListUnits(ctx, []string{wire.UnitPrefix + "*" + extService})
+	// Only busy services: every cron service stays loaded (its timer
+	// triggers it), and this runs every few seconds on nodes with
+	// thousands of them.
+	loaded, err := m.sys.ListUnits(ctx, busyStates, []string{wire.UnitPrefix + "*" + extService})
 	if err != nil {
 		return nil, err
 	}
@@ -50,8 +54,8 @@ func (m *Manager) runningOf(ctx context.Context, service string, known func(stri
 	if !ok || !wire.ValidID(jobID) {
 		return Started{}, false
 	}
-	inv := m.invocationOf(ctx, service)
-	if inv == "" {
+	inv, err := m.invocationOf(ctx, service)
+	if err != nil || inv == "" {
 		return Started{}, false
 	}
 	if known(inv) {
@@ -63,19 +67,26 @@ func (m *Manager) runningOf(ctx context.Context, service string, known func(stri
 	}
 	rec, err := outcome.RunningRecord(filepath.Join(m.cancelPaths().runtimeRoot, unit), owner)
 	if err != nil || rec.Kind != runner.KindRan || rec.StartedAt == nil || rec.FinishedAt != nil ||
-		!strings.HasPrefix(rec.RunKey, jobID+"#") || m.invocationOf(ctx, service) != inv {
+		!strings.HasPrefix(rec.RunKey, jobID+"#") || !m.stillInvocation(ctx, service, inv) {
 		return Started{}, false
 	}
 	return Started{JobID: jobID, RunStart: wire.RunStart{RunKey: rec.RunKey, Version: rec.Version,
 		ScheduledAt: rec.Slot, StartedAt: *rec.StartedAt, InvocationID: inv}}, true
 }
 
-// invocationOf is the service's InvocationID in hex, "" if unknown.
-func (m *Manager) invocationOf(ctx context.Context, service string) string {
+// invocationOf is the service's InvocationID in hex ("" before its
+// first activation).
+func (m *Manager) invocationOf(ctx context.Context, service string) (string, error) {
 	v, err := m.sys.UnitProperty(ctx, service, "", "InvocationID")
 	if err != nil {
-		return ""
+		return "", fmt.Errorf("%s: invocation: %w", service, err)
 	}
 	id, _ := v.([]byte)
-	return hex.EncodeToString(id)
+	return hex.EncodeToString(id), nil
+}
+
+// stillInvocation reports whether the service still runs activation inv.
+func (m *Manager) stillInvocation(ctx context.Context, service, inv string) bool {
+	now, err := m.invocationOf(ctx, service)
+	return err == nil && now == inv
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -261,10 +262,7 @@ func nextRunNow(obs runNowObs, st runNowState) runNowStep {
 
 // busy reports whether a start of the service is under way: a start now
 // would merge into it.
-func busy(activeState string) bool {
-	switch activeState {
-	case "activating", "active", "deactivating", "reloading":
-		return true
-	}
-	return false
-}
+func busy(activeState string) bool { return slices.Contains(busyStates, activeState) }
+
+// busyStates are the ActiveStates of a unit that runs something.
+var busyStates = []string{"activating", "active", "deactivating", "reloading"}

@@ -101,12 +101,14 @@ func (f *fakeService) UnitProperty(_ context.Context, _, _, name string) (any, e
 	return nil, errors.New("no such property")
 }
 
-func (f *fakeService) Reload(context.Context) error                              { return nil }
-func (f *fakeService) EnableUnitFiles(context.Context, []string) error           { return nil }
-func (f *fakeService) DisableUnitFiles(context.Context, []string) error          { return nil }
-func (f *fakeService) StopUnit(context.Context, string) error                    { return nil }
-func (f *fakeService) RestartUnit(context.Context, string) error                 { return nil }
-func (f *fakeService) ListUnits(context.Context, []string) ([]LoadedUnit, error) { return nil, nil }
+func (f *fakeService) Reload(context.Context) error                     { return nil }
+func (f *fakeService) EnableUnitFiles(context.Context, []string) error  { return nil }
+func (f *fakeService) DisableUnitFiles(context.Context, []string) error { return nil }
+func (f *fakeService) StopUnit(context.Context, string) error           { return nil }
+func (f *fakeService) RestartUnit(context.Context, string) error        { return nil }
+func (f *fakeService) ListUnits(_ context.Context, _, _ []string) ([]LoadedUnit, error) {
+	return nil, nil
+}
 
 const runNowJob = "0b6f1d7c-3c8e-4a57-9e0a-2f4f5c9d8e71"
 

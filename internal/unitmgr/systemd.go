@@ -19,8 +19,10 @@ type Systemd interface {
 	StartUnit(ctx context.Context, name string) error
 	StopUnit(ctx context.Context, name string) error
 	RestartUnit(ctx context.Context, name string) error
-	// ListUnits returns the loaded units matching the patterns.
-	ListUnits(ctx context.Context, patterns []string) ([]LoadedUnit, error)
+	// ListUnits returns the loaded units matching the patterns and, when
+	// states is not empty, in one of those states (load, active or sub
+	// state, as systemd matches them).
+	ListUnits(ctx context.Context, states, patterns []string) ([]LoadedUnit, error)
 	// UnitProperty reads one property; unitType "" reads the generic Unit
 	// interface (e.g. NeedDaemonReload), "Timer" or "Service" the type's own.
 	UnitProperty(ctx context.Context, unit, unitType, name string) (any, error)
@@ -174,11 +176,11 @@ func (d *DBus) RestartUnit(ctx context.Context, name string) error {
 	})
 }
 
-// ListUnits lists loaded units by name patterns.
-func (d *DBus) ListUnits(ctx context.Context, patterns []string) ([]LoadedUnit, error) {
+// ListUnits lists loaded units by states and name patterns.
+func (d *DBus) ListUnits(ctx context.Context, states, patterns []string) ([]LoadedUnit, error) {
 	var out []LoadedUnit
 	err := d.do(ctx, func(c *sd.Conn) error {
-		us, err := c.ListUnitsByPatternsContext(ctx, nil, patterns)
+		us, err := c.ListUnitsByPatternsContext(ctx, states, patterns)
 		if err != nil {
 			return err
 		}
