@@ -48,6 +48,7 @@ func TestMain(m *testing.M) {
 	_, key, err = c.Store.CreateAPIKey(context.Background(), c.Tenants["acme"].ID)
 	code := 1
 	if err == nil {
+		harness.TearDownBeforeTimeout("flow")
 		code = m.Run()
 	} else {
 		fmt.Fprintln(os.Stderr, "flow setup:", err)

@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -107,6 +108,7 @@ type Cluster struct {
 	pgDir                    string // the private PostgreSQL cluster ("" without one)
 	pgPort                   int
 	tport                    int // the embedded Temporal's frontend port
+	stopOnce                 sync.Once
 }
 
 // Start brings everything up; on error it tears down what it started.
@@ -127,6 +129,7 @@ func Start(opts Options) (*Cluster, error) {
 		users = append(users, fmt.Sprintf("%s:%d", t.name, t.uid))
 	}
 	c.env = []string{"NODES_DIR=" + c.base, "SHARED=" + c.Shared, "TENANTS=" + strings.Join(users, " ")}
+	track(c)
 	if err := c.start(); err != nil {
 		c.Stop()
 		return nil, err
@@ -171,8 +174,14 @@ func (c *Cluster) start() error {
 	return c.AddNodes(names...)
 }
 
-// Stop tears everything down: nodes, mounts, cgroups, processes.
+// Stop tears everything down: nodes, mounts, cgroups, processes. It runs
+// once, whether the tier, a signal or the timeout calls it first.
 func (c *Cluster) Stop() {
+	c.stopOnce.Do(c.stop)
+	untrack(c)
+}
+
+func (c *Cluster) stop() {
 	c.unfirewallControlPlane()
 	if out, err := c.NodesSh("down"); err != nil {
 		fmt.Fprintf(os.Stderr, "nodes down: %v\n%s", err, out)
@@ -626,5 +635,6 @@ func RunTests(m *testing.M, tier string, opts Options, use func(*Cluster)) int {
 	}
 	defer c.Stop()
 	use(c)
+	TearDownBeforeTimeout(tier)
 	return m.Run()
 }
