@@ -22,6 +22,28 @@ type executor struct {
 	lockDir func(dir, user, group string) error // ensureLockDir; a fake in tests
 	obs     Observer                            // nil: reloads are not timed
 	steps   map[string]int                      // steps executed, by kind (nil: not counted)
+	// lockDirs is what ensuring each lock directory came to in this run
+	// (nil error: done): a tenant's jobs share one, and on CephFS every
+	// mkdir, chown and chmod is a round trip to the metadata server, so
+	// a new node pays it once per tenant, not once per job.
+	lockDirs map[lockDirKey]error
+}
+
+type lockDirKey struct{ dir, user, group string }
+
+// ensureLockDir runs the lock directory step once per directory and
+// owner in a run; later steps for it share the first one's result.
+func (e *executor) ensureLockDir(s Step) error {
+	k := lockDirKey{s.Target, s.User, s.Group}
+	if err, done := e.lockDirs[k]; done {
+		return err
+	}
+	err := e.lockDir(s.Target, s.User, s.Group)
+	if e.lockDirs == nil {
+		e.lockDirs = map[lockDirKey]error{}
+	}
+	e.lockDirs[k] = err
+	return err
 }
 
 // count records a step (or a batch of n) as executed.
@@ -84,7 +106,7 @@ func (e *executor) run(ctx context.Context, p Plan) (wire.NodeReport, error) {
 				return rep, errors.Join(append(stopErrs, err)...)
 			}
 		case KindLockDir:
-			if err := e.lockDir(s.Target, s.User, s.Group); err != nil {
+			if err := e.ensureLockDir(s); err != nil {
 				e.fail(&rep, failed, s, err)
 			}
 		case KindWrite, KindRemove:

@@ -153,6 +153,37 @@ func TestApplyCreateOrderAndOneReload(t *testing.T) {
 	}
 }
 
+// A tenant's jobs share one lock directory: a new node checks and creates
+// it once, not once per job, and a failure to create it fails each of
+// the tenant's jobs.
+func TestLockDirOncePerTenant(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		m, _ := testManager(t)
+		checked, made := map[string]int{}, map[string]int{}
+		m.lockDirOK = func(dir, _, _ string) bool { checked[dir]++; return false }
+		m.lockDir = func(dir, _, _ string) error {
+			made[dir]++
+			if fail {
+				return errors.New("read-only file system")
+			}
+			return nil
+		}
+		other := job(idC, func(j *wire.Job) { j.Tenant, j.User, j.Group = "globex", "globex", "globex" })
+		rep, err := m.Apply(context.Background(), []wire.Job{job(idA), job(idB), other})
+		if err != nil {
+			t.Fatal(err)
+		}
+		acme, globex := job(idA).LockDir(), other.LockDir()
+		want := map[string]int{acme: 1, globex: 1}
+		if !reflect.DeepEqual(checked, want) || !reflect.DeepEqual(made, want) {
+			t.Errorf("fail=%v: lock dirs checked %v, created %v; want each once: %v", fail, checked, made, want)
+		}
+		if wantFailed := map[bool]int{false: 0, true: 3}[fail]; len(rep.Failed) != wantFailed {
+			t.Errorf("fail=%v: %d jobs failed, want %d: %v", fail, len(rep.Failed), wantFailed, rep.Failed)
+		}
+	}
+}
+
 // A command-only edit rewrites the spec and nothing else reaches systemd.
 func TestApplyCommandEditTouchesOnlySpec(t *testing.T) {
 	m, f := testManager(t)

@@ -50,7 +50,9 @@ func (m *Manager) observe(ctx context.Context, req Request) (Observed, error) {
 		return obs, err
 	}
 	for _, j := range req.Jobs {
-		obs.LockDirOK[j.LockDir()] = m.lockDirOK(j.LockDir(), j.User, j.Group)
+		if _, seen := obs.LockDirOK[j.LockDir()]; !seen { // one per tenant: see executor.lockDirs
+			obs.LockDirOK[j.LockDir()] = m.lockDirOK(j.LockDir(), j.User, j.Group)
+		}
 	}
 	return obs, nil
 }
