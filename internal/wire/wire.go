@@ -196,6 +196,9 @@ type NodeReport struct {
 	Failed   []string `json:"failed"`   // jobs that could not be applied, with the reason
 	Kept     []string `json:"kept"`     // jobs the node has in a newer version, or newer than a converge's snapshot
 	Stale    []string `json:"stale"`    // jobs refused: the node removed them at this version or later (a tombstone)
+	// Desired is how many jobs the desired set a reconcile read from the
+	// core held (ReconcileFromCore; 0 for the other operations).
+	Desired int `json:"desired,omitempty"`
 }
 
 // Changed reports whether the call changed anything on the node.
