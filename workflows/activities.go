@@ -183,7 +183,8 @@ func (a *NodeActivities) Reconcile(ctx context.Context, jobs []wire.Job, snap wi
 // (one plan, at most one daemon-reload). The reference names the node the
 // converge is for; the core refuses any node but the caller its set, so a
 // task on the wrong queue fails for good instead of converging this node.
-// The report carries how many jobs the set held.
+// The report carries how many jobs the set held, and at most
+// wire.MaxReportNames names a list.
 func (a *NodeActivities) ReconcileFromCore(ctx context.Context, ref wire.DesiredSetRef) (wire.NodeReport, error) {
 	if a.Desired == nil {
 		return wire.NodeReport{}, temporal.NewNonRetryableApplicationError("this node agent has no core API to read its desired set from", "NoCoreAPI", nil)
@@ -200,7 +201,9 @@ func (a *NodeActivities) ReconcileFromCore(ctx context.Context, ref wire.Desired
 	}
 	rep, err := a.Reconcile(ctx, set.Jobs, set.Snapshot)
 	rep.Desired = len(set.Jobs)
-	return rep, err
+	// The report is a payload again: bounded, or a first converge of a
+	// large shard would do its work and then fail on the report's size.
+	return rep.Bounded(wire.MaxReportNames), err
 }
 
 // RunNow starts one run of a job outside its schedule. The node waits

@@ -270,3 +270,22 @@ func TestReconcileFromCore(t *testing.T) {
 		})
 	}
 }
+
+// The report of a paged converge is a payload: however many units the
+// node wrote, it holds at most wire.MaxReportNames names a list.
+func TestReconcileFromCoreBoundsItsReport(t *testing.T) {
+	written := make([]string, 3*wire.MaxReportNames)
+	for i := range written {
+		written[i] = fmt.Sprintf("cron-acme-%d.timer", i)
+	}
+	u := &fakeUnits{rep: wire.NodeReport{Written: written, Reloads: 1}}
+	a := &NodeActivities{Units: u, Admission: admitAll, Desired: &fakeSource{set: wire.DesiredSet{Jobs: []wire.Job{tenantJob}}}}
+	rep, err := a.ReconcileFromCore(context.Background(), wire.DesiredSetRef{NodeID: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Written) != wire.MaxReportNames || rep.Omitted != 2*wire.MaxReportNames || rep.Reloads != 1 {
+		t.Errorf("report of %d written names, %d omitted, %d reloads; want %d, %d, 1",
+			len(rep.Written), rep.Omitted, rep.Reloads, wire.MaxReportNames, 2*wire.MaxReportNames)
+	}
+}

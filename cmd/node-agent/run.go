@@ -141,7 +141,8 @@ func startNodeWorker(ctx context.Context, cfg nodeconf.Config, nm *metrics.Node,
 	w := worker.New(tc, workflows.NodeTaskQueue(cfg.NodeID), worker.Options{MaxConcurrentActivityExecutionSize: 4})
 	// A converge hands this node a reference; it reads its desired set
 	// from the core API in pages, as this node (its credential).
-	desiredSets := desiredset.Client{BaseURL: cfg.APIURL, Credential: cfg.Credential, HTTP: &http.Client{Timeout: 30 * time.Second}}
+	desiredSets := desiredset.Client{BaseURL: cfg.APIURL, Credential: cfg.Credential,
+		HTTP: &http.Client{Timeout: 30 * time.Second}, PageSize: cfg.DesiredPageSize}
 	workflows.RegisterNode(w, &workflows.NodeActivities{Units: m, Admission: admission, Desired: desiredSets})
 	if err := w.Start(); err != nil {
 		closeConn()

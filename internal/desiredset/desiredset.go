@@ -88,7 +88,7 @@ type Client struct {
 	BaseURL    string
 	Credential string
 	HTTP       *http.Client
-	PageSize   int // jobs per page; 0: wire.DesiredPageSize
+	PageSize   int // jobs per page; 0: wire.DesiredPageSize, at most wire.MaxDesiredPageSize
 }
 
 // DesiredSet reads the whole desired set of nodeID, page by page.
@@ -100,7 +100,7 @@ func (c Client) DesiredSet(ctx context.Context, nodeID string) (wire.DesiredSet,
 
 // Page reads one page of nodeID's desired set.
 func (c Client) Page(ctx context.Context, nodeID, after string) (wire.DesiredPage, error) {
-	size := c.PageSize
+	size := min(c.PageSize, wire.MaxDesiredPageSize)
 	if size <= 0 {
 		size = wire.DesiredPageSize
 	}

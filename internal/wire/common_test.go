@@ -41,3 +41,28 @@ func TestSnapshotCommonSeesWhatBothSee(t *testing.T) {
 		})
 	}
 }
+
+// A report is cut list by list, the cut counted; a short one is unchanged.
+func TestNodeReportBounded(t *testing.T) {
+	names := func(n int) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = string(rune('a' + i))
+		}
+		return out
+	}
+	r := NodeReport{Written: names(5), Specs: names(3), Enabled: names(2), Failed: names(4), Reloads: 1, Desired: 9}
+	got := r.Bounded(3)
+	if len(got.Written) != 3 || got.Written[2] != "c" || len(got.Specs) != 3 || len(got.Enabled) != 2 || len(got.Failed) != 3 {
+		t.Errorf("bounded %+v", got)
+	}
+	if got.Omitted != 2+1 || got.Reloads != 1 || got.Desired != 9 {
+		t.Errorf("omitted %d (want 3), reloads %d, desired %d", got.Omitted, got.Reloads, got.Desired)
+	}
+	if len(r.Written) != 5 {
+		t.Error("Bounded changed the report it was called on")
+	}
+	if same := r.Bounded(10); same.Omitted != 0 || len(same.Written) != 5 {
+		t.Errorf("a short report was cut: %+v", same)
+	}
+}
