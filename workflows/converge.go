@@ -34,7 +34,8 @@ func ConvergeNode(ctx workflow.Context, in ConvergeInput) (ConvergeResult, error
 		return ConvergeResult{}, err
 	}
 	res := ConvergeResult{NodeID: in.NodeID, Jobs: rep.Desired, Written: rep.Written, Removed: rep.Removed,
-		Enabled: rep.Enabled, Disabled: rep.Disabled, Failed: rep.Failed, Kept: rep.Kept, Stale: rep.Stale, Reloads: rep.Reloads, Omitted: rep.Omitted}
+		Enabled: rep.Enabled, Disabled: rep.Disabled, Failed: rep.Failed, Kept: rep.Kept, Stale: rep.Stale,
+		Reloads: rep.Reloads, Omitted: rep.Omitted}
 	workflow.GetLogger(ctx).Info("node converged", "node", in.NodeID, "jobs", res.Jobs,
 		"written", len(res.Written), "removed", len(res.Removed), "reloads", res.Reloads, "names_omitted", res.Omitted)
 	return res, nil
