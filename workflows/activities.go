@@ -9,6 +9,7 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/hostcron/hostcron/internal/desiredset"
 	"github.com/hostcron/hostcron/internal/trust"
 	"github.com/hostcron/hostcron/internal/wire"
 )
@@ -40,6 +41,13 @@ type NodeUnits interface {
 	RunNow(ctx context.Context, req wire.RunNowRequest) error
 	CancelRun(ctx context.Context, req wire.CancelRequest) (bool, error)
 	State(ctx context.Context) ([]wire.UnitState, error)
+}
+
+// DesiredSource reads a node's desired set from the core in pages;
+// desiredset.Client has it. An error wrapping desiredset.ErrRefused or
+// wire.ErrRevisionsAhead will not change on retry.
+type DesiredSource interface {
+	DesiredSet(ctx context.Context, nodeID string) (wire.DesiredSet, error)
 }
 
 // CoreActivities read and write the core's database.
@@ -122,6 +130,10 @@ type NodeActivities struct {
 	// trust.Admit): the last line if the core, its keys or its database
 	// are wrong.
 	Admission trust.Policy
+	// Desired reads the node's desired set from the core
+	// (ReconcileFromCore); nil on an agent without a core API address,
+	// whose paged converges then fail.
+	Desired DesiredSource
 }
 
 // ApplyJobs writes, enables or disables the given jobs.
@@ -161,6 +173,37 @@ func (a *NodeActivities) Reconcile(ctx context.Context, jobs []wire.Job, snap wi
 		return wire.NodeReport{}, notAdmitted(err)
 	}
 	return a.Units.Reconcile(ctx, jobs, snap)
+}
+
+// ReconcileFromCore is Reconcile for a converge that hands the node a
+// reference, not its set: the node reads its desired set from the core in
+// pages (desiredset.Assemble: every job is answered for by the one page
+// whose id range holds it, and the set's snapshot sees only what every
+// page's saw), then reconciles once to the whole set, as Reconcile does
+// (one plan, at most one daemon-reload). The reference names the node the
+// converge is for; the core refuses any node but the caller its set, so a
+// task on the wrong queue fails for good instead of converging this node.
+// The report carries how many jobs the set held, and at most
+// wire.MaxReportNames names a list.
+func (a *NodeActivities) ReconcileFromCore(ctx context.Context, ref wire.DesiredSetRef) (wire.NodeReport, error) {
+	if a.Desired == nil {
+		return wire.NodeReport{}, temporal.NewNonRetryableApplicationError("this node agent has no core API to read its desired set from", "NoCoreAPI", nil)
+	}
+	set, err := a.Desired.DesiredSet(ctx, ref.NodeID)
+	switch {
+	case errors.Is(err, wire.ErrRevisionsAhead):
+		// Retrying does not move the counter: the operator must.
+		return wire.NodeReport{}, temporal.NewNonRetryableApplicationError(err.Error(), "RevisionsAhead", nil)
+	case errors.Is(err, desiredset.ErrRefused):
+		return wire.NodeReport{}, temporal.NewNonRetryableApplicationError(err.Error(), "DesiredSetRefused", nil)
+	case err != nil:
+		return wire.NodeReport{}, fmt.Errorf("read desired set: %w", err) // the core may come back: retried
+	}
+	rep, err := a.Reconcile(ctx, set.Jobs, set.Snapshot)
+	rep.Desired = len(set.Jobs)
+	// The report is a payload again: bounded, or a first converge of a
+	// large shard would do its work and then fail on the report's size.
+	return rep.Bounded(wire.MaxReportNames), err
 }
 
 // RunNow starts one run of a job outside its schedule. The node waits

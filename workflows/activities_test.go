@@ -8,6 +8,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/hostcron/hostcron/internal/desiredset"
 	"github.com/hostcron/hostcron/internal/trust"
 	"github.com/hostcron/hostcron/internal/wire"
 )
@@ -33,6 +34,7 @@ type fakeUnits struct {
 	deletedAt  int64
 	applied    []wire.Job
 	reconciled bool
+	desired    []wire.Job // the set Reconcile got
 	removed    bool
 	ranNow     bool
 }
@@ -42,8 +44,8 @@ func (f *fakeUnits) Apply(_ context.Context, jobs []wire.Job) (wire.NodeReport, 
 	return f.rep, f.err
 }
 
-func (f *fakeUnits) Reconcile(_ context.Context, _ []wire.Job, snap wire.Snapshot) (wire.NodeReport, error) {
-	f.snap, f.reconciled = snap, true
+func (f *fakeUnits) Reconcile(_ context.Context, jobs []wire.Job, snap wire.Snapshot) (wire.NodeReport, error) {
+	f.snap, f.reconciled, f.desired = snap, true, jobs
 	return f.rep, f.err
 }
 
@@ -200,5 +202,90 @@ func TestRunNowNotTakenIsFinalOnTheNode(t *testing.T) {
 		if got := classify(a.RunNow(context.Background(), wire.RunNowRequest{Unit: unit, Request: "1"})); got != tt.want {
 			t.Errorf("%v: %v, want %v", tt.err, got, tt.want)
 		}
+	}
+}
+
+// fakeSource answers a node's desired set read from fields.
+type fakeSource struct {
+	set    wire.DesiredSet
+	err    error
+	asked  string
+	called int
+}
+
+func (f *fakeSource) DesiredSet(_ context.Context, nodeID string) (wire.DesiredSet, error) {
+	f.asked, f.called = nodeID, f.called+1
+	return f.set, f.err
+}
+
+// A paged converge reads the node's set for the node the reference names,
+// and reconciles once to all of it with its snapshot, through admission
+// like Reconcile; what the read says will not change fails for good,
+// the rest is retried.
+func TestReconcileFromCore(t *testing.T) {
+	root := tenantJob
+	root.ID, root.User = "1b6f4c1e-8a53-4c8e-9d7e-3f1f0e2a9b10", "root"
+	other := tenantJob
+	other.ID = "2b6f4c1e-8a53-4c8e-9d7e-3f1f0e2a9b10"
+	snap := wire.Snapshot{Xmin: 100, Xmax: 104, Xip: []uint64{101}}
+	for _, tc := range []struct {
+		name       string
+		source     *fakeSource
+		want       retry
+		reconciled int // jobs the unit manager got; -1: not called
+	}{
+		{"the whole set, once", &fakeSource{set: wire.DesiredSet{Jobs: []wire.Job{tenantJob, other}, Snapshot: snap}}, noError, 2},
+		{"an empty shard", &fakeSource{set: wire.DesiredSet{Snapshot: snap}}, noError, 0},
+		{"a job admission refuses", &fakeSource{set: wire.DesiredSet{Jobs: []wire.Job{tenantJob, root}, Snapshot: snap}}, final, -1},
+		{"core unreachable", &fakeSource{err: errors.New("connection refused")}, retried, -1},
+		{"another node's set", &fakeSource{err: fmt.Errorf("page 1: %w", desiredset.ErrRefused)}, final, -1},
+		{"revisions ahead", &fakeSource{err: fmt.Errorf("page 1: %w", wire.ErrRevisionsAhead)}, final, -1},
+		{"no core API", nil, final, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u := &fakeUnits{rep: wire.NodeReport{Written: []string{"x.timer"}}}
+			a := &NodeActivities{Units: u, Admission: admitAll}
+			if tc.source != nil {
+				a.Desired = tc.source
+			}
+			rep, err := a.ReconcileFromCore(context.Background(), wire.DesiredSetRef{NodeID: "n1"})
+			if c := classify(err); c != tc.want {
+				t.Errorf("error %v: class %d, want %d", err, c, tc.want)
+			}
+			if tc.source != nil && (tc.source.asked != "n1" || tc.source.called != 1) {
+				t.Errorf("read the set of %q %d times, want n1's once", tc.source.asked, tc.source.called)
+			}
+			if tc.reconciled < 0 {
+				if u.reconciled {
+					t.Error("the unit manager reconciled")
+				}
+				return
+			}
+			if !u.reconciled || len(u.desired) != tc.reconciled || u.snap.Xmin != 100 || len(u.snap.Xip) != 1 {
+				t.Errorf("unit manager got %d jobs, snapshot %+v; want %d with %+v", len(u.desired), u.snap, tc.reconciled, snap)
+			}
+			if rep.Desired != tc.reconciled || len(rep.Written) != 1 {
+				t.Errorf("report %+v, want desired %d and the unit manager's report", rep, tc.reconciled)
+			}
+		})
+	}
+}
+
+// The report of a paged converge is a payload: however many units the
+// node wrote, it holds at most wire.MaxReportNames names a list.
+func TestReconcileFromCoreBoundsItsReport(t *testing.T) {
+	written := make([]string, 3*wire.MaxReportNames)
+	for i := range written {
+		written[i] = fmt.Sprintf("cron-acme-%d.timer", i)
+	}
+	u := &fakeUnits{rep: wire.NodeReport{Written: written, Reloads: 1}}
+	a := &NodeActivities{Units: u, Admission: admitAll, Desired: &fakeSource{set: wire.DesiredSet{Jobs: []wire.Job{tenantJob}}}}
+	rep, err := a.ReconcileFromCore(context.Background(), wire.DesiredSetRef{NodeID: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Written) != wire.MaxReportNames || rep.Omitted != 2*wire.MaxReportNames || rep.Reloads != 1 {
+		t.Errorf("report of %d written names, %d omitted, %d reloads; want %d, %d, 1",
+			len(rep.Written), rep.Omitted, rep.Reloads, wire.MaxReportNames, 2*wire.MaxReportNames)
 	}
 }

@@ -18,21 +18,59 @@ func ConvergeNode(ctx workflow.Context, in ConvergeInput) (ConvergeResult, error
 	if in.NodeTimeout <= 0 {
 		in.NodeTimeout = 2 * time.Minute
 	}
+	var rep wire.NodeReport
+	var err error
+	if workflow.GetVersion(ctx, pagedChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		rep, err = reconcileWithSet(ctx, in)
+	} else {
+		err = workflow.ExecuteActivity(nodeCtx(ctx, in.NodeID, in.NodeTimeout), node.ReconcileFromCore,
+			wire.DesiredSetRef{NodeID: in.NodeID}).Get(ctx, &rep)
+		noteConverge(ctx, in.NodeID, err)
+		if err != nil {
+			err = fmt.Errorf("reconcile node %s: %w", in.NodeID, err)
+		}
+	}
+	if err != nil {
+		return ConvergeResult{}, err
+	}
+	res := ConvergeResult{NodeID: in.NodeID, Jobs: rep.Desired, Written: rep.Written, Removed: rep.Removed,
+		Enabled: rep.Enabled, Disabled: rep.Disabled, Failed: rep.Failed, Kept: rep.Kept, Stale: rep.Stale,
+		Reloads: rep.Reloads, Omitted: rep.Omitted}
+	workflow.GetLogger(ctx).Info("node converged", "node", in.NodeID, "jobs", res.Jobs,
+		"written", len(res.Written), "removed", len(res.Removed), "reloads", res.Reloads, "names_omitted", res.Omitted)
+	return res, nil
+}
+
+// pagedChange is the GetVersion change id of converges that hand the node
+// a reference (wire.DesiredSetRef) and let it read its desired set from
+// the core in pages (ReconcileFromCore), instead of reading the set in a
+// core activity and passing it to Reconcile: the set no longer travels as
+// a Temporal payload, whose 2 MiB limit a shard of a few thousand jobs
+// exceeded (docs/scale.md). A run started before it replays the old path
+// (reconcileWithSet) with its own activities, which stay registered. In a
+// rolling deploy a new run may meet a node agent from before it: the old
+// agent does not know ReconcileFromCore and fails each attempt, retried
+// until the node timeout, and the converge fails (recorded as such) until
+// the agent is upgraded; so upgrade node agents before the core
+// (docs/semantics.md, "Paged desired sets").
+const pagedChange = "desired-set-paged"
+
+// reconcileWithSet is the converge from before pagedChange: the core
+// reads the set and hands it to the node as the Reconcile activity's
+// input. Replays of runs started before pagedChange only.
+func reconcileWithSet(ctx workflow.Context, in ConvergeInput) (wire.NodeReport, error) {
 	set, err := desiredSet(ctx, in.NodeID)
 	if err != nil {
-		return ConvergeResult{}, fmt.Errorf("desired set: %w", err)
+		return wire.NodeReport{}, fmt.Errorf("desired set: %w", err)
 	}
 	var rep wire.NodeReport
 	err = workflow.ExecuteActivity(nodeCtx(ctx, in.NodeID, in.NodeTimeout), node.Reconcile, set.Jobs, set.Snapshot).Get(ctx, &rep)
 	noteConverge(ctx, in.NodeID, err)
 	if err != nil {
-		return ConvergeResult{}, fmt.Errorf("reconcile node %s: %w", in.NodeID, err)
+		return wire.NodeReport{}, fmt.Errorf("reconcile node %s: %w", in.NodeID, err)
 	}
-	res := ConvergeResult{NodeID: in.NodeID, Jobs: len(set.Jobs), Written: rep.Written, Removed: rep.Removed,
-		Enabled: rep.Enabled, Disabled: rep.Disabled, Failed: rep.Failed, Kept: rep.Kept, Stale: rep.Stale, Reloads: rep.Reloads}
-	workflow.GetLogger(ctx).Info("node converged", "node", in.NodeID, "jobs", res.Jobs,
-		"written", len(res.Written), "removed", len(res.Removed), "reloads", res.Reloads)
-	return res, nil
+	rep.Desired = len(set.Jobs)
+	return rep, nil
 }
 
 // noteChange is the GetVersion change id of recording each converge's

@@ -82,4 +82,5 @@ type ConvergeResult struct {
 	Kept     []string `json:"kept,omitempty"`  // newer on the node than in the snapshot
 	Stale    []string `json:"stale,omitempty"` // in the snapshot, but removed on the node at that version or later
 	Reloads  int      `json:"reloads"`
+	Omitted  int      `json:"omitted,omitempty"` // names left out of the lists above (wire.MaxReportNames)
 }

@@ -195,13 +195,17 @@ func TestJobWorkflowRunNow(t *testing.T) {
 	env.AssertExpectations(t)
 }
 
+// A converge hands the node a reference, not its set: no core activity
+// reads the set, and the node's one reconcile reports how many jobs the
+// set it read held.
 func TestConvergeNodeReconcilesOnce(t *testing.T) {
 	env := newEnv(t)
-	jobs := []wire.Job{{ID: "a", Tenant: "acme"}, {ID: "b", Tenant: "acme"}}
-	snap := wire.Snapshot{Xmin: 100, Xmax: 104, Xip: []uint64{101}}
-	env.OnActivity(core.DesiredSetForNode, mock.Anything, "n1").Return(wire.DesiredSet{Jobs: jobs, Snapshot: snap}, nil).Once()
-	// The node gets the snapshot with the jobs: it decides orphans by it.
-	env.OnActivity(node.Reconcile, mock.Anything, jobs, snap).Return(wire.NodeReport{Written: []string{"x.timer"}, Reloads: 1}, nil).Once()
+	var called []string
+	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
+		called = append(called, info.ActivityType.Name)
+	})
+	env.OnActivity(node.ReconcileFromCore, mock.Anything, wire.DesiredSetRef{NodeID: "n1"}).
+		Return(wire.NodeReport{Written: []string{"x.timer"}, Reloads: 1, Desired: 2}, nil).Once()
 	// The success is recorded: the operator's node_not_converged reads it.
 	env.OnActivity(core.NoteConverge, mock.Anything, "n1", "").Return(nil).Once()
 	env.ExecuteWorkflow(ConvergeNode, ConvergeInput{NodeID: "n1"})
@@ -212,15 +216,15 @@ func TestConvergeNodeReconcilesOnce(t *testing.T) {
 	if res.Jobs != 2 || res.Reloads != 1 || len(res.Written) != 1 {
 		t.Errorf("result %+v", res)
 	}
+	if strings.Join(called, " ") != "ReconcileFromCore NoteConverge" {
+		t.Errorf("activities %q, want the node's ReconcileFromCore and the note only", called)
+	}
 	env.AssertExpectations(t)
 }
 
 func TestConvergeNodeFailsWhenNodeUnreachable(t *testing.T) {
 	env := newEnv(t)
-	env.OnActivity(core.DesiredSetForNode, mock.Anything, "n1").Return(wire.DesiredSet{}, nil)
-	// (Reconcile takes the jobs and the snapshot: a mock of two arguments
-	// failed the converge with a mock error instead of the node's.)
-	env.OnActivity(node.Reconcile, mock.Anything, mock.Anything, mock.Anything).Return(wire.NodeReport{}, errors.New("unreachable"))
+	env.OnActivity(node.ReconcileFromCore, mock.Anything, mock.Anything).Return(wire.NodeReport{}, errors.New("unreachable"))
 	// The failure is recorded (node_not_converged), and a failure to
 	// record it does not change the converge's own result.
 	env.OnActivity(core.NoteConverge, mock.Anything, "n1", mock.MatchedBy(func(e string) bool { return strings.Contains(e, "unreachable") })).
@@ -237,6 +241,7 @@ func TestConvergeNodeFailsWhenNodeUnreachable(t *testing.T) {
 func TestConvergeNodeBeforeNotes(t *testing.T) {
 	env := newEnv(t)
 	env.OnGetVersion(noteChange, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+	env.OnGetVersion(pagedChange, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
 	env.OnActivity(core.DesiredSetForNode, mock.Anything, "n1").Return(wire.DesiredSet{}, nil)
 	env.OnActivity(node.Reconcile, mock.Anything, mock.Anything, mock.Anything).Return(wire.NodeReport{}, nil)
 	noted := false
@@ -255,24 +260,28 @@ func TestConvergeNodeBeforeNotes(t *testing.T) {
 
 func activityTaskQueue(ctx context.Context) string { return activity.GetInfo(ctx).TaskQueue }
 
-// The desired set's result type changed with snapshots (a bare job list
-// before, wire.DesiredSet after). Each side of the GetVersion gate calls
-// its own activity, whose result type never changes: a run from before
-// the change (replayed, its read not yet done at the upgrade) reads a job
-// list from DesiredForNode and sends the zero snapshot; a new run reads
-// DesiredSetForNode, a name an old worker does not serve, so it never
-// decodes an old worker's list into a set.
+// The desired set reached the node three ways, each behind a GetVersion
+// gate and each with its own activities, whose argument and result types
+// never change: a bare job list from DesiredForNode (before snapshots;
+// Reconcile gets the zero snapshot), a wire.DesiredSet from
+// DesiredSetForNode (before paging; Reconcile gets its snapshot), and now
+// a reference the node reads its set by (ReconcileFromCore). A run from
+// before a change replays its own path (its reads not yet done at the
+// upgrade are still served: the old activities stay registered); a new
+// run calls names an old worker does not serve, so it never decodes an
+// old worker's answer as its own type.
 func TestConvergeNodeDesiredSetAcrossVersions(t *testing.T) {
 	jobs := []wire.Job{{ID: "a", Tenant: "acme"}}
 	snap := wire.Snapshot{Xmin: 100, Xmax: 104}
 	for _, tc := range []struct {
-		name     string
-		old      bool
-		wantSnap wire.Snapshot
-		wantAct  string
+		name          string
+		before        []string // changes the run predates
+		wantSnap      wire.Snapshot
+		wantActivites string
 	}{
-		{"new run", false, snap, "DesiredSetForNode"},
-		{"run from before snapshots", true, wire.Snapshot{}, "DesiredForNode"},
+		{"new run", nil, snap, "ReconcileFromCore NoteConverge"},
+		{"run from before paging", []string{pagedChange}, snap, "DesiredSetForNode Reconcile NoteConverge"},
+		{"run from before snapshots", []string{pagedChange, snapshotChange}, wire.Snapshot{}, "DesiredForNode Reconcile NoteConverge"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var s testsuite.WorkflowTestSuite
@@ -282,22 +291,26 @@ func TestConvergeNodeDesiredSetAcrossVersions(t *testing.T) {
 			// and decoded as a worker would.
 			env.RegisterActivity(&CoreActivities{Store: fakeStore{set: wire.DesiredSet{Jobs: jobs, Snapshot: snap}, known: true}})
 			env.RegisterActivity(&NodeActivities{})
-			if tc.old {
-				env.OnGetVersion(snapshotChange, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+			for _, change := range tc.before {
+				env.OnGetVersion(change, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
 			}
 			var called []string
 			env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
 				called = append(called, info.ActivityType.Name)
 			})
-			env.OnActivity(node.Reconcile, mock.Anything, jobs, tc.wantSnap).Return(wire.NodeReport{}, nil).Once()
+			env.OnActivity(node.Reconcile, mock.Anything, jobs, tc.wantSnap).Return(wire.NodeReport{}, nil).Maybe()
+			env.OnActivity(node.ReconcileFromCore, mock.Anything, wire.DesiredSetRef{NodeID: "n1"}).Return(wire.NodeReport{Desired: 1}, nil).Maybe()
 			env.OnActivity(core.NoteConverge, mock.Anything, "n1", "").Return(nil)
 			env.ExecuteWorkflow(ConvergeNode, ConvergeInput{NodeID: "n1"})
-			if err := env.GetWorkflowError(); err != nil {
+			var res ConvergeResult
+			if err := env.GetWorkflowResult(&res); err != nil {
 				t.Fatal(err)
 			}
-			env.AssertExpectations(t)
-			if len(called) == 0 || called[0] != tc.wantAct {
-				t.Errorf("activities %q, want %s first", called, tc.wantAct)
+			if got := strings.Join(called, " "); got != tc.wantActivites {
+				t.Errorf("activities %q, want %q", got, tc.wantActivites)
+			}
+			if res.Jobs != 1 {
+				t.Errorf("result counts %d jobs, want 1", res.Jobs)
 			}
 		})
 	}

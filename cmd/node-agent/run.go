@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/hostcron/hostcron/internal/clockoffset"
+	"github.com/hostcron/hostcron/internal/desiredset"
 	"github.com/hostcron/hostcron/internal/logship"
 	"github.com/hostcron/hostcron/internal/metrics"
 	"github.com/hostcron/hostcron/internal/nodeconf"
@@ -138,7 +139,11 @@ func startNodeWorker(ctx context.Context, cfg nodeconf.Config, nm *metrics.Node,
 	warnControlPlane(ctx, cfg, log)
 	go startsLoop(ctx, cfg, m, log.With("component", "starts"))
 	w := worker.New(tc, workflows.NodeTaskQueue(cfg.NodeID), worker.Options{MaxConcurrentActivityExecutionSize: 4})
-	workflows.RegisterNode(w, &workflows.NodeActivities{Units: m, Admission: admission})
+	// A converge hands this node a reference; it reads its desired set
+	// from the core API in pages, as this node (its credential).
+	desiredSets := desiredset.Client{BaseURL: cfg.APIURL, Credential: cfg.Credential,
+		HTTP: &http.Client{Timeout: 30 * time.Second}, PageSize: cfg.DesiredPageSize}
+	workflows.RegisterNode(w, &workflows.NodeActivities{Units: m, Admission: admission, Desired: desiredSets})
 	if err := w.Start(); err != nil {
 		closeConn()
 		tc.Close()

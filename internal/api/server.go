@@ -142,6 +142,7 @@ func New(st *store.Store, cfg Config) *echo.Echo {
 	internal.POST("/cron-jobs/:id/outcome", s.outcome)
 	internal.POST("/cron-jobs/:id/started", s.started)
 	internal.POST("/nodes/announce", s.announce)
+	internal.GET("/nodes/:node/desired-jobs", s.desiredJobs)
 	s.reqs.setRoutes(e.Routes())
 	return e
 }

@@ -54,6 +54,10 @@ type Config struct {
 	// API address cron-outcome reports to (the filter covers the whole
 	// unit, its ExecStopPost=+ included).
 	DenyAddresses []string `json:"deny_addresses"`
+	// DesiredPageSize is how many jobs a page holds when the agent reads
+	// its desired set from the core in a converge (0: wire.DesiredPageSize;
+	// above wire.MaxDesiredPageSize the core's bound is used).
+	DesiredPageSize int `json:"desired_page_size,omitempty"`
 	// Trust is the agent's TLS client certificate for Temporal and its
 	// payload keys (empty: in the clear, logged as a warning).
 	Trust TrustFiles `json:"trust"`

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hostcron/hostcron/internal/desiredset"
 	"github.com/hostcron/hostcron/internal/pgtest"
 	"github.com/hostcron/hostcron/internal/runkey"
 	"github.com/hostcron/hostcron/internal/store"
@@ -35,6 +36,10 @@ const scaleTenantJobs = 1000
 //     what ConvergeNode reads) and its JSON encoding, which is the size of
 //     the Temporal payload it travels in (B/set), and what reading and
 //     encoding it allocates (B/op);
+//   - desired_pages: the same set as a node reads it since paged desired
+//     sets: NodeDesiredPage after page, 500 jobs each, each page JSON
+//     encoded as the API answers it, assembled (desiredset.Assemble);
+//     B/page is the largest page's answer;
 //   - list_page_100, list_page_1000: ListJobs of one tenant of 1,000
 //     jobs: its last page of 100 (after the 900th job), and a page of
 //     1,000 (the API's default limit: the whole tenant); 20 reads an op;
@@ -124,6 +129,28 @@ func BenchmarkScale(b *testing.B) {
 			perJob(b)
 			b.ReportMetric(float64(size), "B/set")
 			b.ReportMetric(float64(size)/float64(n), "B/job")
+		})
+		b.Run(fmt.Sprintf("jobs=%d/desired_pages", n), func(b *testing.B) {
+			b.ReportAllocs() // what core-api allocates per converge, over all its pages
+			var largest int
+			for i := 0; i < b.N; i++ {
+				var jobs int
+				set, err := desiredset.Assemble(ctx, func(ctx context.Context, after string) (wire.DesiredPage, error) {
+					p, _, err := st.NodeDesiredPage(ctx, seeded.node.ID, after, wire.DesiredPageSize)
+					if err != nil {
+						return p, err
+					}
+					data, err := json.Marshal(p)
+					largest = max(largest, len(data))
+					jobs += len(p.Jobs)
+					return p, err
+				})
+				if err != nil || len(set.Jobs) != n || jobs != n {
+					b.Fatalf("desired pages: %d jobs, want %d: %v", len(set.Jobs), n, err)
+				}
+			}
+			perJob(b)
+			b.ReportMetric(float64(largest), "B/page")
 		})
 		const pages = 20
 		for _, lp := range []struct {

@@ -1,6 +1,9 @@
 package wire
 
-import "errors"
+import (
+	"errors"
+	"slices"
+)
 
 // ErrRevisionsAhead: a desired set holds a job whose revision its own
 // snapshot has not seen, which a committed row cannot have unless the
@@ -48,4 +51,52 @@ func (s Snapshot) Sees(rev uint64) bool {
 type DesiredSet struct {
 	Jobs     []Job    `json:"jobs"`
 	Snapshot Snapshot `json:"snapshot"`
+}
+
+// Common is the snapshot that sees exactly what both s and o see: the
+// lower xmin and xmax, and every transaction either had in progress below
+// that xmax. A transaction between the two xmins that s saw finish is in
+// o's Xip if o did not, and Xip never holds one below its own xmin, so the
+// union of the two lists is exact. A converge that read its set in pages,
+// each in its own snapshot, judges orphans by the Common of them all
+// (docs/semantics.md, "Paged desired sets"). The zero Snapshot sees
+// nothing, and so does its Common with anything.
+func (s Snapshot) Common(o Snapshot) Snapshot {
+	out := Snapshot{Xmin: min(s.Xmin, o.Xmin), Xmax: min(s.Xmax, o.Xmax)}
+	seen := map[uint64]bool{}
+	for _, x := range append(append([]uint64(nil), s.Xip...), o.Xip...) {
+		if x >= out.Xmin && x < out.Xmax && !seen[x] {
+			seen[x] = true
+			out.Xip = append(out.Xip, x)
+		}
+	}
+	slices.Sort(out.Xip)
+	return out
+}
+
+// DesiredPage is one page of a node's desired set, as GET
+// /internal/v1/nodes/{node}/desired-jobs answers it: jobs in id order
+// after the page's cursor, read in Snapshot. Next, if not empty, is the
+// last id of the page: the cursor of the next page; empty, the set ends
+// here.
+type DesiredPage struct {
+	Jobs     []Job    `json:"jobs"`
+	Snapshot Snapshot `json:"snapshot"`
+	Next     string   `json:"next,omitempty"`
+}
+
+// Page sizes of a desired set: a node asks for DesiredPageSize jobs a
+// page, the core serves at most MaxDesiredPageSize (about 450 KB of JSON
+// at 454 B a job, far below any limit).
+const (
+	DesiredPageSize    = 500
+	MaxDesiredPageSize = 1000
+)
+
+// DesiredSetRef is what a converge hands a node instead of its desired
+// set: which node's set to read from the core (the node's own: the core
+// refuses any other). The node reads the set in pages itself, so the
+// Temporal payload stays this small whatever the shard's size.
+type DesiredSetRef struct {
+	NodeID string `json:"node_id"`
 }

@@ -196,6 +196,35 @@ type NodeReport struct {
 	Failed   []string `json:"failed"`   // jobs that could not be applied, with the reason
 	Kept     []string `json:"kept"`     // jobs the node has in a newer version, or newer than a converge's snapshot
 	Stale    []string `json:"stale"`    // jobs refused: the node removed them at this version or later (a tombstone)
+	// Desired is how many jobs the desired set a reconcile read from the
+	// core held (ReconcileFromCore; 0 for the other operations).
+	Desired int `json:"desired,omitempty"`
+	// Omitted is how many names Bounded left out of the lists above.
+	Omitted int `json:"omitted,omitempty"`
+}
+
+// MaxReportNames bounds each name list of a report that travels as a
+// Temporal payload from a whole-set reconcile: a first converge of 10,000
+// jobs onto an empty node writes 30,000 files, whose names alone (some
+// 2.2 MB) would pass Temporal's 2 MiB payload limit and fail the
+// converge that did the work. 1,000 names a list keep the report under
+// about 0.5 MB whatever the shard's size.
+const MaxReportNames = 1000
+
+// Bounded is r with each name list cut to its first max names and the
+// number cut counted in Omitted; what the node did is unchanged, only
+// the report is shorter.
+func (r NodeReport) Bounded(max int) NodeReport {
+	cut := func(names []string) []string {
+		if len(names) <= max {
+			return names
+		}
+		r.Omitted += len(names) - max
+		return names[:max:max]
+	}
+	r.Failed, r.Written, r.Specs, r.Removed = cut(r.Failed), cut(r.Written), cut(r.Specs), cut(r.Removed)
+	r.Enabled, r.Disabled, r.Kept, r.Stale = cut(r.Enabled), cut(r.Disabled), cut(r.Kept), cut(r.Stale)
+	return r
 }
 
 // Changed reports whether the call changed anything on the node.

@@ -478,6 +478,9 @@ func (c *Cluster) prepareNode(n string) error {
 	}
 	c.NodeIDs[n] = node.ID
 	cfg := nodeconf.Config{APIURL: c.APIURL, Credential: token, NodeName: n, NodeID: node.ID, WebStorageDir: sharedWWW}
+	// Small pages, so every converge of a booted node reads its set in
+	// several of them (a test's tens of jobs fit one default page).
+	cfg.DesiredPageSize = 7
 	cfg.TemporalAddress, cfg.LokiURL, cfg.DenyAddresses = c.temporalAddr, c.LokiURL, c.denyAddresses()
 	if cfg.Trust, err = c.nodeTrust(n); err != nil {
 		return fmt.Errorf("trust files for %s: %w", n, err)

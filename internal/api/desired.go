@@ -1,0 +1,54 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/hostcron/hostcron/internal/wire"
+)
+
+// errNotYourSet refuses a node another node's desired set: a node reads
+// only its own shard's jobs, whatever a task it was handed names.
+var errNotYourSet = &apiError{http.StatusForbidden, ProblemDetail{Code: "forbidden", Message: "a node reads only its own desired set"}}
+
+// desiredJobs serves one page of the calling node's desired set
+// (docs/semantics.md, "Paged desired sets"): the node a converge hands a
+// reference reads its set here, page by page, instead of receiving it as
+// one Temporal payload. The path names the node so that a task meant for
+// another node, run here, fails instead of converging this node by
+// another's reference.
+func (s *Server) desiredJobs(c echo.Context) error {
+	n := nodeOf(c)
+	nodeID, err := pathID(c, "node")
+	if err != nil {
+		return err
+	}
+	if nodeID != n.ID {
+		return errNotYourSet
+	}
+	after := c.QueryParam("after")
+	if after != "" && !wire.ValidID(after) {
+		return invalid("after", "must be a job id (the previous page's next)")
+	}
+	limit := wire.DesiredPageSize
+	if v := c.QueryParam("limit"); v != "" {
+		if limit, err = strconv.Atoi(v); err != nil || limit < 1 || limit > wire.MaxDesiredPageSize {
+			return invalid("limit", "must be an integer from 1 to %d", wire.MaxDesiredPageSize)
+		}
+	}
+	page, ok, err := s.store.NodeDesiredPage(c.Request().Context(), n.ID, after, limit)
+	if errors.Is(err, wire.ErrRevisionsAhead) {
+		s.log.Error("desired set refused: job revisions ahead of the transaction counter", "node", n.Name, "err", err)
+		return &apiError{http.StatusConflict, ProblemDetail{Code: "revisions_ahead", Message: wire.ErrRevisionsAhead.Error()}}
+	}
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errNotFound // the node was deleted since it authenticated
+	}
+	return c.JSON(http.StatusOK, page)
+}

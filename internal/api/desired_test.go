@@ -1,0 +1,84 @@
+package api
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/hostcron/hostcron/internal/wire"
+)
+
+// TestNodeReadsItsDesiredSetInPages: a node reads its shard's jobs (and no
+// other shard's) page by page with its own credential; it may not read
+// another node's set, nor another node its set, and bad cursors or page
+// sizes are refused.
+func TestNodeReadsItsDesiredSetInPages(t *testing.T) {
+	v := newEnv(t)
+	nodes := v.mustJSON("GET", "/api/v1/admin/shards/"+v.shardID+"/nodes", adminKey, "", 200)["nodes"].([]any)
+	nodeID := nodes[0].(map[string]any)["id"].(string)
+	want := map[string]bool{}
+	for range 3 {
+		want[v.createJob("")["id"].(string)] = true
+	}
+	// (The same storage dir: addTenant's webroot lies under it.)
+	otherShard := v.mustJSON("POST", "/api/v1/admin/shards", adminKey, `{"name":"web-2","web_storage_dir":"/srv/shared/www"}`, 201)["id"].(string)
+	other := v.mustJSON("POST", "/api/v1/admin/shards/"+otherShard+"/nodes", adminKey, `{"name":"node9"}`, 201)
+	otherID, otherCred := other["id"].(string), other["credential"].(string)
+	sameShard := v.mustJSON("POST", "/api/v1/admin/shards/"+v.shardID+"/nodes", adminKey, `{"name":"node2"}`, 201)
+	otherTenant, otherWebroot, otherKey := v.addTenant("beta", otherShard)
+	v.mustJSON("POST", "/api/v1/tenants/"+otherTenant+"/cron-jobs", otherKey,
+		`{"webroot_id":"`+otherWebroot+`","schedule":"*/5 * * * *","command":"true"}`, 201)
+
+	path := "/internal/v1/nodes/" + nodeID + "/desired-jobs"
+	page := func(query string) wire.DesiredPage {
+		t.Helper()
+		code, out := v.do("GET", path+query, v.node, "")
+		if code != 200 {
+			t.Fatalf("GET %s: %d %s", query, code, out)
+		}
+		var p wire.DesiredPage
+		if err := json.Unmarshal(out, &p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	first := page("?limit=2")
+	if len(first.Jobs) != 2 || first.Next != first.Jobs[1].ID || first.Snapshot.Xmax == 0 {
+		t.Fatalf("first page %+v: want 2 jobs, next its last id, a snapshot", first)
+	}
+	second := page("?limit=2&after=" + first.Next)
+	if len(second.Jobs) != 1 || second.Next != "" {
+		t.Fatalf("second page %+v: want the last job and no next", second)
+	}
+	got := map[string]bool{}
+	for _, j := range append(first.Jobs, second.Jobs...) {
+		got[j.ID] = true
+		if !want[j.ID] {
+			t.Errorf("job %s (tenant %s) is not this shard's", j.ID, j.Tenant)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("pages listed %d distinct jobs, want %d", len(got), len(want))
+	}
+	if all := page(""); len(all.Jobs) != 3 || all.Next != "" {
+		t.Errorf("default page %+v: want all 3 jobs", all)
+	}
+
+	for _, tc := range []struct {
+		name, path, cred string
+		want             int
+	}{
+		{"another shard's node reads this node's set", path, otherCred, 403},
+		{"a node of the same shard reads this node's set", path, sameShard["credential"].(string), 403},
+		{"this node reads another node's set", "/internal/v1/nodes/" + otherID + "/desired-jobs", v.node, 403},
+		{"no credential", path, "", 401},
+		{"a tenant key", path, v.key, 401},
+		{"not an id", "/internal/v1/nodes/node1/desired-jobs", v.node, 404},
+		{"limit 0", path + "?limit=0", v.node, 400},
+		{"limit over the bound", path + "?limit=1001", v.node, 400},
+		{"cursor not an id", path + "?after=x", v.node, 400},
+	} {
+		if code, out := v.do("GET", tc.path, tc.cred, ""); code != tc.want {
+			t.Errorf("%s: %d %s, want %d", tc.name, code, out, tc.want)
+		}
+	}
+}

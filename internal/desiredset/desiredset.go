@@ -1,0 +1,164 @@
+// Package desiredset reads a node's desired set from the core API in
+// pages (GET /internal/v1/nodes/{node}/desired-jobs), so a converge no
+// longer carries the set as one Temporal payload. How the pages make one
+// set a node may reconcile by is in docs/semantics.md, "Paged desired
+// sets".
+package desiredset
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/hostcron/hostcron/internal/wire"
+)
+
+// ErrRefused marks an answer that will not change on retry: the core
+// refused this node the set it asked for (another node's), or the request
+// itself. A converge fails for good on it; 401 (a credential being
+// rotated), 404 (a core replica from before the endpoint, in a rolling
+// deploy), 408, 429 and 5xx are retried.
+var ErrRefused = errors.New("desired set refused by the core API")
+
+// PageFunc reads the page of the node's set after the cursor after ("" for
+// the first).
+type PageFunc func(ctx context.Context, after string) (wire.DesiredPage, error)
+
+// Assemble reads pages until one has no Next and returns the whole set,
+// with the Common of the pages' snapshots: every job is listed, or not,
+// by the one page whose id range holds it, and the set's snapshot sees
+// only what every page's snapshot saw, so a unit the set lacks is judged
+// an orphan only if the page that found it absent had seen its write
+// (docs/semantics.md, "Paged desired sets"). A page out of id order, or
+// one that names a Next that is not its last id, is refused: the cursor
+// must move forward, or the set could list a job twice or loop forever.
+func Assemble(ctx context.Context, page PageFunc) (wire.DesiredSet, error) {
+	var set wire.DesiredSet
+	after := ""
+	for n := 0; ; n++ {
+		p, err := page(ctx, after)
+		if err != nil {
+			return wire.DesiredSet{}, fmt.Errorf("desired set page %d (after %q): %w", n+1, after, err)
+		}
+		if err := checkPage(p, after); err != nil {
+			return wire.DesiredSet{}, fmt.Errorf("desired set page %d (after %q): %w", n+1, after, err)
+		}
+		set.Jobs = append(set.Jobs, p.Jobs...)
+		if n == 0 {
+			set.Snapshot = p.Snapshot
+		} else {
+			set.Snapshot = set.Snapshot.Common(p.Snapshot)
+		}
+		if p.Next == "" {
+			return set, nil
+		}
+		after = p.Next
+	}
+}
+
+// checkPage holds a page to the keyset contract: ids strictly ascending
+// and after the cursor, Next empty or the page's last id. Ids are UUIDs
+// in canonical lower-case text, which sort as PostgreSQL orders uuid (by
+// their bytes), so the core's order is the string order.
+func checkPage(p wire.DesiredPage, after string) error {
+	prev := after
+	for _, j := range p.Jobs {
+		if j.ID <= prev {
+			return fmt.Errorf("job %s is not after %q: pages out of order", j.ID, prev)
+		}
+		prev = j.ID
+	}
+	if p.Next != "" && (len(p.Jobs) == 0 || p.Next != p.Jobs[len(p.Jobs)-1].ID) {
+		return fmt.Errorf("next cursor %q is not the page's last job", p.Next)
+	}
+	return nil
+}
+
+// maxPage bounds one page's answer: MaxDesiredPageSize jobs of the largest
+// size a job may have (a 4 KiB command, its environment) is far below it.
+const maxPage = 32 << 20
+
+// Client reads desired sets from the core API as one node.
+type Client struct {
+	BaseURL    string
+	Credential string
+	HTTP       *http.Client
+	PageSize   int // jobs per page; 0: wire.DesiredPageSize, at most wire.MaxDesiredPageSize
+}
+
+// DesiredSet reads the whole desired set of nodeID, page by page.
+func (c Client) DesiredSet(ctx context.Context, nodeID string) (wire.DesiredSet, error) {
+	return Assemble(ctx, func(ctx context.Context, after string) (wire.DesiredPage, error) {
+		return c.Page(ctx, nodeID, after)
+	})
+}
+
+// Page reads one page of nodeID's desired set.
+func (c Client) Page(ctx context.Context, nodeID, after string) (wire.DesiredPage, error) {
+	size := min(c.PageSize, wire.MaxDesiredPageSize)
+	if size <= 0 {
+		size = wire.DesiredPageSize
+	}
+	q := url.Values{"limit": {strconv.Itoa(size)}}
+	if after != "" {
+		q.Set("after", after)
+	}
+	u := c.BaseURL + "/internal/v1/nodes/" + url.PathEscape(nodeID) + "/desired-jobs?" + q.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return wire.DesiredPage{}, fmt.Errorf("desired page request: %w", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Credential)
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return wire.DesiredPage{}, fmt.Errorf("desired page: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxPage+1))
+	if err != nil {
+		return wire.DesiredPage{}, fmt.Errorf("desired page: read answer: %w", err)
+	}
+	if len(body) > maxPage {
+		return wire.DesiredPage{}, fmt.Errorf("%w: a page over %d bytes", ErrRefused, maxPage)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return wire.DesiredPage{}, answerError(resp.StatusCode, body)
+	}
+	var p wire.DesiredPage
+	if err := json.Unmarshal(body, &p); err != nil {
+		return wire.DesiredPage{}, fmt.Errorf("desired page: decode: %w", err)
+	}
+	return p, nil
+}
+
+// answerError turns a refusal into an error: the revisions check into
+// wire.ErrRevisionsAhead, a refusal that will not change into ErrRefused.
+func answerError(status int, body []byte) error {
+	var problem struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	_ = json.Unmarshal(body, &problem) // a proxy's page has no Problem
+	msg := fmt.Sprintf("core API answered %d %s: %s", status, problem.Error.Code, problem.Error.Message)
+	switch {
+	case problem.Error.Code == "revisions_ahead":
+		return fmt.Errorf("%w: %s", wire.ErrRevisionsAhead, msg)
+	case status == http.StatusUnauthorized, status == http.StatusNotFound, status == http.StatusRequestTimeout,
+		status == http.StatusTooManyRequests, status >= 500:
+		return errors.New(msg)
+	case status >= 400:
+		return fmt.Errorf("%w: %s", ErrRefused, msg)
+	}
+	return errors.New(msg)
+}
