@@ -214,3 +214,37 @@ func TestTailRing(t *testing.T) {
 		t.Errorf("tail %q, want the whole short output", got)
 	}
 }
+
+// TestOutputRateNotices: drops over the rate are said when output passes
+// again, at most once a second, and what is left at the end; the counts
+// add up.
+func TestOutputRateNotices(t *testing.T) {
+	var out bytes.Buffer
+	c := newOutputCopy(&out, OutputLimits{Rate: 1000, Total: 1 << 30, Drain: time.Second})
+	t0 := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	clock := t0
+	c.now = func() time.Time { return clock }
+	line := []byte(strings.Repeat("x", 999) + "\n")
+	feed := func(at time.Duration, n int) {
+		clock = t0.Add(at)
+		for range n {
+			c.write(c.take(line))
+		}
+	}
+	feed(0, 17)                    // the burst (maxLine bytes) takes 16 lines
+	feed(500*time.Millisecond, 1)  // 884 tokens: dropped
+	feed(2*time.Second, 3)         // a notice of 2000 bytes, two lines, one dropped
+	feed(2900*time.Millisecond, 1) // passes; its notice waits: the last one was 0.9 s ago
+	c.write(c.endNotice())
+	kept, notices := commandLines(out.String())
+	want := []string{
+		outputNoticePrefix + "2000 bytes of output dropped: over 1000 bytes/s\n",
+		outputNoticePrefix + "1000 bytes of output dropped: over 1000 bytes/s\n",
+	}
+	if strings.Join(notices, "") != strings.Join(want, "") {
+		t.Errorf("notices %q, want %q", notices, want)
+	}
+	if len(kept) != 19*1000 || c.dropped != 3*1000 {
+		t.Errorf("passed %d bytes, dropped %d: want 19000 and 3000", len(kept), c.dropped)
+	}
+}
