@@ -565,10 +565,12 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 	if oom != nil {
 		rec.OOMKilled = <-oom // the watch answers as soon as done is closed
 	}
-	tail, truncated, droppedBytes := output.stop(outR)
-	rec.OutputTail, rec.OutputTruncated, rec.OutputDroppedBytes = &tail, truncated, droppedBytes
 	finished := env.Now().UTC()
 	rec.FinishedAt = &finished
+	// After the finish: the drain (a child holding the pipe) is not the
+	// command's time.
+	tail, truncated, droppedBytes := output.stop(outR)
+	rec.OutputTail, rec.OutputTruncated, rec.OutputDroppedBytes = &tail, truncated, droppedBytes
 	rec.CPUSeconds, rec.PeakMemoryBytes = usage(cmd.ProcessState)
 	code := 0
 	var exitErr *exec.ExitError
