@@ -58,6 +58,13 @@ func TestRunOutputTail(t *testing.T) {
 		t.Errorf("listing item carries output_tail: %v", item)
 	}
 
+	// The largest report a hook sends still fits the body limit: every
+	// byte of the tail and the reason is one JSON escapes to six.
+	worst := map[string]any{"output_tail": strings.Repeat("\x01", 4096), "failure_reason": strings.Repeat("\x01", 2048)}
+	if code, out := report("3", worst); code != 200 {
+		t.Errorf("the largest report: %d %s, want it accepted", code, out)
+	}
+
 	if code, out := report("2", nil); code != 200 { // an older node
 		t.Fatalf("report without output: %d %s", code, out)
 	}
