@@ -90,3 +90,20 @@ func derefOr(s *string) string {
 	}
 	return *s
 }
+
+// TestLargestRunnerRecordFits: the largest record the runner writes (a
+// full tail of bytes JSON escapes six-fold, reason and warning at their
+// bounds) is under MaxRecordSize, so a tail never gets a record refused.
+func TestLargestRunnerRecordFits(t *testing.T) {
+	rec, _ := validRecord(time.Now())
+	tail := strings.Repeat("\x01", wire.MaxOutputTail)
+	rec.OutputTail, rec.OutputTruncated, rec.OutputDroppedBytes = &tail, true, wire.MaxOutputDroppedBytes
+	rec.Reason, rec.Warning, rec.Node = strings.Repeat("\x01", MaxReason), strings.Repeat("\x01", MaxReason), strings.Repeat("n", 255)
+	b, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) > MaxRecordSize {
+		t.Errorf("the largest record is %d bytes, over MaxRecordSize %d", len(b), MaxRecordSize)
+	}
+}
