@@ -34,6 +34,7 @@ func (s *Server) outcome(c echo.Context) error {
 		RunKey: req.RunKey, Version: req.Version, ScheduledAt: req.ScheduledAt.UTC(), StartedAt: req.StartedAt, FinishedAt: req.FinishedAt,
 		Result: req.Result, ExitCode: req.ExitCode, Signal: req.Signal, FailureReason: req.FailureReason,
 		CPUSeconds: req.CPUSeconds, PeakMemoryBytes: req.PeakMemoryBytes, InvocationID: req.InvocationID,
+		OutputTail: req.OutputTail, OutputTruncated: req.OutputTruncated || req.OutputDroppedBytes > 0, OutputDroppedBytes: req.OutputDroppedBytes,
 	})
 	if errors.Is(err, store.ErrVersionAhead) {
 		return invalid("version", "%v", err)
@@ -100,6 +101,10 @@ func checkOutcome(jobID string, key runkey.Key, err error, req wire.Outcome, now
 		return invalid("peak_memory_bytes", "must be from 0 to %d", int64(wire.MaxPeakMemoryBytes))
 	case req.InvocationID != "" && !wire.ValidInvocationID(req.InvocationID):
 		return invalid("invocation_id", "must be a systemd invocation id (32 lowercase hex digits)")
+	case req.OutputTail != nil && !wire.ValidOutputTail(*req.OutputTail):
+		return invalid("output_tail", "at most %d bytes of UTF-8 without NUL bytes", wire.MaxOutputTail)
+	case req.OutputDroppedBytes < 0 || req.OutputDroppedBytes > wire.MaxOutputDroppedBytes:
+		return invalid("output_dropped_bytes", "must be from 0 to %d", int64(wire.MaxOutputDroppedBytes))
 	}
 	for name, t := range map[string]*time.Time{"started_at": req.StartedAt, "finished_at": req.FinishedAt} {
 		if t != nil && (t.After(now.Add(outcomeSkew)) || t.Before(now.Add(-runRetention))) {

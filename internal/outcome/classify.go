@@ -60,6 +60,7 @@ func Classify(svc Service, rec runner.Record, haveRecord bool, now time.Time) (r
 		r.Signal = &sig
 	}
 	r.CPUSeconds, r.PeakMemoryBytes = usageOf(rec)
+	r.OutputTail, r.OutputTruncated, r.OutputDroppedBytes = outputOf(rec)
 	switch {
 	case rec.Kind == runner.KindPlatformError:
 		r.Result, r.FailureReason = wire.ResultPlatformError, rec.Reason
@@ -125,6 +126,21 @@ func usageOf(rec runner.Record) (cpu *float64, peak *int64) {
 		peak = &p
 	}
 	return cpu, peak
+}
+
+// outputOf is the end of a finished command's output and how much of it
+// the journal lost, as the runner recorded them; nothing for a record of
+// no finished command. The tenant can rewrite the record, so the tail is
+// made what the runner would have written (wire.OutputTail: the last
+// MaxOutputTail bytes of UTF-8 without NUL, whatever its size or bytes)
+// and the count is held to its bounds.
+func outputOf(rec runner.Record) (tail *string, truncated bool, droppedBytes int64) {
+	if rec.Kind != runner.KindRan || rec.FinishedAt == nil || rec.OutputTail == nil {
+		return nil, false, 0
+	}
+	t := wire.OutputTail([]byte(*rec.OutputTail), false)
+	droppedBytes = min(max(rec.OutputDroppedBytes, 0), wire.MaxOutputDroppedBytes)
+	return &t, rec.OutputTruncated || droppedBytes > 0, droppedBytes
 }
 
 func nodeReason(rec runner.Record, why string) string {

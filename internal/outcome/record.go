@@ -26,7 +26,8 @@ import (
 // read here as hostile input, and a record that fails any check is dropped:
 // the hook then reports what systemd saw instead.
 
-// MaxRecordSize bounds the record file; the runner writes well under 1 KiB.
+// MaxRecordSize bounds the record file; the runner writes a few KiB (its
+// output tail, 4 KiB, escaped by JSON at most 6 bytes a byte: 24 KiB).
 const MaxRecordSize = 64 << 10
 
 // Bounds on a record's times relative to now.

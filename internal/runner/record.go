@@ -78,6 +78,13 @@ type Record struct {
 	// resident set of it and its waited-for descendants).
 	CPUSeconds      float64 `json:"cpu_seconds,omitempty"`
 	PeakMemoryBytes int64   `json:"peak_memory_bytes,omitempty"`
+	// The end of the command's output (wire.OutputTail; nil: the command
+	// did not run to its end under this runner), and whether the journal's
+	// copy was cut: OutputDroppedBytes dropped over the bounds, or the
+	// runner stopped reading a pipe a background process held open.
+	OutputTail         *string `json:"output_tail,omitempty"`
+	OutputTruncated    bool    `json:"output_truncated,omitempty"`
+	OutputDroppedBytes int64   `json:"output_dropped_bytes,omitempty"`
 }
 
 // RecordFile is the record's name in the service's runtime directory.

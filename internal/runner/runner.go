@@ -54,6 +54,11 @@ type Env struct {
 	// Boot reads the kernel's boot id and CLOCK_BOOTTIME, which age the
 	// clock reading (judgeClock); nil or an error: the reading is unknown.
 	Boot func() (clockoffset.Boot, error)
+	// Output receives the command's output, line by line (nil: stdout,
+	// the unit's journal stream); OutputLimits bound it (zero: the
+	// DefaultOutputLimits).
+	Output       io.Writer
+	OutputLimits OutputLimits
 	// Start is systemd's word on why the service started.
 	Start Start
 	Log   *slog.Logger
@@ -486,7 +491,6 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 	cmd := exec.Command(shellArgs[0], shellArgs[1:]...)
 	cmd.Dir = spec.Dir()
 	cmd.Stdin = nil // /dev/null: the command is on fd 3, never on stdin
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	jobVars, dropped := jobEnv(spec.Environment)
 	for _, name := range dropped {
 		env.Log.Warn("job spec sets a variable the API refuses, not passing it to the command", "name", name, "run_key", rec.RunKey)
@@ -519,14 +523,28 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 		release(env, stampPath, lease)
 		return platformError(env, rec, err)
 	}
+	// One pipe for stdout and stderr keeps their lines in the order the
+	// command wrote them, as the journal stream they shared did.
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		script.Close()
+		release(env, stampPath, lease)
+		return platformError(env, rec, fmt.Errorf("output pipe: %w", err))
+	}
+	defer outR.Close()
+	cmd.Stdout, cmd.Stderr = outW, outW
 	cmd.ExtraFiles = []*os.File{script} // fd 3 == scriptFD
 	err = cmd.Start()
-	// The child has its own copy; the runner's must not keep the pipe alive.
+	// The child has its own copies; the runner's must not keep the pipes
+	// alive (the output pipe ends when the command's last holder exits).
 	script.Close()
+	outW.Close()
 	if err != nil {
 		release(env, stampPath, lease)
 		return setupError(env, rec, fmt.Errorf("start command: %w", err))
 	}
+	output := newOutputCopy(env.output(), env.outputLimits())
+	go output.copyFrom(outR)
 	// A SIGTERM that came since the record said "ran" waits in sigs and
 	// reaches the command's group now.
 	reaped := make(chan struct{})
@@ -549,6 +567,10 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 	}
 	finished := env.Now().UTC()
 	rec.FinishedAt = &finished
+	// After the finish: the drain (a child holding the pipe) is not the
+	// command's time.
+	tail, truncated, droppedBytes := output.stop(outR)
+	rec.OutputTail, rec.OutputTruncated, rec.OutputDroppedBytes = &tail, truncated, droppedBytes
 	rec.CPUSeconds, rec.PeakMemoryBytes = usage(cmd.ProcessState)
 	code := 0
 	var exitErr *exec.ExitError
@@ -582,6 +604,20 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 // unit's TimeoutStopSec, so a cancel ends a run as surely as systemd's own
 // stop does.
 const KillGrace = 10 * time.Second
+
+func (env Env) output() io.Writer {
+	if env.Output != nil {
+		return env.Output
+	}
+	return os.Stdout
+}
+
+func (env Env) outputLimits() OutputLimits {
+	if env.OutputLimits == (OutputLimits{}) {
+		return DefaultOutputLimits
+	}
+	return env.OutputLimits
+}
 
 func (env Env) killGrace() time.Duration {
 	if env.KillGrace > 0 {

@@ -32,6 +32,7 @@ var released = []struct{ name, sha string }{
 	{"017_operator_notifications.sql", "04b2a5281f87dbe4"},
 	{"018_run_usage.sql", "0af0c1638eae549b"},
 	{"019_run_starts.sql", "9edaaedc6964cd2d"},
+	{"020_run_output_tail.sql", "2bc505994a751b3f"},
 }
 
 func TestReleasedMigrationsNeverChange(t *testing.T) {

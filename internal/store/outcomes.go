@@ -38,12 +38,29 @@ type Run struct {
 	PeakMemoryBytes *int64   `json:"peak_memory_bytes"`
 	Warnings        []string `json:"warnings"`
 	InvocationID    string   `json:"invocation_id"`
+	// Whether the journal's (and Loki's) copy of the output was cut, and
+	// by how many bytes the runner dropped (wire.Outcome).
+	OutputTruncated    bool  `json:"output_truncated"`
+	OutputDroppedBytes int64 `json:"output_dropped_bytes"`
 }
 
 // runColumns are Run's columns in its field order.
 const runColumns = `id, run_key, cron_job_id, version, node_id, scheduled_at, started_at, finished_at, duration_ms,
 	result, exit_code, signal, failure_reason, received_at, trigger, attempt,
-	cpu_seconds, peak_memory_bytes, warnings, invocation_id`
+	cpu_seconds, peak_memory_bytes, warnings, invocation_id, output_truncated, output_dropped_bytes`
+
+// RunDetail is one run as GET …/runs/{run} shows it: the run and the end
+// of its output, up to 4 KiB, which the listings leave out (a page of
+// 1000 runs would carry 4 MiB of it). OutputTail is null when no output
+// was captured (no command ran, a node from before the tail, a runner
+// killed before its record was final); "" is a command that wrote nothing.
+type RunDetail struct {
+	Run
+	OutputTail *string `json:"output_tail"`
+}
+
+// runDetailColumns are RunDetail's columns in its field order.
+const runDetailColumns = runColumns + `, output_tail`
 
 // Outcome is what a node reports after a run.
 type Outcome struct {
@@ -60,6 +77,10 @@ type Outcome struct {
 	CPUSeconds      *float64
 	PeakMemoryBytes *int64
 	InvocationID    string
+	// The end of its output and what the journal lost (wire.Outcome).
+	OutputTail         *string
+	OutputTruncated    bool
+	OutputDroppedBytes int64
 }
 
 // OutcomeResult tells what recording an outcome did.
@@ -205,19 +226,26 @@ func writeRun(ctx context.Context, tx pgx.Tx, node Node, jobID string, o Outcome
 		"duration_ms": duration, "result": o.Result, "exit_code": o.ExitCode, "signal": o.Signal,
 		"failure_reason": o.FailureReason,
 		"cpu_seconds":    o.CPUSeconds, "peak_memory_bytes": o.PeakMemoryBytes, "warnings": warnings, "invocation_id": o.InvocationID,
+		"output_tail": o.OutputTail, "output_truncated": o.OutputTruncated, "output_dropped_bytes": o.OutputDroppedBytes,
 	}
 	sql := `INSERT INTO cron_job_runs (run_key, cron_job_id, version, node_id, scheduled_at, started_at, finished_at,
 		                           duration_ms, result, exit_code, signal, failure_reason,
-		                           cpu_seconds, peak_memory_bytes, warnings, invocation_id)
+		                           cpu_seconds, peak_memory_bytes, warnings, invocation_id,
+		                           output_tail, output_truncated, output_dropped_bytes)
 		VALUES (@run_key, @cron_job_id, @version, @node_id, @scheduled_at, @started_at, @finished_at,
 		        @duration_ms, @result, @exit_code, @signal, @failure_reason,
-		        @cpu_seconds, @peak_memory_bytes, @warnings, @invocation_id) RETURNING id`
+		        @cpu_seconds, @peak_memory_bytes, @warnings, @invocation_id,
+		        @output_tail, @output_truncated, @output_dropped_bytes) RETURNING id`
 	if step == replaceRun {
+		// Every column of the run is the new report's: the replaced
+		// placeholder's output (none) must not outlive it, nor a
+		// cancelled record's stand beside another node's real run.
 		sql = `UPDATE cron_job_runs SET version = @version, node_id = @node_id, started_at = @started_at,
 			       finished_at = @finished_at, duration_ms = @duration_ms, result = @result, exit_code = @exit_code,
 			       signal = @signal, failure_reason = @failure_reason, received_at = now(),
 			       cpu_seconds = @cpu_seconds, peak_memory_bytes = @peak_memory_bytes, warnings = @warnings,
-			       invocation_id = @invocation_id
+			       invocation_id = @invocation_id, output_tail = @output_tail, output_truncated = @output_truncated,
+			       output_dropped_bytes = @output_dropped_bytes
 			WHERE run_key = @run_key AND cron_job_id = @cron_job_id RETURNING id`
 	}
 	var id int64
@@ -448,14 +476,15 @@ func pageRunsSQL(jobID string, q RunQuery) (string, []any) {
 	return sql, args
 }
 
-// GetRun returns one run of a job by its record id or, if id is 0, by its
-// run key; ErrNotFound if the job has no such run.
-func (s *Store) GetRun(ctx context.Context, jobID string, id int64, runKey string) (Run, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+runColumns+` FROM cron_job_runs
+// GetRun returns one run of a job, with the end of its output, by its
+// record id or, if id is 0, by its run key; ErrNotFound if the job has no
+// such run.
+func (s *Store) GetRun(ctx context.Context, jobID string, id int64, runKey string) (RunDetail, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+runDetailColumns+` FROM cron_job_runs
 		WHERE cron_job_id = $1 AND CASE WHEN $2::bigint = 0 THEN run_key = $3 ELSE id = $2 END`, jobID, id, runKey)
 	if err != nil {
-		return Run{}, fmt.Errorf("get run: %w", err)
+		return RunDetail{}, fmt.Errorf("get run: %w", err)
 	}
-	run, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[Run])
+	run, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[RunDetail])
 	return run, notFound(err, "get run")
 }

@@ -263,6 +263,14 @@ type Outcome struct {
 	CPUSeconds      *float64 `json:"cpu_seconds,omitempty"`
 	PeakMemoryBytes *int64   `json:"peak_memory_bytes,omitempty"`
 	InvocationID    string   `json:"invocation_id,omitempty"`
+	// The command's output as the runner saw it (OutputTail): its last
+	// MaxOutputTail bytes (nil: not captured, e.g. no command ran or a
+	// node from before the tail), and whether the journal's copy of it was
+	// cut (OutputTruncated) and by how many bytes the runner dropped.
+	// Informational only, like the usage figures.
+	OutputTail         *string `json:"output_tail,omitempty"`
+	OutputTruncated    bool    `json:"output_truncated,omitempty"`
+	OutputDroppedBytes int64   `json:"output_dropped_bytes,omitempty"`
 }
 
 var invocationRE = regexp.MustCompile(`^[0-9a-f]{32}$`)
@@ -276,6 +284,9 @@ func ValidInvocationID(s string) bool { return invocationRE.MatchString(s) }
 const (
 	MaxCPUSeconds      = 1e7
 	MaxPeakMemoryBytes = 1 << 50
+	// MaxOutputDroppedBytes bounds output_dropped_bytes: more than any
+	// run writes in its longest timeout.
+	MaxOutputDroppedBytes = 1 << 50
 )
 
 // RunStart is what a node agent reports of a run its node is running (the
