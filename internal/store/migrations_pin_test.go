@@ -32,6 +32,7 @@ var released = []struct{ name, sha string }{
 	{"017_operator_notifications.sql", "04b2a5281f87dbe4"},
 	{"018_run_usage.sql", "0af0c1638eae549b"},
 	{"019_run_starts.sql", "9edaaedc6964cd2d"},
+	{"021_deleted_job_history.sql", "bfff870a7c37beed"},
 }
 
 func TestReleasedMigrationsNeverChange(t *testing.T) {
