@@ -251,7 +251,9 @@ func (a *app) waitSettled(ctx context.Context, j apiclient.Job, timeout time.Dur
 		}
 		raw, err := a.client.Do(ctx, "GET", "/cron-jobs/"+url.PathEscape(j.ID), nil, nil, nil)
 		var ae *apiclient.Error
-		if errors.As(err, &ae) && ae.Status == 404 && j.Status == "deleting" {
+		// 410: the delete finished (404 from a core before deleted jobs
+		// kept their history).
+		if errors.As(err, &ae) && (ae.Status == 410 || ae.Status == 404) && j.Status == "deleting" {
 			fmt.Fprintf(a.err, "%s: deleted\n", j.ID)
 			return j, errDeleted
 		}

@@ -27,6 +27,7 @@ type world struct {
 	url                  string
 	tenant, webroot, key string
 	setJobStatus         func(id string)
+	finishDelete         func(id string)                // as the delete workflow does once the units are gone
 	sql                  func(stmt string, args ...any) // writes what the API cannot (a past)
 }
 
@@ -57,6 +58,11 @@ func newWorld(t *testing.T) *world {
 			return
 		}
 		if _, err := st.SetProvisioned(ctx, id, j.Version, wire.StatusActive, "", 1); err != nil {
+			t.Error(err)
+		}
+	}
+	w.finishDelete = func(id string) {
+		if err := st.FinishDelete(ctx, id); err != nil {
 			t.Error(err)
 		}
 	}
@@ -140,6 +146,28 @@ func TestJobLifecycleThroughTheCommandLine(t *testing.T) {
 	out, _, err = w.ctl(nil, "jobs", "list", "--status", "failed")
 	if err != nil || strings.Contains(out, created.ID) {
 		t.Errorf("list --status failed shows the active job: %v\n%s", err, out)
+	}
+}
+
+// delete --wait ends once the delete finished: the API answers 410 for
+// the job, whose runs stay readable.
+func TestDeleteWaitEndsAtGone(t *testing.T) {
+	w := newWorld(t)
+	out, _, err := w.ctl(nil, "jobs", "create", "-o", "json", "--webroot", w.webroot, "--schedule", "*/5 * * * *", "--command", "true")
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	var created apiclient.Job
+	if err := json.Unmarshal([]byte(out), &created); err != nil {
+		t.Fatalf("create -o json printed %q (%v)", out, err)
+	}
+	go func() {
+		time.Sleep(time.Second)
+		w.finishDelete(created.ID)
+	}()
+	_, progress, err := w.ctl(nil, "jobs", "delete", created.ID, "--wait", "--wait-timeout", "30s")
+	if err != nil || !strings.Contains(progress, "deleting") || !strings.Contains(progress, created.ID+": deleted") {
+		t.Errorf("delete --wait: %v; progress %q, want deleting then deleted", err, progress)
 	}
 }
 

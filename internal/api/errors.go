@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -27,6 +28,8 @@ type ProblemDetail struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	Field   string `json:"field,omitempty"`
+	// DeletedAt is when the job went, on a 410 about a deleted job.
+	DeletedAt *time.Time `json:"deleted_at,omitempty"`
 }
 
 // apiError is an error with its HTTP status.
@@ -47,6 +50,15 @@ var (
 	errForbidden    = &apiError{http.StatusForbidden, ProblemDetail{Code: "forbidden", Message: "this key's scope does not allow this"}}
 	errReadOnly     = &apiError{http.StatusForbidden, ProblemDetail{Code: "read_only", Message: "this key is read-only"}}
 )
+
+// jobGone answers a request about a job whose delete finished (410): its
+// own tenant learns that it went and when; its runs and audit trail stay
+// readable (historyInScope) for the run retention.
+func jobGone(d store.DeletedJob) error {
+	at := d.DeletedAt.UTC()
+	return &apiError{http.StatusGone, ProblemDetail{Code: "gone", DeletedAt: &at,
+		Message: "cron job deleted at " + at.Format(time.RFC3339) + "; its runs and events stay readable for the run retention"}}
+}
 
 // scheduleError turns a parser error into a 400 naming the request field.
 func scheduleError(err error) error {

@@ -9,9 +9,10 @@ import (
 )
 
 // listJobEvents is a job's audit trail, newest first: who changed it and
-// what the system did to it. next_before pages on (absent at the end).
+// what the system did to it, down to its deletion (a deleted job's trail
+// stays readable as its runs do). next_before pages on (absent at the end).
 func (s *Server) listJobEvents(c echo.Context) error {
-	j, err := s.jobInScope(c)
+	jobID, _, err := s.historyInScope(c)
 	if err != nil {
 		return err
 	}
@@ -19,7 +20,7 @@ func (s *Server) listJobEvents(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	events, err := s.store.ListJobEvents(c.Request().Context(), j.ID, before, limit)
+	events, err := s.store.ListJobEvents(c.Request().Context(), jobID, before, limit)
 	if err != nil {
 		return err
 	}

@@ -296,20 +296,59 @@ func tenantInScope(c echo.Context) (string, error) {
 	return id, nil
 }
 
-// jobInScope loads the job of the path if the caller may see it.
+// jobInScope loads the job of the path if the caller may see it. A job
+// deleted since answers 410 Gone to its own tenant (jobGone); to anyone
+// else it is unknown (404), as any id it may not see.
 func (s *Server) jobInScope(c echo.Context) (store.CronJob, error) {
+	j, gone, err := s.jobOrTombstone(c)
+	if err == nil && gone != nil {
+		return j, jobGone(*gone)
+	}
+	return j, err
+}
+
+// historyInScope is the id of the path's job if the caller may read its
+// history (runs, audit trail): a live job's, or a deleted job's while its
+// tombstone lasts (the run retention). deleted tells which.
+func (s *Server) historyInScope(c echo.Context) (id string, deleted bool, err error) {
+	j, gone, err := s.jobOrTombstone(c)
+	switch {
+	case err != nil:
+		return "", false, err
+	case gone != nil:
+		return gone.ID, true, nil
+	}
+	return j.ID, false, nil
+}
+
+// jobOrTombstone loads the path's job, or the tombstone of a job deleted
+// since (gone), if the caller may see its tenant; anything else is 404.
+func (s *Server) jobOrTombstone(c echo.Context) (store.CronJob, *store.DeletedJob, error) {
 	id, err := pathID(c, "id")
 	if err != nil {
-		return store.CronJob{}, err
+		return store.CronJob{}, nil, err
 	}
-	j, err := s.store.GetJob(c.Request().Context(), id)
+	ctx := c.Request().Context()
+	j, err := s.store.GetJob(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		d, derr := s.store.GetDeletedJob(ctx, id)
+		switch {
+		case errors.Is(derr, store.ErrNotFound):
+			return j, nil, err
+		case derr != nil:
+			return j, nil, derr
+		case !who(c).canSee(d.TenantID):
+			return j, nil, errNotFound
+		}
+		return j, &d, nil
+	}
 	if err != nil {
-		return j, err
+		return j, nil, err
 	}
 	if !who(c).canSee(j.TenantID) {
-		return j, errNotFound
+		return j, nil, errNotFound
 	}
-	return j, nil
+	return j, nil, nil
 }
 
 func (s *Server) createJob(c echo.Context) error {

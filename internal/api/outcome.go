@@ -50,9 +50,18 @@ func (s *Server) outcome(c echo.Context) error {
 			s.log.Info("cron job auto-disabled", "cron_job_id", jobID, "consecutive_failures", res.Job.ConsecutiveFailures)
 		}
 	}
+	status := string(res.Job.Status)
+	if res.Deleted {
+		// 200, not 404: the run is recorded in the deleted job's history,
+		// and the node must not keep the report (store.recordLateOutcome).
+		status = "deleted"
+		if !res.Duplicate {
+			s.log.Info("outcome of a deleted cron job recorded in its history", "cron_job_id", jobID, "run_key", req.RunKey, "result", req.Result)
+		}
+	}
 	return c.JSON(http.StatusOK, map[string]any{
 		"duplicate": res.Duplicate, "auto_disabled": res.AutoDisabled,
-		"consecutive_failures": res.Job.ConsecutiveFailures, "status": res.Job.Status,
+		"consecutive_failures": res.Job.ConsecutiveFailures, "status": status,
 	})
 }
 

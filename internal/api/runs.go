@@ -17,9 +17,10 @@ import (
 )
 
 // listRuns answers a page of a job's runs, newest slot first, with the
-// cursor of the next page (null on the last).
+// cursor of the next page (null on the last). A deleted job's runs stay
+// listed for the run retention (none is running: its starts went with it).
 func (s *Server) listRuns(c echo.Context) error {
-	j, err := s.jobInScope(c)
+	jobID, _, err := s.historyInScope(c)
 	if err != nil {
 		return err
 	}
@@ -29,7 +30,7 @@ func (s *Server) listRuns(c echo.Context) error {
 	}
 	items := []any{}
 	if q.Before == nil { // runs in progress head the first page
-		running, err := s.store.RunningRuns(c.Request().Context(), j.ID)
+		running, err := s.store.RunningRuns(c.Request().Context(), jobID)
 		if err != nil {
 			return err
 		}
@@ -42,7 +43,7 @@ func (s *Server) listRuns(c echo.Context) error {
 	if q.OnlyRunning() {
 		return c.JSON(http.StatusOK, map[string]any{"runs": items, "next_cursor": nil})
 	}
-	runs, next, err := s.store.PageRuns(c.Request().Context(), j.ID, q)
+	runs, next, err := s.store.PageRuns(c.Request().Context(), jobID, q)
 	if err != nil {
 		return err
 	}
@@ -117,23 +118,25 @@ type queuedRun struct {
 
 // getRun answers one run of a job, named by its record id or its run key
 // (percent-encoded: the key holds '#'). A run-now request of the job that
-// has no record yet answers result "queued" while the request is known.
+// has no record yet answers result "queued" while the request is known
+// and the job is not deleted (a deleted job runs nothing more). A deleted
+// job's runs answer as a live job's for the run retention.
 func (s *Server) getRun(c echo.Context) error {
-	j, err := s.jobInScope(c)
+	jobID, deleted, err := s.historyInScope(c)
 	if err != nil {
 		return err
 	}
-	id, key, ok := runRef(j.ID, c.Param("run"))
+	id, key, ok := runRef(jobID, c.Param("run"))
 	if !ok {
 		return errNotFound
 	}
 	ctx := c.Request().Context()
-	run, err := s.store.GetRun(ctx, j.ID, id, key.String())
+	run, err := s.store.GetRun(ctx, jobID, id, key.String())
 	if err == nil {
 		// A placeholder (a skip, another node's platform error, lost) may
 		// stand while the node that runs the slot still runs it.
 		if store.IsPlaceholder(run.Result) {
-			if rr, ok, rerr := s.runningRun(ctx, j.ID, run.RunKey); rerr == nil && ok {
+			if rr, ok, rerr := s.runningRun(ctx, jobID, run.RunKey); rerr == nil && ok {
 				return c.JSON(http.StatusOK, rr)
 			}
 		}
@@ -142,16 +145,16 @@ func (s *Server) getRun(c echo.Context) error {
 	if id != 0 {
 		return err
 	}
-	if rr, ok, rerr := s.runningRun(ctx, j.ID, key.String()); rerr != nil || ok {
+	if rr, ok, rerr := s.runningRun(ctx, jobID, key.String()); rerr != nil || ok {
 		if rerr != nil {
 			return rerr
 		}
 		return c.JSON(http.StatusOK, rr)
 	}
-	if key.Trigger != wire.TriggerManual {
+	if key.Trigger != wire.TriggerManual || deleted {
 		return err
 	}
-	at, known, qerr := s.store.RunNowRequested(ctx, j.ID, key.Request)
+	at, known, qerr := s.store.RunNowRequested(ctx, jobID, key.Request)
 	switch {
 	case qerr != nil:
 		return qerr
@@ -159,10 +162,10 @@ func (s *Server) getRun(c echo.Context) error {
 		return err // not found
 	}
 	// The record may have landed between the two reads.
-	if run, err := s.store.GetRun(ctx, j.ID, 0, key.String()); err == nil {
+	if run, err := s.store.GetRun(ctx, jobID, 0, key.String()); err == nil {
 		return c.JSON(http.StatusOK, run)
 	}
-	return c.JSON(http.StatusOK, queuedRun{RunKey: key.String(), CronJobID: j.ID, Result: "queued",
+	return c.JSON(http.StatusOK, queuedRun{RunKey: key.String(), CronJobID: jobID, Result: "queued",
 		Trigger: wire.TriggerManual, Attempt: 1, RequestedAt: at})
 }
 

@@ -652,22 +652,6 @@ func sweepAfterProvisioning(swept *time.Time, status wire.Status, took int, now 
 	return &now
 }
 
-// FinishDelete removes a job marked for deletion, with its runs; units on
-// nodes that were unreachable go at their next converge.
-func (s *Store) FinishDelete(ctx context.Context, id string) error {
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		job, err := scanJob(tx.QueryRow(ctx, `DELETE FROM cron_jobs WHERE id = $1 AND status = 'deleting' RETURNING `+jobColumns, id))
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil // gone already, or not being deleted
-		}
-		if err != nil {
-			return err
-		}
-		return recordEvent(ctx, tx, job, ActorSystem, "deleted", nil)
-	})
-	return wrap(err, "finish delete")
-}
-
 // envOrEmpty is the environment as the NOT NULL column stores it: {} for
 // none (a nil map would encode as JSON null).
 func envOrEmpty(env map[string]string) map[string]string {

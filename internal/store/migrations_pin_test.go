@@ -33,6 +33,7 @@ var released = []struct{ name, sha string }{
 	{"018_run_usage.sql", "0af0c1638eae549b"},
 	{"019_run_starts.sql", "9edaaedc6964cd2d"},
 	{"020_run_output_tail.sql", "2bc505994a751b3f"},
+	{"021_deleted_job_history.sql", "bfff870a7c37beed"},
 }
 
 func TestReleasedMigrationsNeverChange(t *testing.T) {

@@ -89,7 +89,11 @@ type OutcomeResult struct {
 	Replaced     bool // the outcome replaced a lost or overlap_skipped record
 	AutoDisabled bool // this outcome crossed the threshold
 	Reenabled    bool // the replaced record had caused an auto-disable, now lifted
-	Job          CronJob
+	// Deleted: the job was deleted before the outcome arrived; the run
+	// was recorded (or was a duplicate) under its tombstone, and Job
+	// holds only the tombstone's id, tenant, name and version.
+	Deleted bool
+	Job     CronJob
 }
 
 // recentRuns bounds the history a recount reads: the counter saturates at
@@ -112,6 +116,10 @@ func (s *Store) RecordOutcome(ctx context.Context, node Node, jobID string, o Ou
 		job, err := scanJob(tx.QueryRow(ctx, `
 			SELECT `+jobColumns+` FROM cron_jobs
 			WHERE id = $1 AND tenant_id IN (SELECT id FROM tenants WHERE shard_id = $2) FOR UPDATE`, jobID, node.ShardID))
+		if errors.Is(err, pgx.ErrNoRows) {
+			res, err = recordLateOutcome(ctx, tx, node, jobID, o)
+			return err
+		}
 		if err != nil {
 			return notFound(err, "outcome: cron job on this node's shard")
 		}

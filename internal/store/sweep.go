@@ -436,7 +436,8 @@ func sweepFrom(swept *time.Time, status wire.Status, verdictAt, notBefore time.T
 }
 
 // DeleteRunsBefore removes run history older than cutoff, in batches so a
-// large backlog does not hold long locks. It returns how many it removed.
+// large backlog does not hold long locks, then the tombstones of deleted
+// jobs that no run is left of. It returns how many runs it removed.
 func (s *Store) DeleteRunsBefore(ctx context.Context, cutoff time.Time) (int64, error) {
 	return Chores{s.pool}.DeleteRunsBefore(ctx, cutoff)
 }
@@ -448,7 +449,8 @@ func (c Chores) DeleteRunsBefore(ctx context.Context, cutoff time.Time) (int64, 
 	if err != nil {
 		return n, fmt.Errorf("delete old runs: %w", err)
 	}
-	return n, nil
+	_, err = c.pruneDeletedJobs(ctx, cutoff)
+	return n, err
 }
 
 // deleteBatched runs a DELETE of at most 5,000 rows older than cutoff

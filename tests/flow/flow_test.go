@@ -242,10 +242,14 @@ func TestRunNowAndDelete(t *testing.T) {
 			t.Errorf("%s still has the deleted job's units", node)
 		}
 	}
+	// The run history outlives the job.
+	if runs := recordedRuns(t, id); len(runs) != 1 || runs[0].(map[string]any)["result"] != "success" {
+		t.Errorf("runs of the deleted job: %v; want its run-now's success", runs)
+	}
 }
 
-// waitGone polls until the API no longer has the job (its delete
-// workflow removed the row).
+// waitGone polls until the API answers the job is gone (410: its delete
+// workflow removed the row and left its tombstone).
 func waitGone(t testing.TB, id string, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
@@ -255,7 +259,7 @@ func waitGone(t testing.TB, id string, timeout time.Duration) {
 		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == 404 {
+			if resp.StatusCode == 410 {
 				return
 			}
 		}
