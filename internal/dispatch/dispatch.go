@@ -303,7 +303,7 @@ func (d *Dispatcher) listen(ctx context.Context, wake chan<- struct{}, listening
 		poke(wake) // the next pass schedules the deaf poll
 		delay := reconnectDelay(failures)
 		failures++
-		d.Log.Warn("outbox listener lost; polling until it is back", "err", err, "poll", d.DeafPoll, "retry_in", delay)
+		d.Log.Warn("outbox listener down; polling until it listens again", "err", err, "poll", d.DeafPoll, "retry_in", delay)
 		select {
 		case <-ctx.Done():
 			return
