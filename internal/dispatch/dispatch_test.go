@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -104,8 +105,8 @@ func TestTwoDispatchersSendEveryTaskOnceInJobOrder(t *testing.T) {
 	st := pgtest.New(t)
 	queue(t, st, 20, 5)
 	f := &fakeTemporal{}
-	a := &Dispatcher{Store: st, Temporal: f, Log: quiet(), Interval: 5 * time.Millisecond, Batch: 7}
-	b := &Dispatcher{Store: st, Temporal: f, Log: quiet(), Interval: 5 * time.Millisecond, Batch: 7}
+	a := &Dispatcher{Store: st, Temporal: f, Log: quiet(), Poll: 5 * time.Millisecond, Parallel: 7}
+	b := &Dispatcher{Store: st, Temporal: f, Log: quiet(), Poll: 5 * time.Millisecond, Parallel: 7}
 	runUntil(t, func() bool { return pending(t, st) == 0 }, a, b)
 
 	if n := pending(t, st); n != 0 {
@@ -131,7 +132,7 @@ func TestPoisonedTaskDoesNotBlockOthers(t *testing.T) {
 		}
 		return nil
 	}}
-	d := &Dispatcher{Store: st, Temporal: f, Log: quiet(), Interval: 5 * time.Millisecond}
+	d := &Dispatcher{Store: st, Temporal: f, Log: quiet(), Poll: 5 * time.Millisecond}
 	runUntil(t, func() bool { return pending(t, st) == 2 }, d)
 
 	if n := pending(t, st); n != 2 {
@@ -214,16 +215,18 @@ func (s *slowTemporal) SignalWithStartWorkflow(ctx context.Context, workflowID, 
 	return s.fakeTemporal.SignalWithStartWorkflow(ctx, workflowID, name, arg, o, w, args...)
 }
 
-// A dispatcher whose batch takes longer than its lease (each send slow but
-// accepted) must not send tasks whose lease ran out: another dispatcher
-// has claimed and sent them meanwhile, and a run_now sent twice runs twice
-// once the job's workflow has idled out between the two.
-func TestSlowBatchDoesNotSendPastItsLease(t *testing.T) {
+// Two dispatchers whose sends are slow (each accepted after a fifth of the
+// lease) must not send a task whose lease ran out: another dispatcher
+// may have claimed and sent it meanwhile, and a run_now sent twice runs
+// twice once the job's workflow has idled out between the two. A send
+// starts as soon as its task is claimed and is bounded by SendTimeout, so
+// none outlasts its lease.
+func TestSlowSendsDoNotSendPastTheirLease(t *testing.T) {
 	st := pgtest.New(t)
 	queue(t, st, 12, 1)
 	f := &slowTemporal{delay: 60 * time.Millisecond}
 	mk := func() *Dispatcher {
-		return &Dispatcher{Store: st, Temporal: f, Log: quiet(), Interval: 10 * time.Millisecond,
+		return &Dispatcher{Store: st, Temporal: f, Log: quiet(), Poll: 10 * time.Millisecond,
 			Lease: 300 * time.Millisecond, SendTimeout: 100 * time.Millisecond}
 	}
 	runUntil(t, func() bool { return pending(t, st) == 0 }, mk(), mk())
@@ -242,10 +245,11 @@ func TestSlowBatchDoesNotSendPastItsLease(t *testing.T) {
 }
 
 // A replica dies between Temporal accepting a signal and the row being
-// marked (the AfterSignal hook holds it there until it is stopped):
-// another replica's dispatcher sends the other jobs' tasks meanwhile,
-// holds back the stuck job's later task (per-job order), and sends the
-// stuck task again once its lease ran out; the workflow's task-id memory
+// marked (the AfterSignal hook holds that one send there until it is
+// stopped): the other jobs' tasks go meanwhile (from either replica: the
+// stuck send holds one of the first one's send slots, not its
+// dispatcher), the stuck job's later task is held back (per-job order),
+// and the other replica sends the stuck task again once its lease ran out; the workflow's task-id memory
 // makes that second signal a no-op (workflows/dedup_test.go).
 func TestReplicaKilledBetweenSignalAndMark(t *testing.T) {
 	st := pgtest.New(t)
@@ -253,8 +257,13 @@ func TestReplicaKilledBetweenSignalAndMark(t *testing.T) {
 	stuck := queue(t, st, 1, 2)[0] // the stuck job's tasks 1 and 2
 	f := &fakeTemporal{}
 	hit := make(chan store.Task, 1)
-	killed := &Dispatcher{Store: st, Temporal: f, Log: quiet(), Interval: 5 * time.Millisecond,
+	var armed atomic.Bool
+	armed.Store(true)
+	killed := &Dispatcher{Store: st, Temporal: f, Log: quiet(), Poll: 5 * time.Millisecond,
 		Lease: 600 * time.Millisecond, Hooks: &TestHooks{AfterSignal: func(ctx context.Context, task store.Task) error {
+			if !armed.CompareAndSwap(true, false) {
+				return nil // its other sends, in parallel, go on until it is stopped
+			}
 			hit <- task
 			<-ctx.Done() // the replica dies here
 			return ctx.Err()
@@ -279,7 +288,7 @@ func TestReplicaKilledBetweenSignalAndMark(t *testing.T) {
 		}
 		others = append(others, id)
 	}
-	survivor := &Dispatcher{Store: st, Temporal: f, Log: quiet(), Interval: 5 * time.Millisecond, Lease: 600 * time.Millisecond}
+	survivor := &Dispatcher{Store: st, Temporal: f, Log: quiet(), Poll: 5 * time.Millisecond, Lease: 600 * time.Millisecond}
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
 	go survivor.Run(sctx)

@@ -31,3 +31,70 @@ func TestClassify(t *testing.T) {
 		})
 	}
 }
+
+func TestReconnectDelay(t *testing.T) {
+	for _, tc := range []struct {
+		failures int
+		want     time.Duration
+	}{
+		{0, 250 * time.Millisecond},
+		{1, 500 * time.Millisecond},
+		{3, 2 * time.Second},
+		{5, 8 * time.Second},
+		{6, maxReconnect},
+		{1000, maxReconnect},
+	} {
+		if got := reconnectDelay(tc.failures); got != tc.want {
+			t.Errorf("reconnectDelay(%d) = %v, want %v", tc.failures, got, tc.want)
+		}
+	}
+}
+
+func TestPollEvery(t *testing.T) {
+	if got := pollEvery(true, 5*time.Second, 200*time.Millisecond); got != 5*time.Second {
+		t.Errorf("listening: poll every %v, want the slow fallback", got)
+	}
+	if got := pollEvery(false, 5*time.Second, 200*time.Millisecond); got != 200*time.Millisecond {
+		t.Errorf("deaf: poll every %v, want the fast poll", got)
+	}
+}
+
+// TestOutboxHealth: each cause of a pause clears only on its own
+// evidence, and a change is reported once.
+func TestOutboxHealth(t *testing.T) {
+	down := errors.New("down")
+	type step struct {
+		claimErr error // a claim's result, unless send is set
+		send     *sent
+		want     healthChange
+	}
+	claim := func(err error, want healthChange) step { return step{claimErr: err, want: want} }
+	send := func(r sent, want healthChange) step { return step{send: &r, want: want} }
+	for _, tc := range []struct {
+		name  string
+		steps []step
+	}{
+		{"healthy stays quiet", []step{claim(nil, unchanged), send(sent{ok: true}, unchanged)}},
+		{"database down and back", []step{claim(down, nowPaused), claim(down, unchanged), claim(nil, nowResumed)}},
+		{"temporal down: an empty claim is no recovery", []step{
+			send(sent{outage: down, retryIn: outageRetry}, nowPaused), claim(nil, unchanged),
+			send(sent{retryIn: time.Second}, unchanged), send(sent{ok: true}, nowResumed)}},
+		{"both down, one back", []step{
+			claim(down, nowPaused), send(sent{outage: down}, unchanged), claim(nil, unchanged), send(sent{ok: true}, nowResumed)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var h outboxHealth
+			for i, s := range tc.steps {
+				var got healthChange
+				if s.send != nil {
+					got = h.sent(*s.send)
+				} else {
+					got = h.claimed(s.claimErr)
+				}
+				if got != s.want {
+					t.Errorf("step %d: %v, want %v", i, got, s.want)
+				}
+			}
+		})
+	}
+}

@@ -111,7 +111,7 @@ func queueTaskID(ctx context.Context, tx pgx.Tx, jobID string, action wire.Actio
 	if err != nil {
 		return 0, fmt.Errorf("queue %s task: %w", action, err)
 	}
-	return id, nil
+	return id, wakeDispatchers(ctx, tx)
 }
 
 // IdempotencyKey names a create request so a retry returns the first job.
@@ -709,7 +709,7 @@ func (s *Store) CancelRun(ctx context.Context, jobID, runKey string) (CronJob, e
 		if err != nil {
 			return fmt.Errorf("queue cancel task: %w", err)
 		}
-		return nil
+		return wakeDispatchers(ctx, tx)
 	})
 	return job, err
 }

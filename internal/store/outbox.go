@@ -23,6 +23,23 @@ type Task struct {
 	Attempts  int         `json:"attempts"` // failed sends so far
 }
 
+// OutboxChannel is the channel every queued task is announced on
+// (LISTEN/NOTIFY), with an empty payload: the dispatchers claim what is
+// due, they need no detail.
+const OutboxChannel = "hostcron_outbox"
+
+// wakeDispatchers notifies OutboxChannel inside the queuing transaction:
+// PostgreSQL delivers it at commit, so no dispatcher wakes before the row
+// is visible, and drops it on rollback. Identical notifications of one
+// transaction are folded into one, so queuing many tasks wakes each
+// listener once.
+func wakeDispatchers(ctx context.Context, tx pgx.Tx) error {
+	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, OutboxChannel); err != nil {
+		return fmt.Errorf("notify the outbox dispatchers: %w", err)
+	}
+	return nil
+}
+
 // ClaimTasks leases up to limit outbox tasks to the caller for lease. Only
 // the oldest undispatched task of each job is eligible, and only once its
 // backoff has passed and no other dispatcher holds it, so two dispatchers
@@ -103,4 +120,58 @@ func (s *Store) OldestPendingTask(ctx context.Context) (at time.Time, ok bool, e
 		return time.Time{}, false, nil
 	}
 	return *t, true, nil
+}
+
+// OutboxListenerName is the application_name of a dispatcher's listening
+// session, so an operator (or a test) can find it in pg_stat_activity.
+const OutboxListenerName = "hostcron-outbox-listener"
+
+// OutboxListener is a session of its own, outside the pool, that LISTENs
+// on OutboxChannel. It is one connection per dispatcher, held for as long
+// as it works: a pool connection would go back to the pool still
+// listening.
+type OutboxListener struct {
+	conn *pgx.Conn
+}
+
+// ListenOutbox opens a listening session on the store's database.
+func (s *Store) ListenOutbox(ctx context.Context) (*OutboxListener, error) {
+	cfg := s.pool.Config().ConnConfig.Copy()
+	cfg.RuntimeParams["application_name"] = OutboxListenerName
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("outbox listener: connect: %w", err)
+	}
+	l := &OutboxListener{conn: conn}
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{OutboxChannel}.Sanitize()); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("outbox listener: listen: %w", err)
+	}
+	return l, nil
+}
+
+// Wait returns nil once a task was queued since the last Wait (at once if
+// one was announced meanwhile), ctx's error when ctx ends first (the
+// session stays usable), and any other error when the session is gone.
+func (l *OutboxListener) Wait(ctx context.Context) error {
+	if _, err := l.conn.WaitForNotification(ctx); err != nil {
+		return fmt.Errorf("outbox listener: wait: %w", err)
+	}
+	return nil
+}
+
+// Ping checks that the session still answers: a session whose server or
+// network vanished silently would otherwise wait for ever.
+func (l *OutboxListener) Ping(ctx context.Context) error {
+	if err := l.conn.Ping(ctx); err != nil {
+		return fmt.Errorf("outbox listener: ping: %w", err)
+	}
+	return nil
+}
+
+// Close ends the session (and with it the LISTEN).
+func (l *OutboxListener) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = l.conn.Close(ctx)
 }
