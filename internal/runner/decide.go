@@ -54,7 +54,7 @@ const (
 	// once, and the wait spreads their runs over up to this long. Also
 	// capped by a tenth of the job's timeout (the wait counts towards
 	// TimeoutStartSec, and a timeout is the tenant's failure) and by half
-	// the time left to the next slot (a catch-up never runs into it).
+	// the time left to the next slot (a catch-up never starts in it).
 	CatchUpSpread = 2 * time.Minute
 )
 
