@@ -35,6 +35,8 @@ type jobRequest struct {
 	TimeoutSeconds   *int    `json:"timeout_seconds"`
 	MaxMemoryMB      *int    `json:"max_memory_mb"`
 	MaxFailures      *int    `json:"max_failures"`
+	// CatchUpWindowSeconds: 0 (the default) to wire.MaxCatchUpWindowSec.
+	CatchUpWindowSeconds *int `json:"catchup_window_seconds"`
 	// Environment replaces the job's whole map when present ({} clears
 	// it); absent or null keeps it.
 	// A null value is refused, not read as "" (review).
@@ -106,6 +108,7 @@ func (r jobRequest) apply(base store.JobFields) (store.JobFields, error) {
 	setInt(&spec.TimeoutSeconds, r.TimeoutSeconds)
 	setInt(&spec.MaxMemoryMB, r.MaxMemoryMB)
 	setInt(&spec.MaxFailures, r.MaxFailures)
+	setInt(&spec.CatchUpWindowSeconds, r.CatchUpWindowSeconds)
 	if r.Enabled != nil {
 		spec.Enabled = *r.Enabled
 	}
@@ -165,6 +168,8 @@ func validateSpec(spec store.JobFields) error {
 		return invalid("max_memory_mb", "must be between 16 and 65536")
 	case spec.MaxFailures < 0 || spec.MaxFailures > 1000:
 		return invalid("max_failures", "must be between 0 (never auto-disable) and 1000")
+	case spec.CatchUpWindowSeconds < 0 || spec.CatchUpWindowSeconds > wire.MaxCatchUpWindowSec:
+		return invalid("catchup_window_seconds", "must be between 0 (a missed run never runs) and %d (a day)", wire.MaxCatchUpWindowSec)
 	}
 	return nil
 }

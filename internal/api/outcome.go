@@ -29,12 +29,14 @@ func (s *Server) outcome(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	trigger, _ := wire.RecordedTrigger(key.Trigger, req.Trigger) // checked by validateOutcome
 	node := nodeOf(c)
 	res, err := s.store.RecordOutcome(c.Request().Context(), node, jobID, store.Outcome{
 		RunKey: req.RunKey, Version: req.Version, ScheduledAt: req.ScheduledAt.UTC(), StartedAt: req.StartedAt, FinishedAt: req.FinishedAt,
 		Result: req.Result, ExitCode: req.ExitCode, Signal: req.Signal, FailureReason: req.FailureReason,
 		CPUSeconds: req.CPUSeconds, PeakMemoryBytes: req.PeakMemoryBytes, InvocationID: req.InvocationID,
 		OutputTail: req.OutputTail, OutputTruncated: req.OutputTruncated || req.OutputDroppedBytes > 0, OutputDroppedBytes: req.OutputDroppedBytes,
+		Trigger: trigger,
 	})
 	if errors.Is(err, store.ErrVersionAhead) {
 		return invalid("version", "%v", err)
@@ -43,7 +45,7 @@ func (s *Server) outcome(c echo.Context) error {
 		return err
 	}
 	if !res.Duplicate {
-		s.metrics.RunRecorded(node.ShardID, req.Result, key.Trigger)
+		s.metrics.RunRecorded(node.ShardID, req.Result, trigger)
 		s.metrics.OutcomeIngested(req.FinishedAt, s.now())
 		if res.AutoDisabled {
 			s.metrics.AutoDisabled()
@@ -86,6 +88,8 @@ func checkOutcome(jobID string, key runkey.Key, err error, req wire.Outcome, now
 		return invalid("run_key", "%v", err)
 	case key.JobID != jobID:
 		return invalid("run_key", "names job %s, not %s", key.JobID, jobID)
+	case !validTrigger(key.Trigger, req.Trigger):
+		return invalid("trigger", "%q does not go with a %s run key (only a scheduled run may say catchup)", req.Trigger, key.Trigger)
 	case key.Trigger == wire.TriggerScheduled && !key.Slot.Equal(req.ScheduledAt):
 		return invalid("scheduled_at", "does not match the run key's slot %s", key.Slot.Format(time.RFC3339))
 	case req.ScheduledAt.After(now.Add(outcomeSkew)):
@@ -124,6 +128,11 @@ func checkOutcome(jobID string, key runkey.Key, err error, req wire.Outcome, now
 		return invalid("finished_at", "is before started_at")
 	}
 	return nil
+}
+
+func validTrigger(keyTrigger, reported wire.Trigger) bool {
+	_, ok := wire.RecordedTrigger(keyTrigger, reported)
+	return ok
 }
 
 // started notes a run a node reports running (wire.RunStart): display

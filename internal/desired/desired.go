@@ -34,6 +34,9 @@ func Translate(j wire.Job, node Node) (units.Job, jobspec.Spec, error) {
 	if err := jobspec.ValidateWorkingDirectory(j.WorkingDirectory); err != nil {
 		return units.Job{}, jobspec.Spec{}, fmt.Errorf("job %s: working directory %w", j.ID, err)
 	}
+	if j.CatchUpWindowSec < 0 || j.CatchUpWindowSec > wire.MaxCatchUpWindowSec {
+		return units.Job{}, jobspec.Spec{}, fmt.Errorf("job %s: catch-up window %ds: want 0 to %d", j.ID, j.CatchUpWindowSec, wire.MaxCatchUpWindowSec)
+	}
 	if err := jobspec.ValidateEnvironment(j.Environment); err != nil {
 		return units.Job{}, jobspec.Spec{}, fmt.Errorf("job %s: environment %w", j.ID, err)
 	}
@@ -51,6 +54,7 @@ func Translate(j wire.Job, node Node) (units.Job, jobspec.Spec, error) {
 		TimeoutSec: j.TimeoutSec, MemoryMaxMB: j.MemoryMaxMB,
 		RandomizedDelaySec: units.DelayFor(sched.MinInterval()),
 		DenyAddresses:      deny,
+		Persistent:         j.CatchUpWindowSec > 0,
 	}
 	if err := u.Validate(); err != nil {
 		return units.Job{}, jobspec.Spec{}, fmt.Errorf("job %s: %w", j.ID, err)
@@ -58,8 +62,9 @@ func Translate(j wire.Job, node Node) (units.Job, jobspec.Spec, error) {
 	spec := jobspec.Spec{
 		Tenant: j.Tenant, ID: j.ID, Version: j.Version, Rev: j.Rev, Schedule: j.Schedule, Timezone: j.Timezone,
 		Command: j.Command, WorkingDirectory: j.WorkingDirectory, Webroot: j.Webroot, LockDir: j.LockDir(),
-		MemoryMaxMB: j.MemoryMaxMB,
-		NotBefore:   j.NotBefore, RandomizedDelaySec: u.RandomizedDelaySec,
+		MemoryMaxMB: j.MemoryMaxMB, TimeoutSec: j.TimeoutSec,
+		NotBefore: j.NotBefore, RandomizedDelaySec: u.RandomizedDelaySec,
+		CatchUpWindowSec: j.CatchUpWindowSec,
 		// Only the spec (root's, 0600) carries the values; u never does.
 		Environment: j.Environment,
 	}

@@ -72,3 +72,26 @@ func TestTranslateRefusesEnvironment(t *testing.T) {
 		t.Error("a job setting LD_PRELOAD translated without error")
 	}
 }
+
+// The catch-up window reaches the spec (the runner decides by it), makes
+// the timer persistent, and a value the API would refuse fails the job.
+func TestTranslateCatchUp(t *testing.T) {
+	for _, tc := range []struct {
+		window     int
+		persistent bool
+		ok         bool
+	}{{0, false, true}, {3600, true, true}, {wire.MaxCatchUpWindowSec, true, true}, {-1, false, false}, {wire.MaxCatchUpWindowSec + 1, false, false}} {
+		j := testJob()
+		j.CatchUpWindowSec = tc.window
+		u, spec, err := Translate(j, Node{})
+		if (err == nil) != tc.ok {
+			t.Fatalf("window %d: err %v, want ok %v", tc.window, err, tc.ok)
+		}
+		if err != nil {
+			continue
+		}
+		if u.Persistent != tc.persistent || spec.CatchUpWindowSec != tc.window || spec.TimeoutSec != j.TimeoutSec {
+			t.Errorf("window %d: persistent %v, spec window %d timeout %d", tc.window, u.Persistent, spec.CatchUpWindowSec, spec.TimeoutSec)
+		}
+	}
+}

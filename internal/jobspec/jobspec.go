@@ -29,23 +29,26 @@ type Spec struct {
 	Webroot          string `json:"webroot"`
 	LockDir          string `json:"lock_dir"`
 	MemoryMaxMB      int    `json:"max_memory_mb"` // also in the unit; see runner's memory watch
+	// TimeoutSec is the unit's TimeoutStartSec, which bounds a catch-up's
+	// wait (0 in an older agent's spec: no wait).
+	TimeoutSec int `json:"timeout_seconds,omitempty"`
 	// RandomizedDelaySec is the timer's random delay: a fire later than
 	// slot + delay + the runner's margin is a late fire.
 	RandomizedDelaySec int `json:"randomized_delay_sec"`
 	// NotBefore: no slot before it runs (the job was enabled or its
 	// schedule changed then).
 	NotBefore time.Time `json:"not_before,omitempty"`
-	// CatchUp is what a late fire does; only CatchUpNone exists today.
-	CatchUp string `json:"catch_up,omitempty"`
+	// CatchUpWindowSec: a late fire (a reboot, an outage, a late start)
+	// runs the latest slot if it is at most this old, with trigger
+	// catchup; 0 (and a spec of an older agent, which has no such field,
+	// or the unused "catch_up" placeholder) never catches up.
+	CatchUpWindowSec int `json:"catchup_window_seconds,omitempty"`
 	// Environment are the job's variables for its command
 	// (ValidateEnvironment). They may be secrets: this file is root's,
 	// mode 0600, and the unit passes it in as a credential; the values are
 	// never in a unit file.
 	Environment map[string]string `json:"environment,omitempty"`
 }
-
-// CatchUpNone: a late fire does not run its slot (cron never catches up).
-const CatchUpNone = ""
 
 // MaxCommandLen bounds a command like a crontab line.
 const MaxCommandLen = 4096

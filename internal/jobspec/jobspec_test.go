@@ -60,3 +60,21 @@ func TestValidateWorkingDirectory(t *testing.T) {
 		}
 	}
 }
+
+// A spec an older agent wrote (no catch-up window, or the placeholder
+// "catch_up" field) reads as a job that never catches up.
+func TestOldSpecReadsWithoutCatchUp(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "spec")
+	old := `{"tenant":"acme","id":"x","version":3,"schedule":"0 * * * *","timezone":"UTC","command":"true",` +
+		`"working_directory":"","webroot":"/srv/www/acme","lock_dir":"/srv/l","max_memory_mb":64,"randomized_delay_sec":15,"catch_up":""}`
+	if err := os.WriteFile(p, []byte(old), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Read(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.CatchUpWindowSec != 0 || s.TimeoutSec != 0 || s.Version != 3 {
+		t.Errorf("old spec read as %+v", s)
+	}
+}

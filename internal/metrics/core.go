@@ -65,7 +65,7 @@ func NewCore(reg prometheus.Registerer) *Core {
 	}
 	// Every result and trigger starts at 0, so increase() sees a first run.
 	for _, r := range append(append([]wire.Result(nil), wire.NodeResults...), wire.ResultLost) {
-		for _, t := range []wire.Trigger{wire.TriggerScheduled, wire.TriggerManual} {
+		for _, t := range wire.Triggers {
 			m.Runs.WithLabelValues(string(r), string(t))
 		}
 	}

@@ -51,6 +51,11 @@ func Classify(svc Service, rec runner.Record, haveRecord bool, now time.Time) (r
 	}
 	r = wire.Outcome{RunKey: rec.RunKey, Version: rec.Version, ScheduledAt: rec.Slot, StartedAt: rec.StartedAt, FinishedAt: rec.FinishedAt,
 		ExitCode: rec.ExitCode}
+	if wire.Trigger(rec.Trigger) == wire.TriggerCatchUp {
+		// The key says scheduled; only the trigger tells a catch-up
+		// (validateIdentity allows it for a scheduled key alone).
+		r.Trigger = wire.TriggerCatchUp
+	}
 	if r.FinishedAt == nil && r.StartedAt != nil {
 		end := now.UTC()
 		r.FinishedAt = &end

@@ -68,6 +68,15 @@ func TestClassify(t *testing.T) {
 	if r, _ := Classify(Service{Result: "timeout"}, hung, true, now); r.FailureReason != "node n1: timed out before the command started (shared storage hung?)" {
 		t.Errorf("hung report %+v: want the node and the cause", r)
 	}
+	// A catch-up reports its trigger; any other run leaves it to the key.
+	caughtUp := ran(new(int), "")
+	caughtUp.Trigger = "catchup"
+	if r, _ := Classify(Service{Result: "success", ExitStatus: "0"}, caughtUp, true, now); r.Trigger != wire.TriggerCatchUp {
+		t.Errorf("catch-up report %+v: want trigger catchup", r)
+	}
+	if r, _ := Classify(Service{Result: "success", ExitStatus: "0"}, ran(new(int), ""), true, now); r.Trigger != "" {
+		t.Errorf("scheduled report %+v: want no trigger", r)
+	}
 	if r, _ := Classify(Service{Result: "exit-code"}, ran(&seventyFive, ""), true, now); *r.ExitCode != 75 || r.FinishedAt == nil {
 		t.Errorf("own 75 report %+v", r)
 	}

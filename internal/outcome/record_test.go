@@ -102,6 +102,12 @@ func TestValidateRecord(t *testing.T) {
 		{"manual run", func(r *runner.Record) { r.RunKey = runkey.Manual(jobA, "req-1"); r.Slot = now.Add(-time.Minute) }, true},
 		{"unknown kind", func(r *runner.Record) { r.Kind = "pwned" }, false},
 		{"trigger differs from key", func(r *runner.Record) { r.Trigger = "manual" }, false},
+		{"catch-up of a scheduled key", func(r *runner.Record) { r.Trigger = "catchup" }, true},
+		{"catch-up of a manual key", func(r *runner.Record) {
+			r.RunKey = runkey.Manual(jobA, "req-1")
+			r.Slot = now.Add(-time.Minute)
+			r.Trigger = "catchup"
+		}, false},
 		{"NUL in warning", func(r *runner.Record) { r.Warning = "a\x00b" }, false},
 		{"another job's key", func(r *runner.Record) { r.RunKey = runkey.Scheduled(jobB, r.Slot) }, false},
 		{"key slot differs", func(r *runner.Record) { r.Slot = r.Slot.Add(-5 * time.Minute) }, false},

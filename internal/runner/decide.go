@@ -2,6 +2,7 @@ package runner
 
 import (
 	"fmt"
+	"hash/fnv"
 	"time"
 
 	"github.com/hostcron/hostcron/internal/clockoffset"
@@ -48,6 +49,13 @@ const (
 	// step of the clock (the reading then no longer describes it). NTP
 	// slews at most 500 ppm: 0.45 s in 15 minutes.
 	ClockStepTolerance = 2 * time.Second
+	// CatchUpSpread caps the wait before a catch-up run contends
+	// (catchUpWait): a shard coming back fires every persistent timer at
+	// once, and the wait spreads their runs over up to this long. Also
+	// capped by a tenth of the job's timeout (the wait counts towards
+	// TimeoutStartSec, and a timeout is the tenant's failure) and by half
+	// the time left to the next slot (a catch-up never starts in it).
+	CatchUpSpread = 2 * time.Minute
 )
 
 // Start is what systemd tells the service about why it started
@@ -66,7 +74,12 @@ type Request struct {
 
 // decision names the run one start is for, or why it runs nothing.
 type decision struct {
-	Trigger wire.Trigger
+	Trigger wire.Trigger // scheduled or manual: the kind of run key
+	// CatchUp: a scheduled slot run late by the catch-up policy. Its key
+	// and election are the slot's own; only its recorded trigger is
+	// catchup. Wait is how long it waits before contending.
+	CatchUp bool
+	Wait    time.Duration
 	Slot    time.Time // scheduled: the slot; manual: the request time
 	Request string    // manual only
 	Key     string
@@ -96,6 +109,11 @@ func decideSlot(now time.Time, sched *schedule.Schedule, spec jobspec.Spec, star
 }
 
 // scheduled names the slot of a timer fire, or why it is not one to run.
+// A fire later than the slot's fire window is a late fire (a restarted
+// timer, an overrun, a node or timer that was down): it runs nothing,
+// unless the job has a catch-up window, the start is the timer's (a
+// persistent timer firing a slot it missed) and the slot is at most that
+// old: then it is the slot's catch-up, after catchUpWait.
 func scheduled(now time.Time, sched *schedule.Schedule, spec jobspec.Spec, start Start) decision {
 	prev := sched.Prev(now)
 	if prev.IsZero() {
@@ -104,14 +122,41 @@ func scheduled(now time.Time, sched *schedule.Schedule, spec jobspec.Spec, start
 	slot := sched.FirstInstant(prev).UTC()
 	d := decision{Trigger: wire.TriggerScheduled, Slot: slot, Key: runkey.Scheduled(spec.ID, slot)}
 	window := time.Duration(spec.RandomizedDelaySec)*time.Second + FireMargin
+	catchUp := time.Duration(spec.CatchUpWindowSec) * time.Second
+	late := now.Sub(slot)
 	switch {
 	case slot.Before(spec.NotBefore):
 		d.Skip, d.Reason = KindNotBefore, fmt.Sprintf("slot %s is before the job's not-before %s", slot.Format(time.RFC3339), spec.NotBefore.UTC().Format(time.RFC3339))
-	case now.Sub(slot) > window && spec.CatchUp == jobspec.CatchUpNone:
+	case late <= window:
+	case catchUp <= 0:
 		d.Skip, d.Reason = KindLateFire, fmt.Sprintf("late fire: started %s after slot %s, outside its window of %s (a restarted timer or an overrun; no catch-up)",
-			now.Sub(slot).Round(time.Second), slot.Format(time.RFC3339), window)
+			late.Round(time.Second), slot.Format(time.RFC3339), window)
+	case !start.ByTimer:
+		d.Skip, d.Reason = KindLateFire, fmt.Sprintf("late start: %s after slot %s, not by the timer (only a timer fire catches up)",
+			late.Round(time.Second), slot.Format(time.RFC3339))
+	case late > catchUp:
+		d.Skip, d.Reason = KindLateFire, fmt.Sprintf("late fire: started %s after slot %s, older than its catch-up window of %s",
+			late.Round(time.Second), slot.Format(time.RFC3339), catchUp)
+	default:
+		d.CatchUp = true
+		d.Wait = catchUpWait(spec, slot, sched.Next(now).Sub(now))
 	}
 	return d
+}
+
+// catchUpWait is how long the catch-up of slot waits before contending:
+// a spread by a hash of job and slot, the same on every node, below
+// CatchUpSpread, a tenth of the job's timeout and half of untilNext (the
+// time left to the next slot). A spec without a timeout (an older agent's)
+// waits not at all.
+func catchUpWait(spec jobspec.Spec, slot time.Time, untilNext time.Duration) time.Duration {
+	limit := min(CatchUpSpread, time.Duration(spec.TimeoutSec)*time.Second/10, untilNext/2)
+	if limit <= 0 {
+		return 0
+	}
+	h := fnv.New64a()
+	h.Write([]byte(spec.ID + "#" + slot.UTC().Format(time.RFC3339)))
+	return time.Duration(h.Sum64() % uint64(limit/time.Millisecond) * uint64(time.Millisecond))
 }
 
 // busy is what a node that did not get the lock makes of it.

@@ -200,6 +200,7 @@ func TestJudgeFutureStamp(t *testing.T) {
 func TestMergeRanAhead(t *testing.T) {
 	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 	at := func(m int) RanAhead { return RanAhead{Slot: now.Add(time.Duration(m) * time.Minute), Node: "fast"} }
+	keep := int(ranAheadKeep / time.Minute)
 	slots := func(rs []RanAhead) []int {
 		var out []int
 		for _, r := range rs {
@@ -217,7 +218,8 @@ func TestMergeRanAhead(t *testing.T) {
 		{"none", nil, nil, true, nil},
 		{"adds, sorted", []RanAhead{at(12)}, &RanAhead{Slot: at(11).Slot, Node: "fast"}, false, []int{11, 12}},
 		{"no duplicates", []RanAhead{at(11)}, &RanAhead{Slot: at(11).Slot}, false, []int{11}},
-		{"a verified writer drops what is an hour past", []RanAhead{at(-61), at(-59), at(11)}, nil, true, []int{-59, 11}},
+		// ranAheadKeep: a day's catch-up window plus an hour.
+		{"a verified writer drops what is past ranAheadKeep", []RanAhead{at(-keep - 1), at(-keep + 1), at(11)}, nil, true, []int{-keep + 1, 11}},
 		// A fast writer's now lies ahead: dropping by it could drop a slot
 		// that has not yet come, which would then run a second time.
 		{"an unverified writer drops nothing by age", []RanAhead{at(-61), at(11)}, nil, false, []int{-61, 11}},

@@ -61,6 +61,9 @@ type Env struct {
 	OutputLimits OutputLimits
 	// Start is systemd's word on why the service started.
 	Start Start
+	// Sleep waits out a catch-up's spread (nil: time.Sleep), or returns
+	// false when the runner was asked to stop meanwhile (tests).
+	Sleep func(time.Duration) bool
 	Log   *slog.Logger
 	// beats, when set (tests), drives the heartbeat instead of the
 	// Heartbeat ticker: each value asks for one beat, and is closed once
@@ -147,11 +150,43 @@ func Run(env Env) int {
 		rec.Kind, rec.Reason = KindClockRefused, "node "+env.Node+": "+why
 		return finish(env, rec, ExitSkip)
 	}
+	if d.Wait > 0 {
+		env.Log.Info("catch-up of a missed slot: waiting "+d.Wait.Round(time.Millisecond).String()+" before contending, to spread the catch-up runs", "run_key", d.Key)
+		if !env.sleep(d.Wait) {
+			// Stopped (the job disabled or deleted, the node shutting
+			// down) before it contended: nothing ran here, and another
+			// node may still run the slot. Silent, like any late fire.
+			rec.Kind, rec.Reason = KindLateFire, "stopped while waiting to catch up slot "+d.Slot.Format(time.RFC3339)
+			return finish(env, rec, ExitSkip)
+		}
+	}
 	return elect(env, spec, d, rec)
 }
 
+// sleep waits d, or less when SIGTERM or SIGINT comes first (false).
+func (env Env) sleep(d time.Duration) bool {
+	if env.Sleep != nil {
+		return env.Sleep(d)
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-sigs:
+		return false
+	}
+}
+
 func recordFor(env Env, spec jobspec.Spec, d decision) Record {
-	return Record{Kind: KindStarted, Slot: d.Slot, Version: spec.Version, RunKey: d.Key, Trigger: string(d.Trigger), Node: env.Node}
+	trigger := d.Trigger
+	if d.CatchUp {
+		trigger = wire.TriggerCatchUp
+	}
+	return Record{Kind: KindStarted, Slot: d.Slot, Version: spec.Version, RunKey: d.Key, Trigger: string(trigger), Node: env.Node}
 }
 
 // elect takes the job's lock on shared storage: the holder runs, the
@@ -670,8 +705,9 @@ const Attempt = 1
 // runEnv tells the command which run it is: a script can make itself
 // idempotent per run with HOSTCRON_RUN_KEY (or per slot with
 // HOSTCRON_SLOT, the fire time it stands for, which may lie a few seconds
-// before now; a run-now's request time), HOSTCRON_TRIGGER says why it
-// started (scheduled, manual) and HOSTCRON_ATTEMPT which attempt it is;
+// before now, or up to the catch-up window for a catch-up; a run-now's
+// request time), HOSTCRON_TRIGGER says why it started (scheduled, manual,
+// catchup) and HOSTCRON_ATTEMPT which attempt it is;
 // HOSTCRON_TENANT and HOSTCRON_CRON_JOB_ID name its job. Every value is
 // the runner's own (its spec's, its decision's), never the tenant's text.
 func runEnv(spec jobspec.Spec, rec Record) []string {

@@ -54,8 +54,9 @@ type RanAhead struct {
 const (
 	// ranAheadKeep: a verified writer drops entries older than this; no
 	// node contends for a slot that long after it (its fire window is
-	// RandomizedDelaySec + FireMargin).
-	ranAheadKeep = time.Hour
+	// RandomizedDelaySec + FireMargin; a catch-up's is at most
+	// wire.MaxCatchUpWindowSec, plus its wait).
+	ranAheadKeep = wire.MaxCatchUpWindowSec*time.Second + time.Hour
 	// ranAheadMax bounds the list, dropping the earliest: while verified
 	// nodes run, a minutely job keeps at most an hour's worth; with none
 	// (every agent cut off from the core) 128 minutes of slots.

@@ -80,6 +80,7 @@ func changedFields(before, after JobFields) []string {
 	add("max_memory_mb", before.MaxMemoryMB != after.MaxMemoryMB)
 	add("max_failures", before.MaxFailures != after.MaxFailures)
 	add("environment", !maps.Equal(before.Environment, after.Environment))
+	add("catchup_window_seconds", before.CatchUpWindowSeconds != after.CatchUpWindowSeconds)
 	return out
 }
 

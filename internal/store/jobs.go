@@ -63,6 +63,9 @@ type JobFields struct {
 	TimeoutSeconds   int    `json:"timeout_seconds"`
 	MaxMemoryMB      int    `json:"max_memory_mb"`
 	MaxFailures      int    `json:"max_failures"`
+	// CatchUpWindowSeconds: a slot missed (a reboot, an outage, a late
+	// fire) runs once, late, if it is at most this old; 0 never.
+	CatchUpWindowSeconds int `json:"catchup_window_seconds"`
 	// Environment are the command's variables (jobspec.ValidateEnvironment),
 	// never nil once read ({} when none). Shown to the owning tenant only,
 	// as every field of its job is.
@@ -83,14 +86,14 @@ var (
 const jobColumns = `id, tenant_id, webroot_id, schedule, timezone, command, working_directory, enabled,
 	timeout_seconds, max_memory_mb, max_failures, consecutive_failures, status, status_message, version,
 	not_before, created_at, updated_at, name, disabled_reason, last_run_id, last_run_at, last_result,
-	last_failure_reason, last_success_at, environment`
+	last_failure_reason, last_success_at, environment, catchup_window_seconds`
 
 func scanJob(row pgx.Row) (CronJob, error) {
 	var j CronJob
 	err := row.Scan(&j.ID, &j.TenantID, &j.WebrootID, &j.Schedule, &j.Timezone, &j.Command, &j.WorkingDirectory,
 		&j.Enabled, &j.TimeoutSeconds, &j.MaxMemoryMB, &j.MaxFailures, &j.ConsecutiveFailures, &j.Status,
 		&j.StatusMessage, &j.Version, &j.NotBefore, &j.CreatedAt, &j.UpdatedAt, &j.Name, &j.DisabledReason,
-		&j.lastRunID, &j.LastRunAt, &j.LastResult, &j.LastFailureReason, &j.LastSuccessAt, &j.Environment)
+		&j.lastRunID, &j.LastRunAt, &j.LastResult, &j.LastFailureReason, &j.LastSuccessAt, &j.Environment, &j.CatchUpWindowSeconds)
 	if j.Environment == nil {
 		j.Environment = map[string]string{}
 	}
@@ -143,9 +146,9 @@ func (s *Store) CreateJob(ctx context.Context, tenantID string, f JobFields, ide
 		}
 		job, err = scanJob(tx.QueryRow(ctx, `
 			INSERT INTO cron_jobs (tenant_id, webroot_id, schedule, timezone, command, working_directory, enabled,
-			                       timeout_seconds, max_memory_mb, max_failures, name, environment)
+			                       timeout_seconds, max_memory_mb, max_failures, name, environment, catchup_window_seconds)
 			SELECT w.tenant_id, w.id, @schedule, @timezone, @command, @working_directory, @enabled,
-			       @timeout_seconds, @max_memory_mb, @max_failures, @name, @environment
+			       @timeout_seconds, @max_memory_mb, @max_failures, @name, @environment, @catchup_window_seconds
 			FROM webroots w WHERE w.id = @webroot_id AND w.tenant_id = @tenant_id
 			RETURNING `+jobColumns, fieldArgs(f, pgx.NamedArgs{"tenant_id": tenantID})))
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -246,7 +249,7 @@ func fieldArgs(f JobFields, extra pgx.NamedArgs) pgx.NamedArgs {
 		"webroot_id": f.WebrootID, "schedule": f.Schedule, "timezone": f.Timezone, "command": f.Command,
 		"working_directory": f.WorkingDirectory, "enabled": f.Enabled, "timeout_seconds": f.TimeoutSeconds,
 		"max_memory_mb": f.MaxMemoryMB, "max_failures": f.MaxFailures, "name": f.Name,
-		"environment": envOrEmpty(f.Environment),
+		"environment": envOrEmpty(f.Environment), "catchup_window_seconds": f.CatchUpWindowSeconds,
 	}
 	for k, v := range extra {
 		args[k] = v
@@ -374,6 +377,7 @@ func (s *Store) transition(ctx context.Context, id string, ifVersion int64,
 			       timeout_seconds = @timeout_seconds, max_memory_mb = @max_memory_mb, max_failures = @max_failures,
 			       consecutive_failures = @consecutive_failures, status = @status, status_message = @status_message,
 			       name = @name, disabled_reason = @disabled_reason, environment = @environment,
+			       catchup_window_seconds = @catchup_window_seconds,
 			       not_before = CASE WHEN @rearm THEN now() ELSE not_before END,
 			       swept_until = CASE WHEN @rearm THEN NULL ELSE swept_until END,
 			       failures_after_run = CASE WHEN @reset_failures
@@ -698,7 +702,8 @@ func (s *Store) CancelRun(ctx context.Context, jobID, runKey string) (CronJob, e
 		if pending >= MaxPendingCancels {
 			return conflict("%d cancels of this job are still on their way to the nodes: wait for them", pending)
 		}
-		if err := cancellable(key, result, requested, now, job.TimeoutSeconds); err != nil {
+		// A catch-up may start up to the catch-up window after its slot.
+		if err := cancellable(key, result, requested, now, job.TimeoutSeconds+job.CatchUpWindowSeconds); err != nil {
 			return err
 		}
 		if err := recordEvent(ctx, tx, job, actorOf(ctx), string(wire.ActionCancel), map[string]any{"run_key": runKey}); err != nil {
@@ -740,7 +745,9 @@ const cancelReach = 15 * time.Minute
 // (or only the sweeper's lost one: a node may still be running it), a
 // scheduled slot is neither in the future nor so old that its timeout
 // has stopped it (cancelReach), and a manual run is a request of the job
-// (by its outbox row or, once that is pruned, its audit event). A slot
+// (by its outbox row or, once that is pruned, its audit event);
+// timeoutSec is how long after its slot a run may still run (the
+// timeout, plus the catch-up window for a job that catches up). A slot
 // need not be a fire time of today's schedule: a run of the schedule
 // before an edit may still be running.
 func cancellable(k runkey.Key, recorded *string, requested bool, now time.Time, timeoutSec int) error {

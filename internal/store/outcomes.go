@@ -29,7 +29,8 @@ type Run struct {
 	FailureReason string      `json:"failure_reason"`
 	ReceivedAt    time.Time   `json:"received_at"`
 	// Added fields; the ones above keep their names.
-	Trigger wire.Trigger `json:"trigger"` // the run key's: scheduled, manual
+	// the run key's (scheduled, manual), or catchup for a scheduled key
+	Trigger wire.Trigger `json:"trigger"`
 	Attempt int          `json:"attempt"` // 1 until retries exist
 	// What the command used (null when the node did not say), warnings
 	// when it came near its limits (usageWarnings), and the systemd
@@ -81,6 +82,9 @@ type Outcome struct {
 	OutputTail         *string
 	OutputTruncated    bool
 	OutputDroppedBytes int64
+	// Trigger is the run's (wire.RecordedTrigger, checked by the API):
+	// the key's, or catchup for a scheduled key.
+	Trigger wire.Trigger
 }
 
 // OutcomeResult tells what recording an outcome did.
@@ -235,15 +239,16 @@ func writeRun(ctx context.Context, tx pgx.Tx, node Node, jobID string, o Outcome
 		"failure_reason": o.FailureReason,
 		"cpu_seconds":    o.CPUSeconds, "peak_memory_bytes": o.PeakMemoryBytes, "warnings": warnings, "invocation_id": o.InvocationID,
 		"output_tail": o.OutputTail, "output_truncated": o.OutputTruncated, "output_dropped_bytes": o.OutputDroppedBytes,
+		"trigger": o.Trigger,
 	}
 	sql := `INSERT INTO cron_job_runs (run_key, cron_job_id, version, node_id, scheduled_at, started_at, finished_at,
 		                           duration_ms, result, exit_code, signal, failure_reason,
 		                           cpu_seconds, peak_memory_bytes, warnings, invocation_id,
-		                           output_tail, output_truncated, output_dropped_bytes)
+		                           output_tail, output_truncated, output_dropped_bytes, trigger)
 		VALUES (@run_key, @cron_job_id, @version, @node_id, @scheduled_at, @started_at, @finished_at,
 		        @duration_ms, @result, @exit_code, @signal, @failure_reason,
 		        @cpu_seconds, @peak_memory_bytes, @warnings, @invocation_id,
-		        @output_tail, @output_truncated, @output_dropped_bytes) RETURNING id`
+		        @output_tail, @output_truncated, @output_dropped_bytes, NULLIF(@trigger, '')) RETURNING id`
 	if step == replaceRun {
 		// Every column of the run is the new report's: the replaced
 		// placeholder's output (none) must not outlive it, nor a
@@ -253,7 +258,8 @@ func writeRun(ctx context.Context, tx pgx.Tx, node Node, jobID string, o Outcome
 			       signal = @signal, failure_reason = @failure_reason, received_at = now(),
 			       cpu_seconds = @cpu_seconds, peak_memory_bytes = @peak_memory_bytes, warnings = @warnings,
 			       invocation_id = @invocation_id, output_tail = @output_tail, output_truncated = @output_truncated,
-			       output_dropped_bytes = @output_dropped_bytes
+			       output_dropped_bytes = @output_dropped_bytes,
+			       trigger = coalesce(NULLIF(@trigger, ''), split_part(run_key, '#', 2))
 			WHERE run_key = @run_key AND cron_job_id = @cron_job_id RETURNING id`
 	}
 	var id int64

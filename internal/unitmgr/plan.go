@@ -530,8 +530,11 @@ func isUnitFile(path string) bool {
 }
 
 // startSteps start the timer of an enabled job that is not running, and
-// restart one whose timer file changed (Persistent=no, so a restart never
-// fires the job). A service-only change leaves the timer alone.
+// restart one whose timer file changed (with Persistent=no a restart never
+// fires the job; with a catch-up window's Persistent=yes it may fire a
+// slot missed while the timer was stopped, which the runner runs only as
+// that slot's catch-up, never a second time). A service-only change leaves
+// the timer alone.
 func startSteps(l Layout, in intent, obs Observed, planned []Step) []Step {
 	if !in.enabled || in.files == nil {
 		return nil

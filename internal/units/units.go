@@ -50,6 +50,11 @@ type Job struct {
 	// RandomizedDelaySec spreads one slot's timers over the nodes; see
 	// DelayFor.
 	RandomizedDelaySec int
+	// Persistent: systemd fires a slot missed while the timer was not
+	// running (a reboot, a stopped timer) as soon as it starts again; only
+	// for a job with a catch-up window, whose runner decides whether the
+	// slot still runs (docs/semantics.md, "Catch-up").
+	Persistent bool
 	// DenyAddresses are the node's control-plane addresses (IPs or CIDRs,
 	// see ParseDenyAddress) the tenant's command must not reach; rendered
 	// as IPAddressDeny=. They come from the node, not the job (see

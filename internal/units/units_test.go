@@ -259,3 +259,23 @@ func TestDelayFor(t *testing.T) {
 		}
 	}
 }
+
+// TestRenderPersistentOnlyWithCatchUp: systemd fires a missed slot at
+// boot or activation only for a job with a catch-up window.
+func TestRenderPersistentOnlyWithCatchUp(t *testing.T) {
+	j := validJob(t, "0 * * * *", "UTC")
+	for _, persistent := range []bool{false, true} {
+		j.Persistent = persistent
+		r, err := Render(j, DefaultPaths)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, not := "\nPersistent=no\n", "\nPersistent=yes\n"
+		if persistent {
+			want, not = not, want
+		}
+		if !bytes.Contains(r.Timer, []byte(want)) || bytes.Contains(r.Timer, []byte(not)) {
+			t.Errorf("persistent %v: timer lacks %q or has %q:\n%s", persistent, want, not, r.Timer)
+		}
+	}
+}

@@ -118,10 +118,33 @@ type Trigger string
 const (
 	TriggerScheduled Trigger = "scheduled"
 	TriggerManual    Trigger = "manual"
+	// TriggerCatchUp is a slot run late by the catch-up policy
+	// (catchup_window_seconds). It is the same run as the slot's on-time
+	// run, under the same scheduled run key; only the trigger differs.
+	TriggerCatchUp Trigger = "catchup"
 )
 
 // Triggers are every trigger a run may have.
-var Triggers = []Trigger{TriggerScheduled, TriggerManual}
+var Triggers = []Trigger{TriggerScheduled, TriggerManual, TriggerCatchUp}
+
+// RecordedTrigger is the trigger to record for a run whose key has
+// keyTrigger when its node says reported ("" when it says nothing, as
+// older nodes do): the key's, except catchup, which only a scheduled key
+// may carry. ok is false for any other disagreement.
+func RecordedTrigger(keyTrigger, reported Trigger) (Trigger, bool) {
+	switch {
+	case reported == "" || reported == keyTrigger:
+		return keyTrigger, true
+	case reported == TriggerCatchUp && keyTrigger == TriggerScheduled:
+		return TriggerCatchUp, true
+	}
+	return "", false
+}
+
+// MaxCatchUpWindowSec bounds catchup_window_seconds: a day. A catch-up
+// run may then end up to a day (the window) plus a day (the longest
+// timeout) after its slot, which the outcome hook still accepts.
+const MaxCatchUpWindowSec = 86400
 
 // Job is one cron job as a node must have it: what the core sends, what
 // the node agent turns into a unit pair and a run spec.
@@ -151,6 +174,9 @@ type Job struct {
 	// Environment are the job's variables (jobspec.ValidateEnvironment);
 	// they may be secrets, and reach a node only in its job spec file.
 	Environment map[string]string `json:"environment,omitempty"`
+	// CatchUpWindowSec: a missed slot younger than this runs once, late
+	// (0: never; an older core sends nothing, which is 0).
+	CatchUpWindowSec int `json:"catchup_window_seconds,omitempty"`
 }
 
 // UnitName is cron-{tenant}-{id}.
@@ -271,6 +297,9 @@ type Outcome struct {
 	OutputTail         *string `json:"output_tail,omitempty"`
 	OutputTruncated    bool    `json:"output_truncated,omitempty"`
 	OutputDroppedBytes int64   `json:"output_dropped_bytes,omitempty"`
+	// Trigger is the run's trigger when it is not the run key's: catchup
+	// for a scheduled key (wire.RecordedTrigger); omitted otherwise.
+	Trigger Trigger `json:"trigger,omitempty"`
 }
 
 var invocationRE = regexp.MustCompile(`^[0-9a-f]{32}$`)
