@@ -34,7 +34,7 @@ var released = []struct{ name, sha string }{
 	{"019_run_starts.sql", "9edaaedc6964cd2d"},
 	{"020_run_output_tail.sql", "2bc505994a751b3f"},
 	{"021_deleted_job_history.sql", "bfff870a7c37beed"},
-	{"023_catchup.sql", "e658850d81e9c3ec"},
+	{"022_catchup.sql", "e658850d81e9c3ec"},
 }
 
 func TestReleasedMigrationsNeverChange(t *testing.T) {
