@@ -2,9 +2,18 @@ package workflows
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"testing"
+	"time"
 
 	"go.temporal.io/sdk/temporal"
 
@@ -287,5 +296,87 @@ func TestReconcileFromCoreBoundsItsReport(t *testing.T) {
 	if len(rep.Written) != wire.MaxReportNames || rep.Omitted != 2*wire.MaxReportNames || rep.Reloads != 1 {
 		t.Errorf("report of %d written names, %d omitted, %d reloads; want %d, %d, 1",
 			len(rep.Written), rep.Omitted, rep.Reloads, wire.MaxReportNames, 2*wire.MaxReportNames)
+	}
+}
+
+// A paged converge on a node with trust keys reconciles only pages the
+// core signed for this node's very requests: a tampered page, a page
+// signed for another node or an unsigned one fails the attempt (retried,
+// as a payload the codec refuses) and nothing reaches the unit manager,
+// not even the pages that did verify.
+func TestReconcileFromCoreVerifiesPages(t *testing.T) {
+	const node = "00000000-0000-4000-8000-0000000000aa"
+	_, core, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := core.Public().(ed25519.PublicKey)
+	second := tenantJob
+	second.ID = "2b6f4c1e-8a53-4c8e-9d7e-3f1f0e2a9b10"
+	pageBody := func(p wire.DesiredPage) []byte {
+		b, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	for _, tc := range []struct {
+		name string
+		// serve answers the request for the page after the cursor: the
+		// body and what it is signed for ("" node: unsigned).
+		serve func(req trust.PageRequest, body []byte) (out []byte, signedFor trust.PageRequest)
+		want  retry
+	}{
+		{"signed pages", func(req trust.PageRequest, body []byte) ([]byte, trust.PageRequest) { return body, req }, noError},
+		{"second page emptied in transit", func(req trust.PageRequest, body []byte) ([]byte, trust.PageRequest) {
+			if req.After != "" {
+				return []byte(`{"jobs":[],"snapshot":{"xmin":100,"xmax":104}}`), req
+			}
+			return body, req
+		}, retried},
+		{"a page signed for another node", func(req trust.PageRequest, body []byte) ([]byte, trust.PageRequest) {
+			req.Node = "00000000-0000-4000-8000-0000000000bb"
+			return body, req
+		}, retried},
+		{"unsigned second page", func(req trust.PageRequest, body []byte) ([]byte, trust.PageRequest) {
+			if req.After != "" {
+				return body, trust.PageRequest{}
+			}
+			return body, req
+		}, retried},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				limit, _ := strconv.Atoi(r.URL.Query().Get("limit"))
+				req := trust.PageRequest{Node: node, After: r.URL.Query().Get("after"), Limit: limit}
+				page := wire.DesiredPage{Jobs: []wire.Job{tenantJob}, Snapshot: wire.Snapshot{Xmin: 100, Xmax: 104}, Next: tenantJob.ID}
+				if req.After != "" {
+					page = wire.DesiredPage{Jobs: []wire.Job{second}, Snapshot: wire.Snapshot{Xmin: 100, Xmax: 104}}
+				}
+				body, signedFor := tc.serve(req, pageBody(page))
+				if signedFor.Node != "" {
+					w.Header().Set(trust.PageSignatureHeader, trust.SignPage(core, signedFor, pageBody(page), time.Now()))
+				}
+				_, _ = w.Write(body)
+			}))
+			defer srv.Close()
+			u := &fakeUnits{}
+			a := &NodeActivities{Units: u, Admission: admitAll, Desired: desiredset.Client{BaseURL: srv.URL, PageSize: 1,
+				Pages: &trust.PageVerifier{Core: map[string]ed25519.PublicKey{trust.KeyID(pub): pub}, MaxAge: 10 * time.Minute},
+				Log:   slog.New(slog.NewTextHandler(io.Discard, nil))}}
+			_, err := a.ReconcileFromCore(context.Background(), wire.DesiredSetRef{NodeID: node})
+			if c := classify(err); c != tc.want {
+				t.Fatalf("error %v: class %d, want %d", err, c, tc.want)
+			}
+			if tc.want != noError {
+				if u.reconciled {
+					t.Errorf("the unit manager reconciled %d jobs from a refused read", len(u.desired))
+				}
+				return
+			}
+			if !u.reconciled || len(u.desired) != 2 {
+				t.Errorf("unit manager got %d jobs (reconciled %v), want both", len(u.desired), u.reconciled)
+			}
+		})
 	}
 }

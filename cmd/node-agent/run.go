@@ -121,10 +121,18 @@ func startNodeWorker(ctx context.Context, cfg nodeconf.Config, nm *metrics.Node,
 		return nil, fmt.Errorf("node config web_storage_dir: %w", err)
 	}
 	var secure func(*client.Options) error
-	if files := trust.Files(cfg.Trust); files.Enabled() {
+	files := trust.Files(cfg.Trust)
+	if files.Enabled() {
 		secure = files.ApplyNode
 	} else {
 		log.Warn("Temporal without TLS and payload signing: any client of the frontend can drive this node; only for development")
+	}
+	// The desired-set pages a converge reads from the core API are
+	// accepted only signed by the core, as payloads are (neither is
+	// checked without trust material).
+	pages, err := files.NodePages()
+	if err != nil {
+		return nil, fmt.Errorf("desired-set page verification: %w", err)
 	}
 	tc, err := workflows.Dial(ctx, cfg.TemporalAddress, cfg.TemporalNamespace, secure, log)
 	if err != nil {
@@ -142,7 +150,8 @@ func startNodeWorker(ctx context.Context, cfg nodeconf.Config, nm *metrics.Node,
 	// A converge hands this node a reference; it reads its desired set
 	// from the core API in pages, as this node (its credential).
 	desiredSets := desiredset.Client{BaseURL: cfg.APIURL, Credential: cfg.Credential,
-		HTTP: &http.Client{Timeout: 30 * time.Second}, PageSize: cfg.DesiredPageSize}
+		HTTP: &http.Client{Timeout: 30 * time.Second}, PageSize: cfg.DesiredPageSize,
+		Pages: pages, Log: log.With("component", "desired-set")}
 	workflows.RegisterNode(w, &workflows.NodeActivities{Units: m, Admission: admission, Desired: desiredSets})
 	if err := w.Start(); err != nil {
 		closeConn()

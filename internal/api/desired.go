@@ -1,12 +1,15 @@
 package api
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/hostcron/hostcron/internal/trust"
 	"github.com/hostcron/hostcron/internal/wire"
 )
 
@@ -19,7 +22,9 @@ var errNotYourSet = &apiError{http.StatusForbidden, ProblemDetail{Code: "forbidd
 // reference reads its set here, page by page, instead of receiving it as
 // one Temporal payload. The path names the node so that a task meant for
 // another node, run here, fails instead of converging this node by
-// another's reference.
+// another's reference. With a PageKey the page carries the core's
+// signature, bound to this request (node, cursor, limit), in
+// trust.PageSignatureHeader.
 func (s *Server) desiredJobs(c echo.Context) error {
 	n := nodeOf(c)
 	nodeID, err := pathID(c, "node")
@@ -50,5 +55,15 @@ func (s *Server) desiredJobs(c echo.Context) error {
 	if !ok {
 		return errNotFound // the node was deleted since it authenticated
 	}
-	return c.JSON(http.StatusOK, page)
+	// The signature covers the exact bytes served, so the page is
+	// marshalled here rather than by c.JSON.
+	body, err := json.Marshal(page)
+	if err != nil {
+		return fmt.Errorf("desired page: marshal: %w", err)
+	}
+	if s.cfg.PageKey != nil {
+		req := trust.PageRequest{Node: nodeID, After: after, Limit: limit}
+		c.Response().Header().Set(trust.PageSignatureHeader, trust.SignPage(s.cfg.PageKey, req, body, s.now()))
+	}
+	return c.JSONBlob(http.StatusOK, body)
 }

@@ -1,9 +1,15 @@
 package api
 
 import (
+	"crypto/ed25519"
+	"crypto/rand"
 	"encoding/json"
+	"errors"
+	"strconv"
 	"testing"
+	"time"
 
+	"github.com/hostcron/hostcron/internal/trust"
 	"github.com/hostcron/hostcron/internal/wire"
 )
 
@@ -80,5 +86,64 @@ func TestNodeReadsItsDesiredSetInPages(t *testing.T) {
 		if code, out := v.do("GET", tc.path, tc.cred, ""); code != tc.want {
 			t.Errorf("%s: %d %s, want %d", tc.name, code, out, tc.want)
 		}
+	}
+}
+
+// With the core's key every page carries its signature, bound to the
+// request that read it: it verifies for that node, cursor and size under
+// the core's public key, and for no other request.
+func TestDesiredPagesAreSigned(t *testing.T) {
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	core := map[string]ed25519.PublicKey{trust.KeyID(key.Public().(ed25519.PublicKey)): key.Public().(ed25519.PublicKey)}
+	v := newEnvWith(t, Config{PageKey: key})
+	nodes := v.mustJSON("GET", "/api/v1/admin/shards/"+v.shardID+"/nodes", adminKey, "", 200)["nodes"].([]any)
+	nodeID := nodes[0].(map[string]any)["id"].(string)
+	v.createJob("")
+	second := v.createJob("")["id"].(string)
+	first := v.createJob("")["id"].(string)
+	if first > second {
+		first, second = second, first
+	}
+
+	for _, req := range []trust.PageRequest{
+		{Node: nodeID, Limit: 1},
+		{Node: nodeID, After: first, Limit: 2},
+		{Node: nodeID, Limit: wire.DesiredPageSize}, // no limit asked: the default is what is signed
+	} {
+		q := "?limit=" + strconv.Itoa(req.Limit)
+		if req.Limit == wire.DesiredPageSize {
+			q = "?"
+		}
+		if req.After != "" {
+			q += "&after=" + req.After
+		}
+		code, hdr, body := v.doHeaders("GET", "/internal/v1/nodes/"+nodeID+"/desired-jobs"+q, v.node, "", nil)
+		if code != 200 {
+			t.Fatalf("%+v: %d %s", req, code, body)
+		}
+		sig := hdr.Get(trust.PageSignatureHeader)
+		if err := trust.VerifyPage(core, time.Minute, req, body, sig, time.Now()); err != nil {
+			t.Errorf("%+v: page does not verify: %v (header %q)", req, err, sig)
+		}
+		moved := req
+		moved.After = second
+		if err := trust.VerifyPage(core, time.Minute, moved, body, sig, time.Now()); !errors.Is(err, trust.ErrPageBadSignature) {
+			t.Errorf("%+v: page verifies for cursor %s too: %v", req, second, err)
+		}
+	}
+}
+
+// Without the key (no trust material) pages go unsigned, as payloads do
+// without the codec.
+func TestDesiredPagesUnsignedWithoutKey(t *testing.T) {
+	v := newEnv(t)
+	nodes := v.mustJSON("GET", "/api/v1/admin/shards/"+v.shardID+"/nodes", adminKey, "", 200)["nodes"].([]any)
+	nodeID := nodes[0].(map[string]any)["id"].(string)
+	code, hdr, body := v.doHeaders("GET", "/internal/v1/nodes/"+nodeID+"/desired-jobs", v.node, "", nil)
+	if code != 200 || hdr.Get(trust.PageSignatureHeader) != "" {
+		t.Errorf("%d %q %s: want 200 without a signature", code, hdr.Get(trust.PageSignatureHeader), body)
 	}
 }

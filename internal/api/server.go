@@ -4,6 +4,7 @@ package api
 
 import (
 	"context"
+	"crypto/ed25519"
 	"log/slog"
 	"net/http"
 	"time"
@@ -48,6 +49,11 @@ type Config struct {
 	// still arrive (the sweeper's grace, default 2m): the slots listing
 	// calls a slot younger than timeout + grace pending.
 	OutcomeGrace time.Duration
+	// PageKey signs every desired-set page (trust.SignPage), the core's
+	// payload signing key: nodes with trust keys refuse unsigned pages as
+	// they refuse unsigned payloads. nil: pages go unsigned (no trust
+	// material, development).
+	PageKey ed25519.PrivateKey
 }
 
 // Converger starts converging a node to its shard's desired state.

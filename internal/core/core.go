@@ -145,6 +145,11 @@ func (c *Core) start(ctx, bg context.Context, cfg Config) error {
 	reg.MustRegister(&metrics.OutboxCollector{Source: c.store, Log: cfg.Log})
 	apiCfg := api.Config{AdminKey: cfg.AdminKey, Logger: cfg.Log, Metrics: m, AllowPrivateTargets: cfg.Notify.AllowPrivateTargets,
 		MailRelay: cfg.Notify.SMTP.Addr != "" || cfg.Notify.Mailer != nil}
+	// Desired-set pages are signed with the key payloads are, so a node
+	// trusts what it reads over HTTP exactly as what Temporal delivers.
+	if apiCfg.PageKey, err = cfg.Trust.CorePageKey(); err != nil {
+		return fmt.Errorf("desired-set page signing: %w", err)
+	}
 	var logs *logship.Client
 	if cfg.LokiURL != "" {
 		logs = &logship.Client{URL: cfg.LokiURL, OrgID: cfg.LokiOrgID}

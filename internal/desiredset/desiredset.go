@@ -11,10 +11,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
 
+	"github.com/hostcron/hostcron/internal/trust"
 	"github.com/hostcron/hostcron/internal/wire"
 )
 
@@ -89,6 +91,12 @@ type Client struct {
 	Credential string
 	HTTP       *http.Client
 	PageSize   int // jobs per page; 0: wire.DesiredPageSize, at most wire.MaxDesiredPageSize
+	// Pages verifies every page's core signature before it is used
+	// (trust.VerifyPage): the node's trusted core keys and max_age, as
+	// for payloads. nil only without trust material (development), where
+	// payloads are not verified either.
+	Pages *trust.PageVerifier
+	Log   *slog.Logger // nil: slog.Default()
 }
 
 // DesiredSet reads the whole desired set of nodeID, page by page.
@@ -133,11 +141,32 @@ func (c Client) Page(ctx context.Context, nodeID, after string) (wire.DesiredPag
 	if resp.StatusCode != http.StatusOK {
 		return wire.DesiredPage{}, answerError(resp.StatusCode, body)
 	}
+	if c.Pages != nil {
+		// Before anything in the page is believed: a page the core did
+		// not sign for this very request fails the whole read, so no
+		// partial or foreign set is ever reconciled. Not ErrRefused: like
+		// a payload the codec refuses, the attempt fails and Temporal
+		// retries it within the node timeout (an interception may pass,
+		// a page re-read is signed afresh).
+		req := trust.PageRequest{Node: nodeID, After: after, Limit: size}
+		if err := c.Pages.Verify(req, body, resp.Header.Get(trust.PageSignatureHeader)); err != nil {
+			c.log().Error("desired-set page refused: not signed by the core for this request; nothing is reconciled",
+				"node", nodeID, "after", after, "limit", size, "url", c.BaseURL, "err", err)
+			return wire.DesiredPage{}, fmt.Errorf("desired page: %w", err)
+		}
+	}
 	var p wire.DesiredPage
 	if err := json.Unmarshal(body, &p); err != nil {
 		return wire.DesiredPage{}, fmt.Errorf("desired page: decode: %w", err)
 	}
 	return p, nil
+}
+
+func (c Client) log() *slog.Logger {
+	if c.Log != nil {
+		return c.Log
+	}
+	return slog.Default()
 }
 
 // answerError turns a refusal into an error: the revisions check into

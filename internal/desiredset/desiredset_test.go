@@ -2,12 +2,19 @@ package desiredset
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"errors"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/hostcron/hostcron/internal/trust"
 	"github.com/hostcron/hostcron/internal/wire"
 )
 
@@ -153,5 +160,122 @@ func TestClientPagesAndClassifiesRefusals(t *testing.T) {
 		if err == nil || errors.Is(err, ErrRefused) != tc.refused || errors.Is(err, wire.ErrRevisionsAhead) != tc.revsAhead {
 			t.Errorf("answer %d: %v; want refused=%v revisions-ahead=%v", tc.status, err, tc.refused, tc.revsAhead)
 		}
+	}
+}
+
+// signedCore serves a node's two-page set (PageSize 1) as the core does,
+// each page signed with key for the request that read it; tamper may
+// change what goes out after signing (or what is signed) for one page.
+type signedCore struct {
+	key    ed25519.PrivateKey
+	tamper func(p *servedPage)
+}
+
+// servedPage is one answer: what is signed for, the body, the header.
+type servedPage struct {
+	req    trust.PageRequest // the request as the server read it
+	signed trust.PageRequest // what the signature is bound to
+	body   []byte
+	header string
+	key    ed25519.PrivateKey
+	at     time.Time
+	sign   bool // false: the header as set, unsigned
+}
+
+func (s signedCore) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	after := r.URL.Query().Get("after")
+	limit, _ := strconv.Atoi(r.URL.Query().Get("limit"))
+	node := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/internal/v1/nodes/"), "/desired-jobs")
+	p := servedPage{req: trust.PageRequest{Node: node, After: after, Limit: limit}, key: s.key, at: time.Now(), sign: true}
+	p.signed = p.req
+	if after == "" {
+		p.body = []byte(`{"jobs":[{"id":"` + id1 + `","tenant":"acme"}],"snapshot":{"xmin":5,"xmax":9},"next":"` + id1 + `"}`)
+	} else {
+		p.body = []byte(`{"jobs":[{"id":"` + id2 + `","tenant":"acme"}],"snapshot":{"xmin":7,"xmax":9}}`)
+	}
+	if s.tamper != nil {
+		s.tamper(&p)
+	}
+	if p.sign {
+		p.header = trust.SignPage(p.key, p.signed, p.body, p.at)
+	}
+	if p.header != "" {
+		w.Header().Set(trust.PageSignatureHeader, p.header)
+	}
+	_, _ = w.Write(p.body)
+}
+
+// onSecondPage applies f to the second page only: the first one is good,
+// so a refusal shows that no partial set comes out.
+func onSecondPage(f func(p *servedPage)) func(p *servedPage) {
+	return func(p *servedPage) {
+		if p.req.After != "" {
+			f(p)
+		}
+	}
+}
+
+// With the core's keys, the client takes a page only as the core signed
+// it for the very request it made, recently; any other page fails the
+// whole read (no partial set), and is not a final refusal: like a payload
+// the codec refuses, the attempt is retried.
+func TestClientVerifiesPages(t *testing.T) {
+	const node = "00000000-0000-4000-8000-0000000000aa"
+	_, core, _ := ed25519.GenerateKey(rand.Reader)
+	_, other, _ := ed25519.GenerateKey(rand.Reader)
+	pub := core.Public().(ed25519.PublicKey)
+	verifier := &trust.PageVerifier{Core: map[string]ed25519.PublicKey{trust.KeyID(pub): pub}, MaxAge: 10 * time.Minute}
+	for _, tc := range []struct {
+		name   string
+		tamper func(p *servedPage)
+		want   error // nil: the set is read
+	}{
+		{"signed pages", nil, nil},
+		{"a job added after signing", onSecondPage(func(p *servedPage) {
+			p.sign = false
+			p.header = trust.SignPage(p.key, p.signed, p.body, p.at)
+			p.body = []byte(`{"jobs":[{"id":"` + id2 + `","tenant":"acme"},{"id":"` + id3 + `","tenant":"acme"}],"snapshot":{"xmin":7,"xmax":9}}`)
+		}), trust.ErrPageBadSignature},
+		{"an empty set for a signed one", func(p *servedPage) {
+			p.sign = false
+			p.header = trust.SignPage(p.key, p.signed, p.body, p.at)
+			p.body = []byte(`{"jobs":[],"snapshot":{"xmin":5,"xmax":90}}`)
+		}, trust.ErrPageBadSignature},
+		{"another node's page", onSecondPage(func(p *servedPage) { p.signed.Node = "00000000-0000-4000-8000-0000000000bb" }), trust.ErrPageBadSignature},
+		{"the first page replayed for the second", onSecondPage(func(p *servedPage) {
+			p.signed.After = ""
+			p.body = []byte(`{"jobs":[{"id":"` + id1 + `","tenant":"acme"}],"snapshot":{"xmin":5,"xmax":9},"next":"` + id1 + `"}`)
+		}), trust.ErrPageBadSignature},
+		{"signed for another page size", onSecondPage(func(p *servedPage) { p.signed.Limit = 500 }), trust.ErrPageBadSignature},
+		{"unsigned page", onSecondPage(func(p *servedPage) { p.sign = false }), trust.ErrPageUnsigned},
+		{"signed by another key", onSecondPage(func(p *servedPage) { p.key = other }), trust.ErrPageUnknownSigner},
+		{"signed too long ago", onSecondPage(func(p *servedPage) { p.at = p.at.Add(-11 * time.Minute) }), trust.ErrPageStale},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(signedCore{key: core, tamper: tc.tamper})
+			defer srv.Close()
+			c := Client{BaseURL: srv.URL, Credential: "secret", PageSize: 1, Pages: verifier,
+				Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+			set, err := c.DesiredSet(context.Background(), node)
+			if tc.want == nil {
+				if err != nil || len(set.Jobs) != 2 {
+					t.Fatalf("set %+v, %v; want both jobs", set, err)
+				}
+				return
+			}
+			if !errors.Is(err, tc.want) || errors.Is(err, ErrRefused) {
+				t.Fatalf("err = %v; want %v, retried", err, tc.want)
+			}
+			if len(set.Jobs) != 0 {
+				t.Fatalf("a refused read gave jobs %+v", set.Jobs)
+			}
+		})
+	}
+	// Without trust material (nil Pages) pages are taken as they come, as
+	// payloads are without the codec.
+	srv := httptest.NewServer(signedCore{key: core, tamper: func(p *servedPage) { p.sign = false }})
+	defer srv.Close()
+	if set, err := (Client{BaseURL: srv.URL, PageSize: 1}).DesiredSet(context.Background(), node); err != nil || len(set.Jobs) != 2 {
+		t.Fatalf("unchecked client: %+v, %v; want both jobs", set, err)
 	}
 }

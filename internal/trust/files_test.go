@@ -189,4 +189,28 @@ func TestApplyOptions(t *testing.T) {
 	if err := node.ApplyNode(&client.Options{}); err != nil {
 		t.Fatalf("max_age 1h: %v", err)
 	}
+
+	// Pages: the core signs with its payload signing key, the node checks
+	// with its trusted keys and max_age; the same all-or-nothing rule.
+	key, err := core.CorePageKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages, err := node.NodePages()
+	if err != nil || pages == nil || pages.MaxAge != time.Hour {
+		t.Fatalf("node pages: %+v, %v; want a verifier with max age 1h", pages, err)
+	}
+	req := PageRequest{Node: "n1", Limit: 500}
+	if err := pages.Verify(req, []byte(`{}`), SignPage(key, req, []byte(`{}`), time.Now())); err != nil {
+		t.Fatalf("page signed by the core from files: %v", err)
+	}
+	if _, err := half.NodePages(); err == nil {
+		t.Fatal("half a configuration accepted for pages")
+	}
+	if k, err := (Files{}).CorePageKey(); k != nil || err != nil {
+		t.Fatalf("no trust material: core page key %v, %v; want none", k, err)
+	}
+	if v, err := (Files{}).NodePages(); v != nil || err != nil {
+		t.Fatalf("no trust material: node page verifier %v, %v; want none", v, err)
+	}
 }

@@ -60,13 +60,9 @@ func (f Files) ApplyCore(o *client.Options) error {
 
 // ApplyNode sets TLS, DataConverter and FailureConverter for a node agent.
 func (f Files) ApplyNode(o *client.Options) error {
-	maxAge := DefaultMaxAge
-	if f.MaxAge != "" {
-		d, err := time.ParseDuration(f.MaxAge)
-		if err != nil || d <= 0 || d > MaxMaxAge {
-			return fmt.Errorf("trust: max_age %q: want a positive duration of at most %s", f.MaxAge, MaxMaxAge)
-		}
-		maxAge = d
+	maxAge, err := f.maxAge()
+	if err != nil {
+		return err
 	}
 	return f.apply(o, func(enc []EncryptionKey, sign ed25519.PrivateKey, trusted map[string]ed25519.PublicKey) (converter.DataConverter, error) {
 		c, err := NewNodeCodec(enc, sign, trusted, maxAge)
@@ -77,13 +73,87 @@ func (f Files) ApplyNode(o *client.Options) error {
 	})
 }
 
-type makeDC func([]EncryptionKey, ed25519.PrivateKey, map[string]ed25519.PublicKey) (converter.DataConverter, error)
+// maxAge is a node's freshness bound, for payloads and pages alike.
+func (f Files) maxAge() (time.Duration, error) {
+	if f.MaxAge == "" {
+		return DefaultMaxAge, nil
+	}
+	d, err := time.ParseDuration(f.MaxAge)
+	if err != nil || d <= 0 || d > MaxMaxAge {
+		return 0, fmt.Errorf("trust: max_age %q: want a positive duration of at most %s", f.MaxAge, MaxMaxAge)
+	}
+	return d, nil
+}
 
-// apply requires all of the material: half a configuration would leave a
-// node believing it is protected when it is not.
-func (f Files) apply(o *client.Options, mk makeDC) error {
+// PageVerifier is how a node checks the desired-set pages it reads from
+// the core API (VerifyPage): the keys and freshness bound its payload
+// codec uses.
+type PageVerifier struct {
+	Core   map[string]ed25519.PublicKey // the core's keys (trusted_keys)
+	MaxAge time.Duration
+	Now    func() time.Time // nil: time.Now
+}
+
+// Verify is VerifyPage with the verifier's keys and bound.
+func (v PageVerifier) Verify(req PageRequest, body []byte, header string) error {
+	now := time.Now
+	if v.Now != nil {
+		now = v.Now
+	}
+	return VerifyPage(v.Core, v.MaxAge, req, body, header, now())
+}
+
+// NodePages is a node agent's PageVerifier, nil when no trust material is
+// configured: pages are then taken unsigned, as payloads are without the
+// codec (development). With any of it, all of it is required, as for
+// ApplyNode.
+func (f Files) NodePages() (*PageVerifier, error) {
+	if !f.Enabled() {
+		return nil, nil
+	}
+	if err := f.complete(); err != nil {
+		return nil, err
+	}
+	maxAge, err := f.maxAge()
+	if err != nil {
+		return nil, err
+	}
+	core, err := loadTrusted(f.TrustedKeys)
+	if err != nil {
+		return nil, err
+	}
+	return &PageVerifier{Core: core, MaxAge: maxAge}, nil
+}
+
+// CorePageKey is the key core-api signs desired-set pages with, its
+// payload signing key; nil when no trust material is configured (pages
+// go unsigned, as payloads do without the codec). With any of it, all of
+// it is required, as for ApplyCore.
+func (f Files) CorePageKey() (ed25519.PrivateKey, error) {
+	if !f.Enabled() {
+		return nil, nil
+	}
+	if err := f.complete(); err != nil {
+		return nil, err
+	}
+	return LoadSigningKey(f.SigningKey)
+}
+
+// complete requires all of the material: half a configuration would
+// leave a node believing it is protected when it is not.
+func (f Files) complete() error {
 	if f.TLSCert == "" || f.TLSKey == "" || f.TLSCA == "" || len(f.PayloadKeys) == 0 || f.SigningKey == "" || len(f.TrustedKeys) == 0 {
 		return fmt.Errorf("trust: tls_cert, tls_key, tls_ca, payload_keys, signing_key and trusted_keys are all required")
+	}
+	return nil
+}
+
+type makeDC func([]EncryptionKey, ed25519.PrivateKey, map[string]ed25519.PublicKey) (converter.DataConverter, error)
+
+// apply requires all of the material (complete).
+func (f Files) apply(o *client.Options, mk makeDC) error {
+	if err := f.complete(); err != nil {
+		return err
 	}
 	tlsCfg, err := ClientTLS(f.TLSCert, f.TLSKey, f.TLSCA)
 	if err != nil {
