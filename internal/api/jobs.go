@@ -177,14 +177,40 @@ func validateSpec(spec store.JobFields) error {
 // respondJob answers with one job and its version as the ETag, which a
 // later If-Match names.
 func (s *Server) respondJob(c echo.Context, status int, j store.CronJob) error {
-	c.Response().Header().Set("ETag", `"`+strconv.FormatInt(j.Version, 10)+`"`)
+	setETag(c, j)
 	return c.JSON(status, s.withNext(j))
+}
+
+// setETag names the job's version, which a later If-Match names.
+func setETag(c echo.Context, j store.CronJob) {
+	c.Response().Header().Set("ETag", `"`+strconv.FormatInt(j.Version, 10)+`"`)
+}
+
+// withRunning is the jobs as the API shows them, with when each one's
+// run in progress started.
+func (s *Server) withRunning(c echo.Context, jobs []store.CronJob) ([]jobResponse, error) {
+	ids := make([]string, len(jobs))
+	for i, j := range jobs {
+		ids[i] = j.ID
+	}
+	running, err := s.store.RunningSince(c.Request().Context(), ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]jobResponse, len(jobs))
+	for i, j := range jobs {
+		out[i] = s.withNext(j)
+		if at, ok := running[j.ID]; ok {
+			out[i].RunningSince = &at
+		}
+	}
+	return out, nil
 }
 
 // respondWritten answers a create or update: the job as respondJob does,
 // plus the DST warnings of the schedule it now has.
 func (s *Server) respondWritten(c echo.Context, status int, j store.CronJob) error {
-	c.Response().Header().Set("ETag", `"`+strconv.FormatInt(j.Version, 10)+`"`)
+	setETag(c, j)
 	resp := s.withNext(j)
 	warnings := []dstNote{}
 	if sched, err := schedule.ParseWithSeconds(j.Schedule, j.Timezone); err == nil {
@@ -424,20 +450,9 @@ func (s *Server) listJobs(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ids := make([]string, len(jobs))
-	for i, j := range jobs {
-		ids[i] = j.ID
-	}
-	running, err := s.store.RunningSince(c.Request().Context(), ids)
+	out, err := s.withRunning(c, jobs)
 	if err != nil {
 		return err
-	}
-	out := make([]jobResponse, len(jobs))
-	for i, j := range jobs {
-		out[i] = s.withNext(j)
-		if at, ok := running[j.ID]; ok {
-			out[i].RunningSince = &at
-		}
 	}
 	var cursor *string
 	if next != nil {
@@ -496,16 +511,12 @@ func (s *Server) getJob(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	running, err := s.store.RunningSince(c.Request().Context(), []string{j.ID})
+	resp, err := s.withRunning(c, []store.CronJob{j})
 	if err != nil {
 		return err
 	}
-	resp := s.withNext(j)
-	if at, ok := running[j.ID]; ok {
-		resp.RunningSince = &at
-	}
-	c.Response().Header().Set("ETag", `"`+strconv.FormatInt(j.Version, 10)+`"`)
-	return c.JSON(http.StatusOK, resp)
+	setETag(c, j)
+	return c.JSON(http.StatusOK, resp[0])
 }
 
 // updateJob overlays the request's present fields on the job as the

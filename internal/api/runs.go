@@ -228,7 +228,7 @@ func (s *Server) runNow(c echo.Context) error {
 	}
 	key := runkey.Manual(job.ID, request)
 	c.Response().Header().Set("Location", runPath(job.ID, key))
-	c.Response().Header().Set("ETag", `"`+strconv.FormatInt(job.Version, 10)+`"`)
+	setETag(c, job)
 	return c.JSON(http.StatusAccepted, runNowResponse{jobResponse: s.withNext(job), RunKey: key})
 }
 
