@@ -99,11 +99,14 @@ func recordLateOutcome(ctx context.Context, tx pgx.Tx, node Node, jobID string, 
 
 // pruneDeletedJobs removes the tombstones of jobs deleted before cutoff
 // whose runs are all gone: a run recorded after the delete (a late
-// outcome) keeps its owner until the run itself is pruned.
+// outcome) keeps its owner until the run itself is pruned. A tombstone
+// a late outcome holds (recordLateOutcome locks it) is skipped, not
+// waited for: the check for runs was made before that outcome's run
+// existed, and deleting after the wait would orphan the run.
 func (c Chores) pruneDeletedJobs(ctx context.Context, cutoff time.Time) (int64, error) {
 	n, err := c.deleteBatched(ctx, `DELETE FROM deleted_cron_jobs WHERE id IN
 		(SELECT d.id FROM deleted_cron_jobs d WHERE d.deleted_at < $1
-		   AND NOT EXISTS (SELECT 1 FROM cron_job_runs r WHERE r.cron_job_id = d.id) LIMIT 5000)`, cutoff)
+		   AND NOT EXISTS (SELECT 1 FROM cron_job_runs r WHERE r.cron_job_id = d.id) LIMIT 5000 FOR UPDATE SKIP LOCKED)`, cutoff)
 	if err != nil {
 		return n, fmt.Errorf("prune deleted cron jobs: %w", err)
 	}
