@@ -216,6 +216,7 @@ func (s *Store) GetNode(ctx context.Context, id string) (Node, error) {
 // retries at every start. It returns how many jobs it re-queued.
 func (s *Store) AnnounceNode(ctx context.Context, id string) (int, error) {
 	var requeued int
+	ctx, woke := s.wakeAfterCommit(ctx)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var shardID, name string
 		var draining bool
@@ -230,6 +231,7 @@ func (s *Store) AnnounceNode(ctx context.Context, id string) (int, error) {
 		requeued, err = requeueFailed(ctx, tx, shardID, func(message string) bool { return announceCures(message, name) })
 		return err
 	})
+	woke(err)
 	return requeued, err
 }
 
@@ -275,6 +277,7 @@ func (s *Store) ShardIDs(ctx context.Context) ([]string, error) {
 func (s *Store) DrainNode(ctx context.Context, id string) (Node, int, error) {
 	var n Node
 	var requeued int
+	ctx, woke := s.wakeAfterCommit(ctx)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var was bool
 		if err := tx.QueryRow(ctx, `SELECT draining FROM nodes WHERE id = $1 FOR UPDATE`, id).Scan(&was); err != nil {
@@ -291,6 +294,7 @@ func (s *Store) DrainNode(ctx context.Context, id string) (Node, int, error) {
 		requeued, err = requeueFailed(ctx, tx, n.ShardID, nil)
 		return err
 	})
+	woke(err)
 	return n, requeued, err
 }
 
@@ -299,6 +303,7 @@ func (s *Store) DrainNode(ctx context.Context, id string) (Node, int, error) {
 // jobs it re-queued.
 func (s *Store) DeleteNode(ctx context.Context, id string) (int, error) {
 	var requeued int
+	ctx, woke := s.wakeAfterCommit(ctx)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var shardID string
 		if err := tx.QueryRow(ctx, `DELETE FROM nodes WHERE id = $1 RETURNING shard_id`, id).Scan(&shardID); err != nil {
@@ -308,6 +313,7 @@ func (s *Store) DeleteNode(ctx context.Context, id string) (int, error) {
 		requeued, err = requeueFailed(ctx, tx, shardID, nil)
 		return err
 	})
+	woke(err)
 	return requeued, err
 }
 

@@ -114,7 +114,7 @@ func queueTaskID(ctx context.Context, tx pgx.Tx, jobID string, action wire.Actio
 	if err != nil {
 		return 0, fmt.Errorf("queue %s task: %w", action, err)
 	}
-	return id, wakeDispatchers(ctx, tx)
+	return id, taskQueued(ctx, tx)
 }
 
 // IdempotencyKey names a create request so a retry returns the first job.
@@ -133,6 +133,7 @@ const idempotencyTTL = 24 * time.Hour
 // claims the key: if the tenant used it within 24 hours, it returns that
 // job (replayed) instead, or ErrIdempotencyKeyReused for another request.
 func (s *Store) CreateJob(ctx context.Context, tenantID string, f JobFields, idem *IdempotencyKey) (job CronJob, replayed bool, err error) {
+	ctx, woke := s.wakeAfterCommit(ctx)
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if idem != nil {
 			var claimed bool
@@ -171,6 +172,7 @@ func (s *Store) CreateJob(ctx context.Context, tenantID string, f JobFields, ide
 		}
 		return queueTask(ctx, tx, job.ID, wire.ActionCreate, job.Version)
 	})
+	woke(err)
 	return job, replayed, err
 }
 
@@ -356,6 +358,7 @@ func disabledReasonAfter(wasEnabled, enabled bool, had, given string) string {
 func (s *Store) transition(ctx context.Context, id string, ifVersion int64,
 	decide func(tx pgx.Tx, j *CronJob) (change, error)) (CronJob, error) {
 	var job CronJob
+	ctx, woke := s.wakeAfterCommit(ctx)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
 		job, err = scanJob(tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM cron_jobs WHERE id = $1 FOR UPDATE`, id))
@@ -401,6 +404,7 @@ func (s *Store) transition(ctx context.Context, id string, ifVersion int64,
 		}
 		return queueTask(ctx, tx, id, ch.action, job.Version)
 	})
+	woke(err)
 	return job, err
 }
 
@@ -519,6 +523,7 @@ func (s *Store) RetryJob(ctx context.Context, id string, ifVersion int64) (CronJ
 func (s *Store) RunNow(ctx context.Context, id string, ifVersion int64) (CronJob, string, error) {
 	var job CronJob
 	var request int64
+	ctx, woke := s.wakeAfterCommit(ctx)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
 		job, err = scanJob(tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM cron_jobs WHERE id = $1 FOR SHARE`, id))
@@ -539,6 +544,7 @@ func (s *Store) RunNow(ctx context.Context, id string, ifVersion int64) (CronJob
 		// cancelled (CancelRun).
 		return recordEvent(ctx, tx, job, actorOf(ctx), string(wire.ActionRunNow), map[string]any{"request": strconv.FormatInt(request, 10)})
 	})
+	woke(err)
 	if err != nil {
 		return job, "", err
 	}
@@ -679,6 +685,7 @@ func (s *Store) CancelRun(ctx context.Context, jobID, runKey string) (CronJob, e
 		return CronJob{}, fmt.Errorf("run %q of cron job %s: %w", runKey, jobID, ErrNotFound)
 	}
 	var job CronJob
+	ctx, woke := s.wakeAfterCommit(ctx)
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
 		job, err = scanJob(tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM cron_jobs WHERE id = $1 FOR SHARE`, jobID))
@@ -714,8 +721,9 @@ func (s *Store) CancelRun(ctx context.Context, jobID, runKey string) (CronJob, e
 		if err != nil {
 			return fmt.Errorf("queue cancel task: %w", err)
 		}
-		return wakeDispatchers(ctx, tx)
+		return taskQueued(ctx, tx)
 	})
+	woke(err)
 	return job, err
 }
 

@@ -116,6 +116,7 @@ var ErrVersionAhead = errors.New("outcome version is above the job's")
 // job row is locked first, so outcomes of one job count one after another.
 func (s *Store) RecordOutcome(ctx context.Context, node Node, jobID string, o Outcome) (OutcomeResult, error) {
 	var res OutcomeResult
+	ctx, woke := s.wakeAfterCommit(ctx)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		job, err := scanJob(tx.QueryRow(ctx, `
 			SELECT `+jobColumns+` FROM cron_jobs
@@ -167,6 +168,7 @@ func (s *Store) RecordOutcome(ctx context.Context, node Node, jobID string, o Ou
 		}
 		return notifyOperatorOutcome(ctx, tx, node, job, false, o)
 	})
+	woke(err)
 	return res, err
 }
 
