@@ -36,7 +36,9 @@ func track(c *Cluster) {
 		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 		go func() {
 			sig := <-sigs
-			tearDownAll(fmt.Sprintf("%v received", sig))
+			// A second signal kills at once, should the teardown hang.
+			signal.Reset(syscall.SIGINT, syscall.SIGTERM)
+			tearDownAll(fmt.Sprintf("%v received (a second one kills without teardown)", sig))
 		}()
 	}
 }
