@@ -95,6 +95,7 @@ func TestCatchUpWait(t *testing.T) {
 		{"capped by half the time to the next slot", 3600, 40 * time.Second, 20 * time.Second},
 		{"no timeout known (older spec): no wait", 0, time.Hour, 0},
 		{"next slot now: no wait", 3600, 0, 0},
+		{"next slot under 2 ms away: no wait, no panic", 3600, 1500 * time.Microsecond, 0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var spread time.Duration

@@ -156,7 +156,9 @@ func catchUpWait(spec jobspec.Spec, slot time.Time, untilNext time.Duration) tim
 	}
 	h := fnv.New64a()
 	h.Write([]byte(spec.ID + "#" + slot.UTC().Format(time.RFC3339)))
-	return time.Duration(h.Sum64() % uint64(limit/time.Millisecond) * uint64(time.Millisecond))
+	// In nanoseconds: a limit under a millisecond (a fire just before the
+	// next slot) must not divide by zero.
+	return time.Duration(h.Sum64() % uint64(limit)).Truncate(time.Millisecond)
 }
 
 // busy is what a node that did not get the lock makes of it.

