@@ -37,7 +37,7 @@ type CoreStore interface {
 type NodeUnits interface {
 	Apply(ctx context.Context, jobs []wire.Job) (wire.NodeReport, error)
 	Delete(ctx context.Context, names []string, version int64) (wire.NodeReport, error)
-	Reconcile(ctx context.Context, jobs []wire.Job, snap wire.Snapshot) (wire.NodeReport, error)
+	Reconcile(ctx context.Context, set wire.DesiredSet) (wire.NodeReport, error)
 	RunNow(ctx context.Context, req wire.RunNowRequest) error
 	CancelRun(ctx context.Context, req wire.CancelRequest) (bool, error)
 	State(ctx context.Context) ([]wire.UnitState, error)
@@ -169,17 +169,23 @@ func (a *NodeActivities) RemoveUnits(ctx context.Context, names []string, versio
 // from. A task without a snapshot (from before snapshots were sent) has
 // the zero one, which sees nothing: it removes no orphan.
 func (a *NodeActivities) Reconcile(ctx context.Context, jobs []wire.Job, snap wire.Snapshot) (wire.NodeReport, error) {
-	if err := trust.AdmitAll(jobs, a.Admission); err != nil {
+	return a.reconcile(ctx, wire.DesiredSet{Jobs: jobs, Snapshot: snap})
+}
+
+// reconcile admits every job of the set (one refused job refuses the set)
+// and reconciles the node's units to it.
+func (a *NodeActivities) reconcile(ctx context.Context, set wire.DesiredSet) (wire.NodeReport, error) {
+	if err := trust.AdmitAll(set.Jobs, a.Admission); err != nil {
 		return wire.NodeReport{}, notAdmitted(err)
 	}
-	return a.Units.Reconcile(ctx, jobs, snap)
+	return a.Units.Reconcile(ctx, set)
 }
 
 // ReconcileFromCore is Reconcile for a converge that hands the node a
 // reference, not its set: the node reads its desired set from the core in
 // pages (desiredset.Assemble: every job is answered for by the one page
-// whose id range holds it, and the set's snapshot sees only what every
-// page's saw), then reconciles once to the whole set, as Reconcile does
+// whose id range holds it, and is judged by that page's snapshot), then
+// reconciles once to the whole set, as Reconcile does
 // (one plan, at most one daemon-reload). The reference names the node the
 // converge is for; the core refuses any node but the caller its set, so a
 // task on the wrong queue fails for good instead of converging this node.
@@ -199,7 +205,7 @@ func (a *NodeActivities) ReconcileFromCore(ctx context.Context, ref wire.Desired
 	case err != nil:
 		return wire.NodeReport{}, fmt.Errorf("read desired set: %w", err) // the core may come back: retried
 	}
-	rep, err := a.Reconcile(ctx, set.Jobs, set.Snapshot)
+	rep, err := a.reconcile(ctx, set) // with its pages: each orphan is judged by the page that found it gone
 	rep.Desired = len(set.Jobs)
 	// The report is a payload again: bounded, or a first converge of a
 	// large shard would do its work and then fail on the report's size.

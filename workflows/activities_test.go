@@ -44,6 +44,7 @@ type fakeUnits struct {
 	applied    []wire.Job
 	reconciled bool
 	desired    []wire.Job // the set Reconcile got
+	pages      wire.PageSnapshots
 	removed    bool
 	ranNow     bool
 }
@@ -53,8 +54,8 @@ func (f *fakeUnits) Apply(_ context.Context, jobs []wire.Job) (wire.NodeReport, 
 	return f.rep, f.err
 }
 
-func (f *fakeUnits) Reconcile(_ context.Context, jobs []wire.Job, snap wire.Snapshot) (wire.NodeReport, error) {
-	f.snap, f.reconciled, f.desired = snap, true, jobs
+func (f *fakeUnits) Reconcile(_ context.Context, set wire.DesiredSet) (wire.NodeReport, error) {
+	f.snap, f.reconciled, f.desired, f.pages = set.Snapshot, true, set.Jobs, set.Pages
 	return f.rep, f.err
 }
 
@@ -376,6 +377,11 @@ func TestReconcileFromCoreVerifiesPages(t *testing.T) {
 			}
 			if !u.reconciled || len(u.desired) != 2 {
 				t.Errorf("unit manager got %d jobs (reconciled %v), want both", len(u.desired), u.reconciled)
+			}
+			// Each page's range and snapshot reach the unit manager, which
+			// judges an orphan by the page that found it gone.
+			if len(u.pages) != 2 || u.pages[0].Last != tenantJob.ID || u.pages[1].Last != "" || u.pages[1].Snapshot.Xmax != 104 {
+				t.Errorf("unit manager got pages %+v, want the two pages' ranges and snapshots", u.pages)
 			}
 		})
 	}

@@ -32,13 +32,15 @@ var ErrRefused = errors.New("desired set refused by the core API")
 type PageFunc func(ctx context.Context, after string) (wire.DesiredPage, error)
 
 // Assemble reads pages until one has no Next and returns the whole set,
-// with the Common of the pages' snapshots: every job is listed, or not,
-// by the one page whose id range holds it, and the set's snapshot sees
-// only what every page's snapshot saw, so a unit the set lacks is judged
-// an orphan only if the page that found it absent had seen its write
-// (docs/semantics.md, "Paged desired sets"). A page out of id order, or
-// one that names a Next that is not its last id, is refused: the cursor
-// must move forward, or the set could list a job twice or loop forever.
+// with the Common of the pages' snapshots and each page's id range with
+// its own snapshot (Pages): every job is listed, or not, by the one page
+// whose id range holds it, so a unit the set lacks is judged an orphan by
+// that page's snapshot, the read that found it absent, which its
+// tombstone records (docs/semantics.md, "Paged desired sets"). A page
+// out of id order, or one that names a Next that is not its last id, is
+// refused: the cursor must move forward, or the set could list a job
+// twice or loop forever (and the pages' ranges would not partition the
+// ids).
 func Assemble(ctx context.Context, page PageFunc) (wire.DesiredSet, error) {
 	var set wire.DesiredSet
 	after := ""
@@ -51,6 +53,7 @@ func Assemble(ctx context.Context, page PageFunc) (wire.DesiredSet, error) {
 			return wire.DesiredSet{}, fmt.Errorf("desired set page %d (after %q): %w", n+1, after, err)
 		}
 		set.Jobs = append(set.Jobs, p.Jobs...)
+		set.Pages = append(set.Pages, wire.PageSnapshot{Last: p.Next, Snapshot: p.Snapshot})
 		if n == 0 {
 			set.Snapshot = p.Snapshot
 		} else {

@@ -71,13 +71,19 @@ func TestAssembleJoinsPagesUnderTheirCommonSnapshot(t *testing.T) {
 	if !set.Snapshot.Sees(101) {
 		t.Errorf("set snapshot %+v does not see 101, which both pages saw", set.Snapshot)
 	}
+	// Each page's range with its own snapshot, for the orphans it found
+	// absent: the first up to its last id, the second to the end.
+	if len(set.Pages) != 2 || set.Pages[0].Last != id2 || set.Pages[0].Snapshot.Xmax != 104 ||
+		set.Pages[1].Last != "" || set.Pages[1].Snapshot.Xmin != 106 {
+		t.Errorf("pages %+v, want (.., %s] at %+v and (%s, ..) at %+v", set.Pages, id2, first, id2, later)
+	}
 }
 
 func TestAssembleOnePageAndEmptySet(t *testing.T) {
 	snap := wire.Snapshot{Xmin: 100, Xmax: 101}
 	set, err := Assemble(context.Background(), pages(t, wire.DesiredPage{Jobs: []wire.Job{}, Snapshot: snap}))
-	if err != nil || len(set.Jobs) != 0 || set.Snapshot.Xmax != 101 {
-		t.Errorf("empty set: %+v, %v; want no jobs with the page's snapshot", set, err)
+	if err != nil || len(set.Jobs) != 0 || set.Snapshot.Xmax != 101 || len(set.Pages) != 1 || set.Pages[0].Last != "" {
+		t.Errorf("empty set: %+v, %v; want no jobs with the page's snapshot, one page holding every id", set, err)
 	}
 }
 

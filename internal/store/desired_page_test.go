@@ -47,12 +47,14 @@ func aliveRevs(t *testing.T, st *store.Store, shardID string) map[string]uint64 
 }
 
 // Pages read one after another, with writes between them: each job is
-// answered for by the one page whose id range holds it. A job created in
-// an earlier page's range after that page was read is not listed, and the
-// set's (common) snapshot does not see its write, so a node that already
-// has it keeps it; one deleted in a later page's range before that page
-// is read is not listed, and the snapshot sees the write its unit came
-// from, so a node removes it; one deleted in an earlier page's range
+// answered for by the one page whose id range holds it, and a node judges
+// it by that page's snapshot (wire.PageSnapshots.For). A job created in
+// an earlier page's range after that page was read is not listed, and
+// that page's snapshot does not see its write (later pages' do), so a
+// node that already has it keeps it; one deleted in a later page's range
+// before that page is read is not listed, and that page's snapshot sees
+// the write its unit came from, so a node removes it (and records that
+// snapshot in its tombstone); one deleted in an earlier page's range
 // after that page is listed, as a single read before the delete would
 // have listed it (its delete removes it).
 func TestNodeDesiredPagesAnswerEachJobOnce(t *testing.T) {
@@ -104,19 +106,25 @@ func TestNodeDesiredPagesAnswerEachJobOnce(t *testing.T) {
 	if len(set.Jobs) != 8 {
 		t.Errorf("%d jobs, want the 8 of this shard not deleted before their page", len(set.Jobs))
 	}
-	if listed[early] || set.Snapshot.Sees(earlyRev) {
-		t.Errorf("the job created behind the cursor: listed %v, snapshot %+v sees its write %d: a node would remove it",
-			listed[early], set.Snapshot, earlyRev)
+	earlyPage, _ := set.Pages.For(early)
+	if listed[early] || earlyPage.Sees(earlyRev) || set.Snapshot.Sees(earlyRev) {
+		t.Errorf("the job created behind the cursor: listed %v, its page's snapshot %+v (the set's %+v) sees its write %d: a node would remove it",
+			listed[early], earlyPage, set.Snapshot, earlyRev)
 	}
-	if !set.Snapshot.Sees(before[ids[7]]) {
-		t.Errorf("snapshot %+v does not see the write %d of the job deleted before its page: its unit would stay", set.Snapshot, before[ids[7]])
+	if len(set.Pages) != 3 || !set.Pages[2].Snapshot.Sees(earlyRev) {
+		t.Errorf("pages %+v: want 3, the last seeing the write %d (so judging by the wrong page would remove a live job)", set.Pages, earlyRev)
+	}
+	deletedPage, _ := set.Pages.For(ids[7])
+	if !deletedPage.Sees(before[ids[7]]) {
+		t.Errorf("its page's snapshot %+v does not see the write %d of the job deleted before that page: its unit would stay", deletedPage, before[ids[7]])
 	}
 }
 
 // Under concurrent creates and deletes, pages still list each job at most
 // once and in order, every job untouched throughout exactly once, and no
-// job alive at the end that the set lacks has a write the set's snapshot
-// saw (a node would remove a live job); other shards' jobs never.
+// job alive at the end that the set lacks has a write the snapshot of the
+// page holding its id saw (a node would remove a live job); other shards'
+// jobs never.
 func TestNodeDesiredPagesUnderConcurrentWrites(t *testing.T) {
 	st := pgtest.New(t)
 	ctx := context.Background()
@@ -184,8 +192,9 @@ func TestNodeDesiredPagesUnderConcurrentWrites(t *testing.T) {
 		t.Error("another shard's job listed")
 	}
 	for id, rev := range aliveRevs(t, st, a.id) {
-		if !listed[id] && set.Snapshot.Sees(rev) {
-			t.Errorf("live job %s is not listed, but the set's snapshot %+v saw its write %d: a node would remove it", id, set.Snapshot, rev)
+		page, ok := set.Pages.For(id)
+		if !listed[id] && (!ok || page.Sees(rev)) {
+			t.Errorf("live job %s is not listed, but the snapshot %+v of its page saw its write %d: a node would remove it", id, page, rev)
 		}
 	}
 }

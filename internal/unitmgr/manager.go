@@ -65,16 +65,18 @@ func New(sys Systemd, unitDir string, paths units.Paths, log *slog.Logger) *Mana
 // differently, so the next Reconcile rewrites every unit.
 func (m *Manager) SetNode(n desired.Node) { m.layout.Node = n }
 
-// Reconcile makes the node's cron units the core's desired set jobs, read
-// in snap: it adds and rewrites what differs, stops timers of disabled
-// jobs and removes orphans, with at most one daemon-reload. An orphan is
-// a unit the set lacks whose installed write snap saw; one it did not see
-// may be a job created after the snapshot, and stays (as does a unit
-// whose spec has no revision, until it is older than LegacyOrphanAge).
-// Each orphan leaves a tombstone; a job snap lists lifts an orphan
-// tombstone recorded by an older snapshot (Tombstone.LiftedBy).
-func (m *Manager) Reconcile(ctx context.Context, jobs []wire.Job, snap wire.Snapshot) (wire.NodeReport, error) {
-	return m.do(ctx, Request{Op: OpReconcile, Jobs: jobs, Snapshot: snap})
+// Reconcile makes the node's cron units the core's desired set's jobs: it
+// adds and rewrites what differs, stops timers of disabled jobs and
+// removes orphans, with at most one daemon-reload. An orphan is a unit the
+// set lacks whose installed write the set's snapshot saw (for a set read
+// in pages, the snapshot of the page whose id range holds the job); one
+// it did not see may be a job created after the snapshot, and stays (as
+// does a unit whose spec has no revision, until it is older than
+// LegacyOrphanAge). Each orphan leaves a tombstone with that snapshot; a
+// job the set lists lifts an orphan tombstone recorded by an older
+// snapshot (Tombstone.LiftedBy).
+func (m *Manager) Reconcile(ctx context.Context, set wire.DesiredSet) (wire.NodeReport, error) {
+	return m.do(ctx, Request{Op: OpReconcile, Jobs: set.Jobs, Snapshot: set.Snapshot, Pages: set.Pages})
 }
 
 // ReconcileExactly is an operator's reconcile: jobs is complete, every

@@ -61,7 +61,7 @@ func TestApplyFeedsTheNodeMetrics(t *testing.T) {
 	if v := testutil.ToFloat64(nm.LastConverge); v != 0 {
 		t.Errorf("an operator's reconcile set the converge time: %v", v)
 	}
-	if _, err := m.Reconcile(ctx, []wire.Job{job(idA), job(idB), job(idC, disabled)}, wire.Snapshot{}); err != nil {
+	if _, err := m.Reconcile(ctx, wire.DesiredSet{Jobs: []wire.Job{job(idA), job(idB), job(idC, disabled)}}); err != nil {
 		t.Fatal(err)
 	}
 	if v, want := testutil.ToFloat64(nm.LastConverge), float64(testNow.Unix()); v != want {

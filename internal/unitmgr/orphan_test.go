@@ -280,7 +280,7 @@ func TestRevZeroLiveJobNotRemovedNorLockedOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The converge read before the job existed arrives now.
-	rep, err := m.Reconcile(ctx, nil, testSnap)
+	rep, err := m.Reconcile(ctx, wire.DesiredSet{Snapshot: testSnap})
 	if err != nil || len(rep.Removed) > 0 || !reflect.DeepEqual(rep.Kept, []string{name}) {
 		t.Fatalf("old converge vs a live job without a revision: %+v, %v; want it kept", rep, err)
 	}
@@ -291,12 +291,12 @@ func TestRevZeroLiveJobNotRemovedNorLockedOut(t *testing.T) {
 	if err := os.Chtimes(spec, testNow, testNow.Add(-LegacyOrphanAge-time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	if rep, err = m.Reconcile(ctx, nil, testSnap); err != nil || len(rep.Removed) == 0 {
+	if rep, err = m.Reconcile(ctx, wire.DesiredSet{Snapshot: testSnap}); err != nil || len(rep.Removed) == 0 {
 		t.Fatalf("old spec without a revision: %+v, %v; want removed", rep, err)
 	}
 	// A converge whose snapshot is newer than the tombstone's lists the
 	// job: it is alive, the tombstone goes, the job is installed.
-	rep, err = m.Reconcile(ctx, []wire.Job{job(idA, version(1), rev(200))}, wire.Snapshot{Xmin: 300, Xmax: 300})
+	rep, err = m.Reconcile(ctx, wire.DesiredSet{Jobs: []wire.Job{job(idA, version(1), rev(200))}, Snapshot: wire.Snapshot{Xmin: 300, Xmax: 300}})
 	if err != nil || len(rep.Stale) > 0 || len(rep.Written) != 2 {
 		t.Fatalf("newer converge listing the job: %+v, %v; want it installed", rep, err)
 	}
@@ -367,7 +367,7 @@ func TestOperatorRemovalAndBrokenTombstones(t *testing.T) {
 	if err := os.WriteFile(m.layout.TombstonePath(), []byte("{not json"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if rep, err := m.Reconcile(ctx, []wire.Job{job(idA, rev(50))}, testSnap); err != nil || len(rep.Written) != 2 {
+	if rep, err := m.Reconcile(ctx, wire.DesiredSet{Jobs: []wire.Job{job(idA, rev(50))}, Snapshot: testSnap}); err != nil || len(rep.Written) != 2 {
 		t.Errorf("reconcile with a broken tombstone file: %+v, %v; want the job installed", rep, err)
 	}
 	if _, err := m.Delete(ctx, []string{job(idB).UnitName()}, 3); err != nil {

@@ -35,6 +35,11 @@ type Request struct {
 	// the write the unit was installed from; otherwise the job may have
 	// been created after it.
 	Snapshot wire.Snapshot
+	// Pages (OpReconcile of a set read in pages) are the pages' id ranges
+	// with their own snapshots (Snapshot is their Common): each job is
+	// judged by the page that answered for its id (snapshotFor). nil for
+	// a set read in one snapshot.
+	Pages wire.PageSnapshots
 	// Version (OpRemove) is the version at which the core deleted the
 	// jobs; their tombstones refuse every version up to it (0: the core
 	// did not say, a task from before versions were sent; the tombstone
@@ -213,7 +218,7 @@ func intentsFor(l Layout, req Request, obs Observed, p *Plan) ([]intent, []strin
 		for i := range req.Jobs {
 			j := req.Jobs[i]
 			if t, ok := obs.Tombstones[j.UnitName()]; ok && t.Refuses(j, req.Now) {
-				if !lifts(req, t) {
+				if !lifts(req, j.UnitName(), t) {
 					p.Stale = append(p.Stale, j.UnitName())
 					continue
 				}
@@ -257,8 +262,35 @@ func intentsFor(l Layout, req Request, obs Observed, p *Plan) ([]intent, []strin
 // is final, and the set never holds a job being deleted), so that finding
 // was wrong: a unit removed on weak evidence. A delete's tombstone is
 // never lifted by the core: no snapshot says when the delete committed.
-func lifts(req Request, t Tombstone) bool {
-	return req.Operator || (req.Op == OpReconcile && t.LiftedBy(req.Snapshot))
+func lifts(req Request, name string, t Tombstone) bool {
+	return req.Operator || (req.Op == OpReconcile && t.LiftedBy(req.snapshotFor(name)))
+}
+
+// snapshotFor is the snapshot that answered whether the job of unit name
+// is in a reconcile's set: for a set read in pages, that of the page whose
+// id range holds the job's id; otherwise (one read, or a name without a
+// job id) the set's snapshot.
+//
+// Why the page's, not the Common of all pages: that page read the job's
+// whole id range in its own snapshot, so it alone said whether the job
+// was there; for that job it is one read of the set, and every rule of
+// "Orphans, snapshots and tombstones" holds for it as for a set read at
+// once. It never removes a live job: a unit it lacks whose write it saw
+// belongs to a job deleted before it (had the job been there, the page
+// would have listed it). It never keeps a deleted one longer: it sees
+// every write Common sees, so it removes every orphan Common would, and
+// its tombstone refuses every stale copy Common's would, and also those
+// written between Common and the page, which the page saw before it found
+// the job gone (Common's tombstone would let them reinstall the job until
+// the delete's own removal came). A tombstone is lifted only by a page
+// that lists the job and is newer than the finding (LiftedBy).
+func (req Request) snapshotFor(name string) wire.Snapshot {
+	if _, id, ok := wire.SplitUnitName(name); ok && wire.ValidID(id) {
+		if s, ok := req.Pages.For(id); ok {
+			return s
+		}
+	}
+	return req.Snapshot
 }
 
 // removeIntent deletes a named unit. The core's delete leaves a tombstone
@@ -331,13 +363,14 @@ func installedSpec(obs Observed, name string) specInfo {
 }
 
 // addOrphans marks for deletion every cron unit on disk or loaded that the
-// desired set lacks and whose installed write the set's snapshot saw: that
-// job left the set before the snapshot. One the snapshot did not see may
-// have been created after it (its own workflow already wrote it), so it
-// stays, reported as kept; a later converge decides. Not by file age: a
-// clock or a slow snapshot cannot make a live job look old. The exception
-// is a spec without a revision, which no snapshot can be said to have
-// seen (orphanEvidence).
+// desired set lacks and whose installed write the snapshot that found it
+// absent saw (snapshotFor: the set's, or its page's): that job left the
+// set before the snapshot, which its tombstone records. One the snapshot
+// did not see may have been created after it (its own workflow already
+// wrote it), so it stays, reported as kept; a later converge decides. Not
+// by file age: a clock or a slow snapshot cannot make a live job look
+// old. The exception is a spec without a revision, which no snapshot can
+// be said to have seen (orphanEvidence).
 func addOrphans(byName map[string]intent, req Request, obs Observed, p *Plan) {
 	done := map[string]bool{}
 	for _, j := range req.Jobs {
@@ -351,12 +384,12 @@ func addOrphans(byName map[string]intent, req Request, obs Observed, p *Plan) {
 		have := installedSpec(obs, name)
 		in := intent{name: name, delete: true, why: "orphan: not in the desired set"}
 		if !req.Operator {
-			why, ok := orphanEvidence(req, obs.Disk[name], have)
+			snap := req.snapshotFor(name)
+			why, ok := orphanEvidence(req, snap, obs.Disk[name], have)
 			if !ok {
 				p.Kept = append(p.Kept, name)
 				return
 			}
-			snap := req.Snapshot
 			in.why = why
 			in.tomb = &Tombstone{Version: have.Version, Seen: &snap, At: req.Now}
 		}
@@ -378,16 +411,17 @@ func addOrphans(byName map[string]intent, req Request, obs Observed, p *Plan) {
 }
 
 // orphanEvidence says why a unit the core's desired set lacks may go, or
-// false if it must stay. The zero snapshot (a converge from before
+// false if it must stay, judged by snap, the snapshot that found it
+// absent (Request.snapshotFor). The zero snapshot (a converge from before
 // snapshots) sees nothing and removes nothing. A spec with a revision goes
 // if the snapshot saw that write. A spec without one (rev 0) is unknown,
 // not seen: it goes only once it is older than LegacyOrphanAge, the
 // upgrade path for units of jobs deleted while their node was down before
 // revisions. A unit without a readable spec is a leftover (an install
 // writes the spec first) and goes on any real snapshot.
-func orphanEvidence(req Request, d OnDisk, have specInfo) (string, bool) {
+func orphanEvidence(req Request, snap wire.Snapshot, d OnDisk, have specInfo) (string, bool) {
 	switch {
-	case req.Snapshot.Xmax == 0:
+	case snap.Xmax == 0:
 		return "", false
 	case !have.ok:
 		return "orphan: not in the desired set, and no readable spec", true
@@ -396,7 +430,7 @@ func orphanEvidence(req Request, d OnDisk, have specInfo) (string, bool) {
 			return "", false
 		}
 		return fmt.Sprintf("orphan: not in the desired set; its spec has no revision and is older than %s", LegacyOrphanAge), true
-	case req.Snapshot.Sees(have.Rev):
+	case snap.Sees(have.Rev):
 		return "orphan: not in the desired set, whose snapshot saw the write it was installed from", true
 	}
 	return "", false

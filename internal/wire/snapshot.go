@@ -51,15 +51,48 @@ func (s Snapshot) Sees(rev uint64) bool {
 type DesiredSet struct {
 	Jobs     []Job    `json:"jobs"`
 	Snapshot Snapshot `json:"snapshot"`
+	// Pages (a set the node read in pages, desiredset.Assemble) are the
+	// pages' id ranges with their own snapshots; Snapshot is then their
+	// Common. Never sent: only the node that read the pages has them, and
+	// a set read in one snapshot (a pre-paging converge) has none.
+	Pages PageSnapshots `json:"-"`
+}
+
+// PageSnapshot is one page of a paged desired set: the snapshot it was
+// read in and the last id of the id range it answers for, its Next (""
+// for the last page, whose range runs to the end). The first page's range
+// starts at the lowest id, each later one right after the previous Last.
+type PageSnapshot struct {
+	Last     string
+	Snapshot Snapshot
+}
+
+// PageSnapshots are a paged set's pages, in order.
+type PageSnapshots []PageSnapshot
+
+// For returns the snapshot of the page whose id range holds id: the one
+// read that answered whether the job with that id is in the set (keyset
+// pages: a page after cursor c with Next n listed every id in (c, n] its
+// snapshot showed, and the last page every id after c). An id on a
+// boundary is its page's Last, so belongs to that page. false if no page
+// holds it (no pages: a set read in one snapshot).
+func (ps PageSnapshots) For(id string) (Snapshot, bool) {
+	for _, p := range ps {
+		if p.Last == "" || id <= p.Last {
+			return p.Snapshot, true
+		}
+	}
+	return Snapshot{}, false
 }
 
 // Common is the snapshot that sees exactly what both s and o see: the
 // lower xmin and xmax, and every transaction either had in progress below
 // that xmax. A transaction between the two xmins that s saw finish is in
 // o's Xip if o did not, and Xip never holds one below its own xmin, so the
-// union of the two lists is exact. A converge that read its set in pages,
-// each in its own snapshot, judges orphans by the Common of them all
-// (docs/semantics.md, "Paged desired sets"). The zero Snapshot sees
+// union of the two lists is exact. A set read in pages, each in its own
+// snapshot, has the Common of them all as its Snapshot; its jobs are
+// judged by their own page's (PageSnapshots.For), which sees at least as
+// much (docs/semantics.md, "Paged desired sets"). The zero Snapshot sees
 // nothing, and so does its Common with anything.
 func (s Snapshot) Common(o Snapshot) Snapshot {
 	out := Snapshot{Xmin: min(s.Xmin, o.Xmin), Xmax: min(s.Xmax, o.Xmax)}
