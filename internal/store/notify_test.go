@@ -173,3 +173,30 @@ func TestDeliveryLifecycle(t *testing.T) {
 		t.Errorf("%d deliveries of a deleted target", n)
 	}
 }
+
+// A slot of a job with a catch-up window is not swept as lost before its
+// catch-up could have run and reported: slot + window + timeout (+ grace).
+func TestSweepWaitsOutTheCatchUpWindow(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	j := f.job(3) // every minute, 60 s timeout
+	_, err := f.st.Pool().Exec(ctx, `UPDATE cron_jobs SET catchup_window_seconds = 600 WHERE id = $1`, j.ID)
+	must(t, err)
+	s0 := time.Now().UTC().Truncate(time.Minute).Add(-time.Hour)
+	f.sweepFrom(j.ID, s0.Add(-time.Second))
+	lostOf := func() int {
+		return f.count(`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1 AND result = 'lost' AND scheduled_at = $2`, j.ID, s0)
+	}
+	// Past slot + timeout + grace, inside the window: not lost yet.
+	_, err = f.st.SweepLostRuns(ctx, s0.Add(time.Minute+2*time.Minute), time.Minute)
+	must(t, err)
+	if n := lostOf(); n != 0 {
+		t.Fatalf("slot %s recorded lost %d time(s) while its catch-up could still run", s0, n)
+	}
+	// Past slot + window + timeout + grace: lost.
+	_, err = f.st.SweepLostRuns(ctx, s0.Add(10*time.Minute+time.Minute+time.Minute+time.Second), time.Minute)
+	must(t, err)
+	if n := lostOf(); n != 1 {
+		t.Fatalf("slot %s recorded lost %d time(s) after its window, want 1", s0, n)
+	}
+}

@@ -237,12 +237,17 @@ type sweepJobRow struct {
 	shardHasNode bool // read only where sweepFrom needs it (swept_until NULL)
 }
 
-const sweepColumns = `j.id, j.version, j.schedule, j.timezone, j.timeout_seconds, j.swept_until, j.not_before,
+const sweepColumns = `j.id, j.version, j.schedule, j.timezone, j.timeout_seconds + j.catchup_window_seconds, j.swept_until, j.not_before,
 	j.updated_at, j.status, CASE WHEN j.swept_until IS NULL THEN EXISTS (SELECT 1 FROM tenants t
 		JOIN nodes n ON n.shard_id = t.shard_id WHERE t.id = j.tenant_id AND NOT n.draining) ELSE false END`
 
 func scanSweepJob(row pgx.Row) (sweepJobRow, error) {
 	var j sweepJobRow
+	// A slot's run should have ended by slot + timeout, or, for a job
+	// with a catch-up window, by slot + window + timeout: its catch-up
+	// may start up to the window late (its spread wait is within the
+	// timeout). Sweeping earlier would record such a slot lost (and tell
+	// the operators) before its catch-up could report it.
 	var timeoutSeconds int
 	err := row.Scan(&j.id, &j.version, &j.schedule, &j.timezone, &timeoutSeconds, &j.sweptUntil, &j.notBefore,
 		&j.verdictAt, &j.status, &j.shardHasNode)
