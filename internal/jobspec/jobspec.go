@@ -30,7 +30,8 @@ type Spec struct {
 	LockDir          string `json:"lock_dir"`
 	MemoryMaxMB      int    `json:"max_memory_mb"` // also in the unit; see runner's memory watch
 	// TimeoutSec is the unit's TimeoutStartSec, which bounds a catch-up's
-	// wait (0 in an older agent's spec: no wait).
+	// wait and the runner's wait on output (0 in an older agent's spec: no
+	// catch-up wait, the output wait unbounded by it).
 	TimeoutSec int `json:"timeout_seconds,omitempty"`
 	// RandomizedDelaySec is the timer's random delay: a fire later than
 	// slot + delay + the runner's margin is a late fire.

@@ -69,7 +69,7 @@ func (c Client) PostStart(ctx context.Context, jobID string, st wire.RunStart) e
 // post sends v as JSON to path with the node's credential; a 4xx the
 // API means for good is ErrPermanent.
 func (c Client) post(ctx context.Context, path, what string, v any) error {
-	body, err := json.Marshal(v)
+	body, err := marshal(v)
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", what, err)
 	}
@@ -149,8 +149,22 @@ func SpoolDead(dir, jobID string, r wire.Outcome, why error) error {
 	return writeSpooled(filepath.Join(dead, SpoolName(jobID, r.RunKey)), s)
 }
 
+// marshal is json.Marshal without HTML escaping: json.Marshal writes each
+// '<', '>' and '&' of a tail in six bytes, and a tail of them would make
+// a report, and each spooled one, six times the tail's size. Without it
+// no byte of a tail (wire.OutputTail) takes more than two in JSON.
+func marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
 func writeSpooled(path string, s Spooled) error {
-	b, err := json.Marshal(s)
+	b, err := marshal(s)
 	if err != nil {
 		return fmt.Errorf("spool: %w", err)
 	}

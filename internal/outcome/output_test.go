@@ -107,3 +107,33 @@ func TestLargestRunnerRecordFits(t *testing.T) {
 		t.Errorf("the largest record is %d bytes, over MaxRecordSize %d", len(b), MaxRecordSize)
 	}
 }
+
+// TestSpooledTailJSONIsBounded: whatever bytes the command wrote, its tail
+// takes at most twice its 4 KiB in a report's JSON (as sent and as
+// spooled): a tenant cannot make the node's outcome spool grow six-fold
+// with control characters or '<'.
+func TestSpooledTailJSONIsBounded(t *testing.T) {
+	var worst []string
+	for b := range 256 {
+		worst = append(worst, string([]byte{byte(b)}))
+	}
+	worst = append(worst, "\u0080", "\u009f", "\u2028", "\u2029", "\uFFFD", "\U0010FFFF")
+	empty := ""
+	base, err := marshal(Spooled{JobID: "j", Report: wire.Outcome{OutputTail: &empty}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range worst {
+		tail := wire.OutputTail([]byte(strings.Repeat(w, 2*wire.MaxOutputTail)), false)
+		if !wire.ValidOutputTail(tail) {
+			t.Errorf("tail of %q: the API would refuse it", w)
+		}
+		b, err := marshal(Spooled{JobID: "j", Report: wire.Outcome{OutputTail: &tail}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if grown := len(b) - len(base); grown > 2*wire.MaxOutputTail {
+			t.Errorf("a tail of %q takes %d bytes of JSON, over %d", w, grown, 2*wire.MaxOutputTail)
+		}
+	}
+}

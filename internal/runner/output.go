@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"golang.org/x/time/rate"
 
 	"github.com/hostcron/hostcron/internal/wire"
@@ -55,19 +56,41 @@ const outputNoticePrefix = "hostcron: "
 // that passes.
 const noticeEvery = time.Second
 
+// journalQueue bounds the output waiting for the journal (a burst's
+// worth). The reader never waits on the journal: a journald that stalls
+// (I/O pressure) must not keep the command's last words from the tail,
+// nor make the drain after the command look like a pipe held open. What
+// does not fit is dropped, counted and said.
+const journalQueue = 1 << 20
+
+// finalDrain bounds what the runner reads, without waiting, once it stops
+// waiting for the pipe's end: the pipe's content (64 KiB by default, at
+// most 1 MiB), not a background process writing as fast as it can.
+const finalDrain = 1 << 20
+
+// errHeldOpen: the pipe had nothing more to read, but no end either.
+var errHeldOpen = errors.New("output pipe held open")
+
 // outputCopy copies a command's output (see the comment at the top).
 type outputCopy struct {
-	out    io.Writer
-	limits OutputLimits
-	bucket *rate.Limiter
-	now    func() time.Time
-	done   chan struct{}
+	out     io.Writer
+	limits  OutputLimits
+	bucket  *rate.Limiter
+	now     func() time.Time
+	done    chan struct{} // the reader ended
+	wake    chan struct{} // the journal writer has something to do
+	flushed chan struct{} // the journal writer ended
 
 	mu          sync.Mutex // the fields below; out is written outside it
 	tail        tailRing
-	passed      int64 // bytes put into the journal
-	dropped     int64 // bytes dropped, in all
-	pending     int64 // bytes dropped for the rate since the last notice
+	passed      int64    // bytes put into the journal
+	dropped     int64    // bytes dropped, in all
+	pending     int64    // bytes dropped for the rate since the last notice
+	slow        int64    // bytes dropped for a full journal queue, not said yet
+	queue       [][]byte // for the journal writer
+	queued      int      // the queue's cost (queueCost)
+	closed      bool     // nothing more comes into the queue
+	final       []byte   // the end notice, written after the queue
 	lastNotice  time.Time
 	full        bool // Total reached: nothing more passes
 	unread      bool // the runner stopped reading before the pipe's end
@@ -78,20 +101,22 @@ type outputCopy struct {
 func newOutputCopy(out io.Writer, limits OutputLimits) *outputCopy {
 	return &outputCopy{
 		out: out, limits: limits, now: time.Now, done: make(chan struct{}),
+		wake: make(chan struct{}, 1), flushed: make(chan struct{}),
 		bucket: rate.NewLimiter(limits.Rate, max(limits.Burst, maxLine)),
 		tail:   tailRing{size: wire.MaxOutputTail},
 	}
 }
 
-// copyFrom reads r to its end (or a read error, such as the deadline
-// stop sets) and closes done.
-func (c *outputCopy) copyFrom(r io.Reader) {
+// copyFrom reads pipe to its end (or until stop gives up on it), closes
+// done, and has a goroutine of its own write to the journal.
+func (c *outputCopy) copyFrom(pipe *os.File) {
 	defer close(c.done)
-	br := bufio.NewReaderSize(r, maxLine)
+	go c.writeJournal()
+	br := bufio.NewReaderSize(&drainingReader{f: pipe, left: finalDrain}, maxLine)
 	for {
 		piece, err := br.ReadSlice('\n')
 		if len(piece) > 0 {
-			c.write(c.take(piece))
+			c.send(c.take(piece))
 		}
 		if errors.Is(err, bufio.ErrBufferFull) {
 			continue
@@ -100,14 +125,72 @@ func (c *outputCopy) copyFrom(r io.Reader) {
 			c.mu.Lock()
 			c.unread = !errors.Is(err, io.EOF)
 			c.mu.Unlock()
-			c.write(c.endNotice())
+			end := c.endNotice()
+			c.mu.Lock()
+			c.final, c.closed = end, true // written whatever room the queue has left
+			c.mu.Unlock()
+			c.signal()
 			return
 		}
 	}
 }
 
+// writeJournal writes the queue, then the end notice, to the journal.
+func (c *outputCopy) writeJournal() {
+	defer close(c.flushed)
+	for {
+		c.mu.Lock()
+		batch, closed, final := c.queue, c.closed, c.final
+		c.queue = nil
+		c.mu.Unlock()
+		if len(batch) == 0 {
+			if closed {
+				c.write(final)
+				return
+			}
+			<-c.wake
+			continue
+		}
+		for _, b := range batch {
+			c.write(b)
+			c.mu.Lock()
+			c.queued -= queueCost(b)
+			c.mu.Unlock()
+		}
+	}
+}
+
+// queueCost is what b takes in the queue: a line of one byte costs its
+// slice too.
+func queueCost(b []byte) int { return len(b) + 32 }
+
+// signal wakes the journal writer (the channel holds one wake-up).
+func (c *outputCopy) signal() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// noticeRoom is kept in the queue for the notices before a piece (take),
+// so that a piece that fits never loses them.
+const noticeRoom = 512
+
+// send queues b for the journal; take made sure it has room.
+func (c *outputCopy) send(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	c.mu.Lock()
+	c.queue = append(c.queue, b)
+	c.queued += queueCost(b)
+	c.mu.Unlock()
+	c.signal()
+}
+
 // take decides what of one piece of output goes on: the piece, perhaps
-// after a notice of what was dropped before it, or nothing. The tail
+// after a notice of what was dropped before it, or nothing. A piece the
+// journal queue has no room for is dropped, counted and said. The tail
 // keeps every piece, dropped or not: it is the command's last words.
 func (c *outputCopy) take(piece []byte) []byte {
 	c.mu.Lock()
@@ -128,9 +211,17 @@ func (c *outputCopy) take(piece []byte) []byte {
 		}
 		return nil
 	}
+	if c.queued+queueCost(piece)+noticeRoom > journalQueue {
+		c.dropped += int64(n)
+		c.slow += int64(n)
+		return nil
+	}
 	var out []byte
+	if c.slow > 0 {
+		out = c.slowNotice()
+	}
 	if c.pending > 0 && c.now().Sub(c.lastNotice) >= noticeEvery {
-		out = c.rateNotice()
+		out = append(out, c.rateNotice()...)
 	}
 	c.passed += int64(n)
 	c.midLine = piece[n-1] != '\n'
@@ -142,11 +233,14 @@ func (c *outputCopy) endNotice() []byte {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []byte
+	if c.slow > 0 {
+		out = c.slowNotice()
+	}
 	if c.pending > 0 {
-		out = c.rateNotice()
+		out = append(out, c.rateNotice()...)
 	}
 	if c.unread {
-		out = append(out, c.notice(fmt.Sprintf("stopped reading the output %s after the command ended (a background process kept it open): the rest is not in the journal", c.limits.Drain))...)
+		out = append(out, c.notice("stopped reading the output after the command ended: a background process kept it open; the rest is not in the journal")...)
 	}
 	return out
 }
@@ -154,6 +248,12 @@ func (c *outputCopy) endNotice() []byte {
 func (c *outputCopy) rateNotice() []byte {
 	msg := fmt.Sprintf("%d bytes of output dropped: over %d bytes/s", c.pending, int64(c.limits.Rate))
 	c.pending, c.lastNotice = 0, c.now()
+	return c.notice(msg)
+}
+
+func (c *outputCopy) slowNotice() []byte {
+	msg := fmt.Sprintf("%d bytes of output dropped: the journal did not take them in time", c.slow)
+	c.slow = 0
 	return c.notice(msg)
 }
 
@@ -173,29 +273,106 @@ func (c *outputCopy) write(b []byte) {
 	}
 }
 
-// stop waits up to Drain for the output to end after the command was
-// reaped, then stops reading (the read deadline wakes the reader), and
-// returns what the record keeps. A reader stuck writing to a journal that
-// does not take it is left behind: the record does not wait for it.
-func (c *outputCopy) stop(pipe *os.File) (tail string, truncated bool, droppedBytes int64) {
-	select {
-	case <-c.done:
-	case <-time.After(c.limits.Drain):
-		_ = pipe.SetReadDeadline(time.Now())
-		select {
-		case <-c.done:
-		case <-time.After(c.limits.Drain):
+// stop waits for the output to end after the command was reaped, for
+// Drain but never past what bound makes of a time (drainBound: the
+// runner must exit before the unit's start timeout), then reads what the
+// pipe still holds without waiting and stops. It waits for the journal's
+// copy within the same bounds, and returns what the record keeps.
+func (c *outputCopy) stop(pipe *os.File, bound func(time.Time) time.Time) (tail string, truncated bool, droppedBytes int64) {
+	if !waitUntil(c.done, bound(time.Now().Add(c.limits.Drain))) {
+		// The deadline wakes a read that waits, and the reader goes on
+		// without waiting (drainingReader): it ends at once.
+		if err := pipe.SetReadDeadline(time.Now()); err == nil {
+			waitUntil(c.done, bound(time.Now().Add(c.limits.Drain)))
 		}
 	}
+	flushed := waitUntil(c.flushed, bound(time.Now().Add(c.limits.Drain)))
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	unfinished := false
+	ended := false
 	select {
 	case <-c.done:
+		ended = true
 	default:
-		unfinished = true
 	}
-	return c.tail.String(), c.dropped > 0 || c.unread || unfinished, c.dropped
+	return c.tail.String(), c.dropped > 0 || c.unread || !ended || !flushed, c.dropped
+}
+
+// waitUntil waits for ch to be closed until t; false: it was not.
+func waitUntil(ch <-chan struct{}, t time.Time) bool {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-timer.C:
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// drainingReader reads the output pipe. Once a read deadline (stop) has
+// passed it no longer waits: it reads what the pipe holds (at most left
+// bytes), then reports io.EOF if the pipe really ended, else
+// errHeldOpen. So the command's last bytes reach the tail even when they
+// were still in the pipe when the runner gave up waiting.
+type drainingReader struct {
+	f        *os.File
+	draining bool
+	left     int
+}
+
+func (r *drainingReader) Read(p []byte) (int, error) {
+	if !r.draining {
+		n, err := r.f.Read(p)
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			return n, err
+		}
+		r.draining = true
+		// A read with the deadline passed fails before it reads.
+		if err := r.f.SetReadDeadline(time.Time{}); err != nil {
+			return n, fmt.Errorf("output pipe: %w", err)
+		}
+		if n > 0 {
+			return n, nil
+		}
+	}
+	if r.left <= 0 {
+		return 0, errHeldOpen
+	}
+	p = p[:min(len(p), r.left)]
+	rc, err := r.f.SyscallConn()
+	if err != nil {
+		return 0, fmt.Errorf("output pipe: %w", err)
+	}
+	var n int
+	var rerr error
+	// The pipe is non-blocking (os.Pipe): returning true reads once,
+	// never waits.
+	err = rc.Read(func(fd uintptr) bool {
+		for {
+			n, rerr = unix.Read(int(fd), p)
+			if rerr != unix.EINTR {
+				return true
+			}
+		}
+	})
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("output pipe: %w", err)
+	case rerr == unix.EAGAIN:
+		return 0, errHeldOpen
+	case rerr != nil:
+		return 0, fmt.Errorf("output pipe: %w", rerr)
+	case n == 0:
+		return 0, io.EOF
+	}
+	r.left -= n
+	return n, nil
 }
 
 // tailRing keeps the last size bytes written to it.

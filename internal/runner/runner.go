@@ -61,6 +61,10 @@ type Env struct {
 	OutputLimits OutputLimits
 	// Start is systemd's word on why the service started.
 	Start Start
+	// Started is when this start of the unit began, by the real clock
+	// (zero: when Run began). Main takes its own start, a little after
+	// systemd's: the margin of drainBound covers the difference.
+	Started time.Time
 	// Sleep waits out a catch-up's spread (nil: time.Sleep), or returns
 	// false when the runner was asked to stop meanwhile (tests).
 	Sleep func(time.Duration) bool
@@ -73,6 +77,7 @@ type Env struct {
 
 // Main runs one occurrence and returns the process exit status.
 func Main() int {
+	started := time.Now() // first: the unit's start timeout runs already
 	// Not dumpable: the tenant's command runs as the same user, and a
 	// dumpable runner could be attached to (ptrace, /proc/PID/mem) and
 	// made to exit with ExitPlatformError. Its children are dumpable again
@@ -93,6 +98,7 @@ func Main() int {
 		ClockFile:         wire.ClockOffsetFile,
 		Boot:              clockoffset.CurrentBoot,
 		Start:             startFromEnv(),
+		Started:           started,
 		Log:               slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "cron-run"),
 	}
 	if env.RuntimeDir == "" || os.Getenv("CREDENTIALS_DIRECTORY") == "" {
@@ -114,6 +120,9 @@ func startFromEnv() Start {
 func Run(env Env) int {
 	if env.Log == nil {
 		env.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	if env.Started.IsZero() {
+		env.Started = time.Now()
 	}
 	spec, err := jobspec.Read(env.SpecPath)
 	if err != nil {
@@ -604,7 +613,10 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 	rec.FinishedAt = &finished
 	// After the finish: the drain (a child holding the pipe) is not the
 	// command's time.
-	tail, truncated, droppedBytes := output.stop(outR)
+	timeout := time.Duration(spec.TimeoutSec) * time.Second
+	tail, truncated, droppedBytes := output.stop(outR, func(t time.Time) time.Time {
+		return drainBound(t, env.Started, timeout)
+	})
 	rec.OutputTail, rec.OutputTruncated, rec.OutputDroppedBytes = &tail, truncated, droppedBytes
 	rec.CPUSeconds, rec.PeakMemoryBytes = usage(cmd.ProcessState)
 	code := 0
@@ -632,6 +644,27 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 		code = 1
 	}
 	return finish(env, rec, code)
+}
+
+// timeoutMargin is how long before the unit's start timeout the runner
+// stops waiting on output: systemd's timeout runs from before the
+// runner's own start (fork, credentials, exec), and the record must still
+// be written after the wait.
+const timeoutMargin = 2 * time.Second
+
+// drainBound is the latest the runner may wait on the output instead of
+// want: never within timeoutMargin of the unit's start timeout (timeout
+// after started; 0: an older agent's spec, unknown). A command that ended
+// in time must not become a timeout, charged to the tenant, because the
+// runner waited on a pipe a background process held open.
+func drainBound(want, started time.Time, timeout time.Duration) time.Time {
+	if timeout <= 0 {
+		return want
+	}
+	if limit := started.Add(timeout - timeoutMargin); want.After(limit) {
+		return limit
+	}
+	return want
 }
 
 // KillGrace is how long a command may take to end after the runner passed

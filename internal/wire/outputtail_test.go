@@ -23,6 +23,7 @@ func TestOutputTail(t *testing.T) {
 		{"long output keeps the end from a line start", long, false, strings.Repeat("b", MaxOutputTail-20) + "\nlast line\n"},
 		{"invalid UTF-8 replaced", "ok \xff\xfe done\n", false, "ok \uFFFD done\n"},
 		{"NUL replaced", "a\x00b\n", false, "a\uFFFDb\n"},
+		{"control characters one '?' each, newline and tab kept", "\x1b[31mred\r\n\tx\x7f\u0085\u009f\u00a0\n", false, "?[31mred?\n\tx???\u00a0\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := OutputTail([]byte(tc.in), tc.cut)
