@@ -257,6 +257,11 @@ type spoolItem struct {
 
 // loadSpool decodes every report in dir; an undecodable one is
 // dead-lettered.
+// MaxSpooledBytes bounds one spooled report: the core refuses a body over
+// 64 KiB, so a larger file can never be delivered, and every pass reads
+// the whole spool into memory.
+const MaxSpooledBytes = 128 << 10
+
 func loadSpool(dir string, now time.Time, st *Stats) ([]spoolItem, []error) {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
@@ -269,6 +274,11 @@ func loadSpool(dir string, now time.Time, st *Stats) ([]spoolItem, []error) {
 	var errs []error
 	for _, e := range entries {
 		if !e.Type().IsRegular() || filepath.Ext(e.Name()) != ".json" {
+			continue
+		}
+		if info, err := e.Info(); err == nil && info.Size() > MaxSpooledBytes {
+			st.DeadLettered++
+			errs = append(errs, deadLetter(dir, e.Name(), fmt.Errorf("%d bytes, more than any report the core accepts (%d)", info.Size(), MaxSpooledBytes)))
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join(dir, e.Name()))

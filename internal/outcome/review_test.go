@@ -47,3 +47,24 @@ func TestRefusedReportIsDeadLettered(t *testing.T) {
 		t.Fatalf("dead letter %q: %v", b, err)
 	}
 }
+
+// A spooled file larger than any report the core accepts is set aside,
+// not read into memory on every pass and retried for ever.
+func TestOversizedSpoolFileIsDeadLettered(t *testing.T) {
+	dir := t.TempDir()
+	big := make([]byte, MaxSpooledBytes+1)
+	for i := range big {
+		big[i] = ' '
+	}
+	if err := os.WriteFile(filepath.Join(dir, "huge.json"), big, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var st Stats
+	items, errs := loadSpool(dir, time.Now(), &st)
+	if len(items) != 0 || len(errs) != 1 || st.DeadLettered != 1 {
+		t.Fatalf("items %d, errors %v, dead-lettered %d: want the oversized file set aside", len(items), errs, st.DeadLettered)
+	}
+	if pending, dead := SpoolCounts(dir); pending != 0 || dead != 1 {
+		t.Fatalf("pending %d, dead %d", pending, dead)
+	}
+}
