@@ -31,10 +31,11 @@ func TestPlanEndsAWaitingCatchUpWhenTheJobChanges(t *testing.T) {
 		req  Request
 		want bool
 	}{
-		"disable":  {Request{Op: OpApply, Jobs: []wire.Job{job(idA, catchUp, version(2), disabled)}, Now: testNow}, true},
-		"delete":   {Request{Op: OpRemove, Names: []string{a.UnitName()}, Version: 2, Now: testNow}, true},
-		"schedule": {Request{Op: OpApply, Jobs: []wire.Job{job(idA, catchUp, version(2), func(j *wire.Job) { j.Schedule = "0 * * * *" })}, Now: testNow}, true},
-		"same job": {Request{Op: OpApply, Jobs: []wire.Job{a}, Now: testNow}, false},
+		"disable":                    {Request{Op: OpApply, Jobs: []wire.Job{job(idA, catchUp, version(2), disabled)}, Now: testNow}, true},
+		"delete":                     {Request{Op: OpRemove, Names: []string{a.UnitName()}, Version: 2, Now: testNow}, true},
+		"schedule":                   {Request{Op: OpApply, Jobs: []wire.Job{job(idA, catchUp, version(2), func(j *wire.Job) { j.Schedule = "0 * * * *" })}, Now: testNow}, true},
+		"same job":                   {Request{Op: OpApply, Jobs: []wire.Job{a}, Now: testNow}, false},
+		"same version, new revision": {Request{Op: OpApply, Jobs: []wire.Job{job(idA, catchUp, rev(7))}, Now: testNow}, false},
 	} {
 		p, err := MakePlan(testLayout, tc.req, obs)
 		if err != nil {

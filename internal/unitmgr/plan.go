@@ -424,7 +424,7 @@ func stopSteps(_ Layout, in intent, obs Observed) []Step {
 	if !in.enabled && obs.active(in.name+extTimer) {
 		out = append(out, Step{Kind: KindStop, Unit: in.name, Target: in.name + extTimer, Reason: stopReason(in)})
 	}
-	if busy(obs.Loaded[in.name+extService].ActiveState) && (!in.enabled || specChanges(in, obs)) {
+	if busy(obs.Loaded[in.name+extService].ActiveState) && (!in.enabled || newVersion(in, obs)) {
 		why := stopReason(in)
 		if in.enabled {
 			why = "job changed"
@@ -434,9 +434,11 @@ func stopSteps(_ Layout, in intent, obs Observed) []Step {
 	return out
 }
 
-// specChanges reports whether in writes a spec other than the installed one.
-func specChanges(in intent, obs Observed) bool {
-	return in.files != nil && !bytes.Equal(obs.Disk[in.name].Files[extSpec], in.files[extSpec])
+// newVersion reports whether in installs another version of the job than
+// the installed spec's (a converge that rewrites the same version, say
+// with a new revision, changes nothing a runner decided on).
+func newVersion(in intent, obs Observed) bool {
+	return in.job != nil && in.files != nil && in.job.Version != installedSpec(obs, in.name).Version
 }
 
 func stopReason(in intent) string {
