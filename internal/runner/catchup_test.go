@@ -3,6 +3,7 @@ package runner
 import (
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -216,5 +217,66 @@ func TestCatchUpStoppedWhileWaiting(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(filepath.Dir(locks), "www", "out")); err == nil {
 		t.Error("the command ran")
+	}
+}
+
+// TestCatchUpSIGTERMWhileWaiting: the node agent's SIGTERM (the job
+// disabled, deleted or changed) during the real wait ends it: nothing runs,
+// the record is silent, and the runner is not killed by the signal.
+func TestCatchUpSIGTERMWhileWaiting(t *testing.T) {
+	var waited []time.Duration
+	env, locks := setupCatchUp(t, `echo ran >> out`, &waited)
+	env.Sleep = nil // the real wait: at least seconds for this job and slot
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		_ = syscall.Kill(os.Getpid(), syscall.SIGTERM)
+	}()
+	start := time.Now()
+	if code := Run(env); code != ExitSkip {
+		t.Fatalf("exit %d, want %d", code, ExitSkip)
+	}
+	if time.Since(start) > 30*time.Second {
+		t.Fatal("the wait went on after SIGTERM")
+	}
+	if r := record(t, env); !Silent(r.Kind) {
+		t.Errorf("record %+v: a stopped wait must be silent", r)
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(locks), "www", "out")); err == nil {
+		t.Error("the command ran")
+	}
+}
+
+// TestCatchUpSIGTERMJustAfterTheWait: a SIGTERM that comes as the wait
+// ends (the agent read the "started" record just before) is caught while
+// the runner elects, and it runs nothing: silent, not killed, not counted.
+func TestCatchUpSIGTERMJustAfterTheWait(t *testing.T) {
+	var waited []time.Duration
+	env, locks := setupCatchUp(t, `echo ran >> out`, &waited)
+	env.Sleep = func(time.Duration) bool {
+		_ = syscall.Kill(os.Getpid(), syscall.SIGTERM)
+		time.Sleep(200 * time.Millisecond) // the runtime hands it on
+		return true
+	}
+	if code := Run(env); code != ExitSkip {
+		t.Fatalf("exit %d, want %d", code, ExitSkip)
+	}
+	if r := record(t, env); !Silent(r.Kind) {
+		t.Errorf("record %+v: a catch-up stopped before its command must be silent", r)
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(locks), "www", "out")); err == nil {
+		t.Error("the command ran")
+	}
+}
+
+// TestCatchUpSIGTERMAfterRan: once the record says "ran", SIGTERM is a
+// cancel as for any run: it reaches the command, which ends by it.
+func TestCatchUpSIGTERMAfterRan(t *testing.T) {
+	var waited []time.Duration
+	env, _ := setupCatchUp(t, `kill -TERM $PPID; sleep 10`, &waited)
+	if code := Run(env); code == 0 || code == ExitSkip {
+		t.Fatalf("exit %d, want the command's signal", code)
+	}
+	if r := record(t, env); r.Kind != KindRan || r.Signal != "SIGTERM" {
+		t.Errorf("record %+v: want a run ended by SIGTERM", r)
 	}
 }

@@ -73,6 +73,9 @@ type Env struct {
 	// Heartbeat ticker: each value asks for one beat, and is closed once
 	// that beat is done.
 	beats <-chan chan struct{}
+	// stop receives the SIGTERM or SIGINT that stops a catch-up before
+	// its command starts (Run sets it for a catch-up's wait; nil: never).
+	stop <-chan os.Signal
 }
 
 // Main runs one occurrence and returns the process exit status.
@@ -140,6 +143,20 @@ func Run(env Env) int {
 		rec.Kind, rec.Reason = d.Skip, d.Reason
 		return finish(env, rec, ExitSkip)
 	}
+	if d.CatchUp {
+		// The node agent sends SIGTERM to a catch-up whose record says
+		// "started" when the job is disabled, deleted or changed (it was
+		// decided under the old spec), and so does a cancel of its run; the
+		// node's shutdown stops it too. It is caught from before that
+		// record until the record says "ran" (runCommand), not only during
+		// the wait: a runner killed by it with its record at "started"
+		// would be reported as the tenant's failure, and one that went on
+		// would run a job that is gone.
+		stop := make(chan os.Signal, 1)
+		signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
+		defer signal.Stop(stop)
+		env.stop = stop
+	}
 	// The local record comes first: if shared storage hangs until the
 	// timeout, the outcome hook still reports this run, under its own key.
 	// A node that cannot write it (the runtime dir's tmpfs full or read
@@ -162,8 +179,7 @@ func Run(env Env) int {
 	if d.Wait > 0 {
 		env.Log.Info("catch-up of a missed slot: waiting "+d.Wait.Round(time.Millisecond).String()+" before contending, to spread the catch-up runs", "run_key", d.Key)
 		if !env.sleep(d.Wait) {
-			// Stopped (the job disabled or deleted, the node shutting
-			// down) before it contended: nothing ran here, and another
+			// Stopped before it contended: nothing ran here, and another
 			// node may still run the slot. Silent, like any late fire.
 			rec.Kind, rec.Reason = KindLateFire, "stopped while waiting to catch up slot "+d.Slot.Format(time.RFC3339)
 			return finish(env, rec, ExitSkip)
@@ -172,20 +188,28 @@ func Run(env Env) int {
 	return elect(env, spec, d, rec)
 }
 
-// sleep waits d, or less when SIGTERM or SIGINT comes first (false).
+// sleep waits d, or less when a signal comes on env.stop first (false).
 func (env Env) sleep(d time.Duration) bool {
 	if env.Sleep != nil {
 		return env.Sleep(d)
 	}
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(sigs)
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
 		return true
-	case <-sigs:
+	case <-env.stop:
+		return false
+	}
+}
+
+// stopped reports whether a catch-up was told to stop since its wait
+// (never for a runner that did not wait: env.stop is nil).
+func (env Env) stopped() bool {
+	select {
+	case <-env.stop:
+		return true
+	default:
 		return false
 	}
 }
@@ -542,12 +566,22 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 	cmd.Env = commandEnv(os.Environ(), jobVars, runEnv(spec, rec))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // one group to signal and measure
 	// The handler comes before the record says "ran": the node agent
-	// signals a runner (a cancel) only once its record says so, and a
-	// runner must not die of that signal between its record and its
-	// command's start, leaving a record without an end.
+	// signals a runner (a cancel) only once its record says so (or, for a
+	// catch-up, while env.stop catches it), and a runner must not die of
+	// that signal between its record and its command's start, leaving a
+	// record without an end.
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs) // caught to the end: the record must be written
+	if env.stopped() {
+		// A catch-up stopped after its wait, while it elected: it won,
+		// but runs nothing. The stamp it wrote keeps the slot from
+		// running elsewhere, which is what a disable or delete wants; a
+		// node shutting down at this moment loses the slot.
+		release(env, stampPath, lease)
+		rec.Kind, rec.Reason = KindLateFire, "stopped before its command started, catching up slot "+rec.Slot.Format(time.RFC3339)
+		return finish(env, rec, ExitSkip)
+	}
 	started := env.Now().UTC()
 	rec.Kind, rec.StartedAt = KindRan, &started
 	// A record before the command starts: if the run is killed (timeout,

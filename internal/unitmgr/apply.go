@@ -27,6 +27,9 @@ type executor struct {
 	// mkdir, chown and chmod is a round trip to the metadata server, so
 	// a new node pays it once per tenant, not once per job.
 	lockDirs map[lockDirKey]error
+	// endCatchUp stops a unit's catch-up that has not started its command
+	// (Manager.endCatchUp); nil: the step does nothing (tests).
+	endCatchUp func(ctx context.Context, unit string) error
 }
 
 type lockDirKey struct{ dir, user, group string }
@@ -94,6 +97,12 @@ func (e *executor) run(ctx context.Context, p Plan) (wire.NodeReport, error) {
 		case KindStop:
 			if err := e.sys.StopUnit(ctx, s.Target); err != nil {
 				stopErrs = append(stopErrs, fmt.Errorf("stop %s: %w", s.Target, err))
+			}
+		case KindEndCatchUp:
+			if e.endCatchUp != nil {
+				if err := e.endCatchUp(ctx, s.Unit); err != nil {
+					stopErrs = append(stopErrs, fmt.Errorf("end catch-up of %s: %w", s.Target, err))
+				}
 			}
 		case KindDisable, KindEnable:
 			n, batch := sameKind(p.Steps[i:], failed)

@@ -81,6 +81,39 @@ func (m *Manager) CancelRun(ctx context.Context, req wire.CancelRequest) (bool, 
 	if err != nil || !strings.HasPrefix(unit, wire.UnitPrefix) || !strings.HasSuffix(unit, "-"+key.JobID) || strings.ContainsAny(unit, "/\x00") {
 		return false, fmt.Errorf("cancel: run %q is not a run of unit %q", req.RunKey, unit)
 	}
+	return m.signalRunner(ctx, unit, "run cancelled: its runner was told to stop", func(rec runner.Record) bool {
+		// Only a runner whose record says "ran" runs the named run: before
+		// that it may still be electing (a loser on this node names the
+		// same slot, and another node runs it) or switch to a run-now
+		// request. A catch-up of the named slot that has not started its
+		// command yet (waitingCatchUp) is stopped too, and runs nothing.
+		return rec.RunKey == req.RunKey && (rec.Kind == runner.KindRan || waitingCatchUp(rec))
+	})
+}
+
+// waitingCatchUp says rec is a catch-up's runner that has not started the
+// command: it waits out its spread or elects, catching SIGTERM (runner.Run),
+// and a SIGTERM makes it exit silently, running nothing. An on-time
+// runner that elects is never one: a signal would kill it, and its record
+// would read as the tenant's failure.
+func waitingCatchUp(rec runner.Record) bool {
+	return rec.Kind == runner.KindStarted && rec.Trigger == string(wire.TriggerCatchUp)
+}
+
+// endCatchUp stops unit's catch-up if one waits to run: the job is being
+// disabled, deleted or changed, and the catch-up was decided under the
+// spec that is going (a run now under way is left alone: a disable does
+// not kill a run). The runner exits silently; nothing is reported.
+func (m *Manager) endCatchUp(ctx context.Context, unit string) error {
+	_, err := m.signalRunner(ctx, unit, "catch-up stopped before its command started: the job changed", waitingCatchUp)
+	return err
+}
+
+// signalRunner sends SIGTERM to unit's runner if its record, read within
+// one activation, is one that want accepts, leaving a cancel marker for
+// the record's run first, and logs why; it reports whether it did. A unit
+// that is not here or not running is left alone: false, nil.
+func (m *Manager) signalRunner(ctx context.Context, unit, why string, want func(runner.Record) bool) (bool, error) {
 	service := unit + extService
 	unitFile := filepath.Join(m.layout.UnitDir, service)
 	if _, err := os.Stat(unitFile); err != nil {
@@ -95,12 +128,9 @@ func (m *Manager) CancelRun(ctx context.Context, req wire.CancelRequest) (bool, 
 		return false, fmt.Errorf("cancel: %s: %w", service, err)
 	}
 	p := m.cancelPaths()
-	// Only a runner whose record says "ran" runs the named run: before
-	// that it may still be electing (a loser on this node names the same
-	// slot, and another node runs it) or switch to a run-now request.
 	rec, err := outcome.RunningRecord(filepath.Join(p.runtimeRoot, unit), owner)
-	if err != nil || rec.RunKey != req.RunKey || rec.Kind != runner.KindRan {
-		return false, nil // between runs, electing, or another run: not this one
+	if err != nil || !want(rec) {
+		return false, nil // between runs, or not a runner to stop
 	}
 	pidfd, err := unix.PidfdOpen(int(before.mainPID), 0)
 	if err != nil {
@@ -111,7 +141,10 @@ func (m *Manager) CancelRun(ctx context.Context, req wire.CancelRequest) (bool, 
 	if err != nil || after != before {
 		return false, err // the activation moved on while it was looked at
 	}
-	marker := wire.CancelMarker{RunKey: req.RunKey, InvocationID: before.invocation, At: m.now().UTC()}
+	// The marker also covers a catch-up that wrote "ran" between the
+	// record's read and the signal: its run is then reported as cancelled,
+	// not as the tenant's failure.
+	marker := wire.CancelMarker{RunKey: rec.RunKey, InvocationID: before.invocation, At: m.now().UTC()}
 	markerPath, err := writeCancelMarker(p.markerDir, unit, marker)
 	if err != nil {
 		return false, err
@@ -123,7 +156,7 @@ func (m *Manager) CancelRun(ctx context.Context, req wire.CancelRequest) (bool, 
 		}
 		return false, fmt.Errorf("cancel: signal %s's runner: %w", service, err)
 	}
-	m.log.Info("run cancelled: its runner was told to stop", "unit", service, "run_key", req.RunKey, "invocation", before.invocation)
+	m.log.Info(why, "unit", service, "run_key", rec.RunKey, "invocation", before.invocation)
 	return true, nil
 }
 

@@ -153,7 +153,8 @@ func (m *Manager) do(ctx context.Context, req Request) (wire.NodeReport, error) 
 	}
 	defer release()
 	start := time.Now()
-	e := executor{sys: m.sys, layout: m.layout, log: m.log, lockDir: m.lockDir, obs: m.obs, steps: map[string]int{}}
+	e := executor{sys: m.sys, layout: m.layout, log: m.log, lockDir: m.lockDir, obs: m.obs, steps: map[string]int{},
+		endCatchUp: m.endCatchUp}
 	rep, err := m.planAndRun(ctx, req, &e)
 	if m.obs != nil {
 		m.obs.Applied(string(req.Op), req.Operator, time.Since(start), e.steps, err, m.now())

@@ -131,18 +131,19 @@ type Kind string
 
 // Step kinds, in the order a plan runs them.
 const (
-	KindSetAside  Kind = "set-aside" // move an unreadable tombstone file aside before it is rewritten
-	KindTombstone Kind = "tombstone" // record removals, so older copies of the jobs stay out
-	KindCleanup   Kind = "cleanup"   // remove an atomic-write leftover
-	KindStop      Kind = "stop"
-	KindDisable   Kind = "disable"
-	KindLockDir   Kind = "lockdir" // create/fix the job's lock dir on shared storage
-	KindWrite     Kind = "write"
-	KindRemove    Kind = "remove"
-	KindEnable    Kind = "enable"
-	KindReload    Kind = "reload"
-	KindStart     Kind = "start"
-	KindRestart   Kind = "restart"
+	KindSetAside   Kind = "set-aside" // move an unreadable tombstone file aside before it is rewritten
+	KindTombstone  Kind = "tombstone" // record removals, so older copies of the jobs stay out
+	KindCleanup    Kind = "cleanup"   // remove an atomic-write leftover
+	KindStop       Kind = "stop"
+	KindEndCatchUp Kind = "end-catchup" // SIGTERM to the service's runner if it is a catch-up not yet running its command
+	KindDisable    Kind = "disable"
+	KindLockDir    Kind = "lockdir" // create/fix the job's lock dir on shared storage
+	KindWrite      Kind = "write"
+	KindRemove     Kind = "remove"
+	KindEnable     Kind = "enable"
+	KindReload     Kind = "reload"
+	KindStart      Kind = "start"
+	KindRestart    Kind = "restart"
 )
 
 // Step is one action of a plan.
@@ -447,12 +448,31 @@ func cleanupSteps(obs Observed, now time.Time) []Step {
 }
 
 // stopSteps come first, so a disable or delete stops the timer even when
-// no file can be written afterwards.
+// no file can be written afterwards. A busy service whose job is disabled,
+// deleted or changed may be a catch-up waiting out its spread, decided
+// under the spec that is going: it is told to end (KindEndCatchUp; the
+// executor signals it only if its record says so), never stopped, since
+// a run under way is not killed by a disable.
 func stopSteps(_ Layout, in intent, obs Observed) []Step {
-	if in.enabled || !obs.active(in.name+extTimer) {
-		return nil
+	var out []Step
+	if !in.enabled && obs.active(in.name+extTimer) {
+		out = append(out, Step{Kind: KindStop, Unit: in.name, Target: in.name + extTimer, Reason: stopReason(in)})
 	}
-	return []Step{{Kind: KindStop, Unit: in.name, Target: in.name + extTimer, Reason: stopReason(in)}}
+	if busy(obs.Loaded[in.name+extService].ActiveState) && (!in.enabled || newVersion(in, obs)) {
+		why := stopReason(in)
+		if in.enabled {
+			why = "job changed"
+		}
+		out = append(out, Step{Kind: KindEndCatchUp, Unit: in.name, Target: in.name + extService, Reason: why + ": a catch-up waiting to run is stopped"})
+	}
+	return out
+}
+
+// newVersion reports whether in installs another version of the job than
+// the installed spec's (a converge that rewrites the same version, say
+// with a new revision, changes nothing a runner decided on).
+func newVersion(in intent, obs Observed) bool {
+	return in.job != nil && in.files != nil && in.job.Version != installedSpec(obs, in.name).Version
 }
 
 func stopReason(in intent) string {
