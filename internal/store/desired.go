@@ -85,6 +85,25 @@ func desiredJobs(ctx context.Context, q querier, shardID string) ([]wire.Job, er
 // is an orphan by it (docs/semantics.md, "Orphans, snapshots and
 // tombstones").
 func (s *Store) NodeDesiredJobs(ctx context.Context, nodeID string) (set wire.DesiredSet, ok bool, err error) {
+	ok, err = s.readForNode(ctx, nodeID, func(tx pgx.Tx, shardID string, snap wire.Snapshot) error {
+		jobs, err := desiredJobs(ctx, tx, shardID)
+		if err != nil {
+			return err
+		}
+		set = wire.DesiredSet{Jobs: jobs, Snapshot: snap}
+		return checkRevs(set)
+	})
+	if err != nil || !ok {
+		return wire.DesiredSet{}, false, err
+	}
+	return set, true, nil
+}
+
+// readForNode runs read for the shard of a node in one REPEATABLE READ,
+// read-only transaction, handing it the snapshot taken first: the one
+// read's queries see, which a node judges orphans by. ok is false if
+// there is no such node (read does not run).
+func (s *Store) readForNode(ctx context.Context, nodeID string, read func(tx pgx.Tx, shardID string, snap wire.Snapshot) error) (ok bool, err error) {
 	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var shardID string
 		err := tx.QueryRow(ctx, `SELECT shard_id FROM nodes WHERE id = $1`, nodeID).Scan(&shardID)
@@ -95,18 +114,13 @@ func (s *Store) NodeDesiredJobs(ctx context.Context, nodeID string) (set wire.De
 			return fmt.Errorf("shard of node %s: %w", nodeID, err)
 		}
 		ok = true
-		if set.Snapshot, err = currentSnapshot(ctx, tx); err != nil {
+		snap, err := currentSnapshot(ctx, tx)
+		if err != nil {
 			return err
 		}
-		if set.Jobs, err = desiredJobs(ctx, tx, shardID); err != nil {
-			return err
-		}
-		return checkRevs(set)
+		return read(tx, shardID, snap)
 	})
-	if err != nil || !ok {
-		return wire.DesiredSet{}, false, err
-	}
-	return set, true, nil
+	return ok, err
 }
 
 // checkRevs refuses a set with a job whose revision its own snapshot

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -24,21 +23,8 @@ func (s *Store) NodeDesiredPage(ctx context.Context, nodeID, after string, limit
 	if limit < 1 || limit > wire.MaxDesiredPageSize {
 		return wire.DesiredPage{}, false, fmt.Errorf("desired page: limit %d outside 1..%d", limit, wire.MaxDesiredPageSize)
 	}
-	// One REPEATABLE READ transaction: the snapshot taken first is the one
-	// the page's query reads in, as for NodeDesiredJobs.
-	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		var shardID string
-		err := tx.QueryRow(ctx, `SELECT shard_id FROM nodes WHERE id = $1`, nodeID).Scan(&shardID)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("shard of node %s: %w", nodeID, err)
-		}
-		ok = true
-		if page.Snapshot, err = currentSnapshot(ctx, tx); err != nil {
-			return err
-		}
+	ok, err = s.readForNode(ctx, nodeID, func(tx pgx.Tx, shardID string, snap wire.Snapshot) error {
+		page.Snapshot = snap
 		// One row more than the page tells whether another page follows.
 		// The first page starts after the nil UUID, which no job has
 		// (gen_random_uuid makes version 4 ids).
