@@ -176,16 +176,7 @@ func TestOutputTotalBound(t *testing.T) {
 func TestTermReachesCommandWithOutput(t *testing.T) {
 	env, _ := setup(t, `trap 'echo got TERM; exit 5' TERM; echo waiting; sleep 30 & wait`)
 	env, _ = withOutput(env, DefaultOutputLimits)
-	go func() {
-		for {
-			if b, err := os.ReadFile(filepath.Join(env.RuntimeDir, RecordFile)); err == nil && strings.Contains(string(b), `"kind":"ran"`) {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		time.Sleep(200 * time.Millisecond)
-		_ = syscall.Kill(os.Getpid(), syscall.SIGTERM) // the runner is this test process
-	}()
+	sigtermOnceRan(env)
 	start := time.Now()
 	if code := Run(env); code != 5 {
 		t.Fatalf("exit %d, want the trap's 5", code)

@@ -305,18 +305,7 @@ func TestRunRecordsUsage(t *testing.T) {
 func TestTermEscalatesToKill(t *testing.T) {
 	env, _ := setup(t, `trap '' TERM; sleep 30 & wait; sleep 30`)
 	env.KillGrace = 300 * time.Millisecond
-	go func() {
-		// Only once the command runs: the runner's handler is installed
-		// then (before it, SIGTERM would end this test process).
-		for {
-			if b, err := os.ReadFile(filepath.Join(env.RuntimeDir, RecordFile)); err == nil && strings.Contains(string(b), `"kind":"ran"`) {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		time.Sleep(200 * time.Millisecond)
-		_ = syscall.Kill(os.Getpid(), syscall.SIGTERM) // the runner is this test process
-	}()
+	sigtermOnceRan(env)
 	start := time.Now()
 	code := Run(env)
 	if took := time.Since(start); took > 10*time.Second {
@@ -326,4 +315,20 @@ func TestTermEscalatesToKill(t *testing.T) {
 	if r.Signal != "SIGKILL" || code != 128+int(syscall.SIGKILL) {
 		t.Fatalf("record signal %q, exit %d: want SIGKILL after the grace", r.Signal, code)
 	}
+}
+
+// sigtermOnceRan sends SIGTERM to this test process, which is the runner,
+// a moment after the runner's record says "ran": only then is its handler
+// installed (before it, SIGTERM would end the test process).
+func sigtermOnceRan(env Env) {
+	go func() {
+		for {
+			if b, err := os.ReadFile(filepath.Join(env.RuntimeDir, RecordFile)); err == nil && strings.Contains(string(b), `"kind":"ran"`) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		time.Sleep(200 * time.Millisecond)
+		_ = syscall.Kill(os.Getpid(), syscall.SIGTERM)
+	}()
 }
