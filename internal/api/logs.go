@@ -101,8 +101,9 @@ const (
 // runLogWindow reads the run= parameter: a run key of one of the tenant's
 // jobs (cron_job_id, if given, must be its job). The run's record gives
 // its invocation, which selects exactly its lines, and its times, which
-// bound the query (since is ignored). A run with no invocation (reported
-// by an older node) cannot be told apart from its neighbours: 409.
+// bound the query (since is ignored); a run in progress is read from its
+// start report, up to now. A run with no invocation (reported by an older
+// node) cannot be told apart from its neighbours: 409.
 func (s *Server) runLogWindow(c echo.Context, tenantID, jobID string, now time.Time) (runWindow, error) {
 	key, err := runkey.Parse(c.QueryParam("run"))
 	if err != nil {
@@ -120,6 +121,18 @@ func (s *Server) runLogWindow(c echo.Context, tenantID, jobID string, now time.T
 		return runWindow{}, err
 	}
 	run, err := s.store.GetRun(ctx, key.JobID, 0, key.String())
+	if (err == nil && store.IsPlaceholder(run.Result)) || errors.Is(err, store.ErrNotFound) {
+		// A run in progress has no record yet (or only a placeholder
+		// another node wrote): its start report names its invocation, and
+		// its output so far runs up to now.
+		rr, ok, rerr := s.runningRun(ctx, key.JobID, key.String())
+		if rerr != nil {
+			return runWindow{}, rerr
+		}
+		if ok && rr.InvocationID != "" {
+			return runWindow{jobID: key.JobID, invocation: rr.InvocationID, start: rr.StartedAt.Add(-runLogLead), end: now}, nil
+		}
+	}
 	if err != nil {
 		return runWindow{}, err
 	}

@@ -170,3 +170,44 @@ func TestRunLogsAndUsage(t *testing.T) {
 		t.Error("a refused run= reached Loki")
 	}
 }
+
+// TestRunLogsOfRunInProgress: run= of a run a node reported started and
+// nothing has recorded yet selects its invocation from the start report,
+// from its start up to now; another tenant still gets 404, and once the
+// run is recorded the window ends with it.
+func TestRunLogsOfRunInProgress(t *testing.T) {
+	loki := &fakeLoki{}
+	srv := httptest.NewServer(loki)
+	defer srv.Close()
+	v := newEnvWith(t, Config{Logs: &logship.Client{URL: srv.URL}})
+	id := v.createJob("")["id"].(string)
+	v.activate(id)
+	_, _, out := v.doHeaders("POST", "/api/v1/cron-jobs/"+id+"/run-now", v.key, "", nil)
+	var acc map[string]any
+	_ = json.Unmarshal(out, &acc)
+	key := acc["run_key"].(string)
+	base := "/api/v1/tenants/" + v.tenant + "/logs?run=" + url.QueryEscape(key)
+	if code, out := v.do("GET", base, v.key, ""); code != 404 {
+		t.Fatalf("run= of a queued run nobody started: %d %s, want 404", code, out)
+	}
+	at := time.Now().UTC().Add(-time.Minute).Truncate(time.Second)
+	const inv = "fedcba9876543210fedcba9876543210"
+	b, _ := json.Marshal(map[string]any{"run_key": key, "version": 1, "scheduled_at": at, "started_at": at, "invocation_id": inv})
+	if code, out := v.do("POST", "/internal/v1/cron-jobs/"+id+"/started", v.node, string(b)); code != 200 {
+		t.Fatalf("start: %d %s", code, out)
+	}
+	before := time.Now()
+	got := v.mustJSON("GET", base, v.key, "", 200)
+	if q := loki.last(); q != `{log_type="cron", tenant_id="acme"} | cron_job_id="`+id+`" | invocation_id="`+inv+`"` {
+		t.Errorf("run= query of a run in progress %s", q)
+	}
+	start, _ := time.Parse(time.RFC3339Nano, got["start"].(string))
+	end, _ := time.Parse(time.RFC3339Nano, got["end"].(string))
+	if !start.Equal(at.Add(-runLogLead)) || end.Before(before.Add(-time.Second)) {
+		t.Errorf("window %v – %v, want from its start (with lead) up to now", start, end)
+	}
+	otherTenant, _, otherKey := v.addTenant("globex", v.shardID)
+	if code, out := v.do("GET", "/api/v1/tenants/"+otherTenant+"/logs?run="+url.QueryEscape(key), otherKey, ""); code != 404 {
+		t.Errorf("another tenant's run= of a run in progress: %d %s, want 404", code, out)
+	}
+}
