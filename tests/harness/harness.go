@@ -69,6 +69,10 @@ type Options struct {
 	// Mail is the SMTP relay notification e-mail goes through (empty
 	// Addr: none).
 	Mail core.SMTPConfig
+	// DesiredPageSize is the nodes' desired-set page size (0: 7, so every
+	// converge of a test's tens of jobs reads several pages; benchmarks
+	// at scale set the production default).
+	DesiredPageSize int
 }
 
 // Cluster is a running hostcron.
@@ -481,6 +485,9 @@ func (c *Cluster) prepareNode(n string) error {
 	// Small pages, so every converge of a booted node reads its set in
 	// several of them (a test's tens of jobs fit one default page).
 	cfg.DesiredPageSize = 7
+	if c.opts.DesiredPageSize > 0 {
+		cfg.DesiredPageSize = c.opts.DesiredPageSize
+	}
 	cfg.TemporalAddress, cfg.LokiURL, cfg.DenyAddresses = c.temporalAddr, c.LokiURL, c.denyAddresses()
 	if cfg.Trust, err = c.nodeTrust(n); err != nil {
 		return fmt.Errorf("trust files for %s: %w", n, err)
