@@ -195,6 +195,10 @@ func (a *NodeActivities) ReconcileFromCore(ctx context.Context, ref wire.Desired
 	if a.Desired == nil {
 		return wire.NodeReport{}, temporal.NewNonRetryableApplicationError("this node agent has no core API to read its desired set from", "NoCoreAPI", nil)
 	}
+	// A large converge outlasts a fixed bound; the heartbeat shows it is
+	// still at work (convergeCtx).
+	stop := heartbeatWhile(ctx, ConvergeHeartbeat/3)
+	defer stop()
 	set, err := a.Desired.DesiredSet(ctx, ref.NodeID)
 	switch {
 	case errors.Is(err, wire.ErrRevisionsAhead):

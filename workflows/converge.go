@@ -23,7 +23,7 @@ func ConvergeNode(ctx workflow.Context, in ConvergeInput) (ConvergeResult, error
 	if workflow.GetVersion(ctx, pagedChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		rep, err = reconcileWithSet(ctx, in)
 	} else {
-		err = workflow.ExecuteActivity(nodeCtx(ctx, in.NodeID, in.NodeTimeout), node.ReconcileFromCore,
+		err = workflow.ExecuteActivity(convergeCtx(ctx, in.NodeID, in.NodeTimeout), node.ReconcileFromCore,
 			wire.DesiredSetRef{NodeID: in.NodeID}).Get(ctx, &rep)
 		noteConverge(ctx, in.NodeID, err)
 		if err != nil {
@@ -39,6 +39,33 @@ func ConvergeNode(ctx workflow.Context, in ConvergeInput) (ConvergeResult, error
 	workflow.GetLogger(ctx).Info("node converged", "node", in.NodeID, "jobs", res.Jobs,
 		"written", len(res.Written), "removed", len(res.Removed), "reloads", res.Reloads, "names_omitted", res.Omitted)
 	return res, nil
+}
+
+// ConvergeMaxDuration bounds one attempt of a node's reconcile, and
+// ConvergeHeartbeat is how long the node may go silent during it. A first
+// converge of a large shard onto an empty node writes, reloads and enables
+// thousands of units (30 s for 10,000 on a quiet machine, longer on a busy
+// one): under nodeCtx's 60 s per attempt it timed out, and every retry
+// started over, so such a node never converged. A node that died is
+// noticed by its missing heartbeat instead.
+const (
+	ConvergeMaxDuration = 10 * time.Minute
+	ConvergeHeartbeat   = 30 * time.Second
+)
+
+// convergeCtx routes a converge's reconcile to one node: a node that does
+// not take it within timeout (down, or its agent not running) fails it,
+// as nodeCtx does; one that took it may work up to ConvergeMaxDuration an
+// attempt as long as it heart-beats.
+func convergeCtx(ctx workflow.Context, nodeID string, timeout time.Duration) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:              NodeTaskQueue(nodeID),
+		ScheduleToStartTimeout: timeout,
+		ScheduleToCloseTimeout: timeout + ConvergeMaxDuration,
+		StartToCloseTimeout:    ConvergeMaxDuration,
+		HeartbeatTimeout:       ConvergeHeartbeat,
+		RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: 10 * time.Second},
+	})
 }
 
 // pagedChange is the GetVersion change id of converges that hand the node

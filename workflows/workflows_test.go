@@ -222,6 +222,34 @@ func TestConvergeNodeReconcilesOnce(t *testing.T) {
 	env.AssertExpectations(t)
 }
 
+// A converge's reconcile may outlast the node timeout's per-attempt bound
+// (a first converge of a large shard onto an empty node) while the node
+// heart-beats: it is scheduled with ConvergeMaxDuration per attempt and
+// ConvergeHeartbeat, not nodeCtx's 60 s. A reconcile that overran 60 s
+// used to time out and start over on every retry.
+func TestConvergeNodeAllowsALongReconcile(t *testing.T) {
+	env := newEnv(t)
+	var info activity.Info
+	env.SetOnActivityStartedListener(func(i *activity.Info, _ context.Context, _ converter.EncodedValues) {
+		if i.ActivityType.Name == "ReconcileFromCore" {
+			info = *i
+		}
+	})
+	env.OnActivity(node.ReconcileFromCore, mock.Anything, wire.DesiredSetRef{NodeID: "n1"}).
+		Return(wire.NodeReport{Reloads: 1, Desired: 10000}, nil).Once()
+	env.OnActivity(core.NoteConverge, mock.Anything, "n1", "").Return(nil).Once()
+	env.ExecuteWorkflow(ConvergeNode, ConvergeInput{NodeID: "n1", NodeTimeout: time.Minute})
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	if info.HeartbeatTimeout != ConvergeHeartbeat {
+		t.Errorf("reconcile heartbeat timeout %v, want %v", info.HeartbeatTimeout, ConvergeHeartbeat)
+	}
+	if got := info.Deadline.Sub(info.StartedTime); got < ConvergeMaxDuration-time.Second {
+		t.Errorf("reconcile attempt deadline %v after its start, want %v", got, ConvergeMaxDuration)
+	}
+}
+
 func TestConvergeNodeFailsWhenNodeUnreachable(t *testing.T) {
 	env := newEnv(t)
 	env.OnActivity(node.ReconcileFromCore, mock.Anything, mock.Anything).Return(wire.NodeReport{}, errors.New("unreachable"))
