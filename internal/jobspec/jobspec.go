@@ -64,11 +64,15 @@ type Spec struct {
 
 // Bounds of StartWaitSec, in seconds: runner.CatchUpSpread (the longest
 // catch-up wait), runner.KillGrace (how long a stopped command may take to
-// end) and the slack of a holder's record, release and outcome hook.
+// end), runner.WaitSlack (a holder's record, release and outcome hook),
+// and startSlackSec for the rest of a start that is not the command: the
+// election's wait for a stamp, the kill grace of a command the runner
+// stops at its timeout, the output drain's margin.
 const (
 	catchUpSpreadSec = 120
 	killGraceSec     = 10
 	waitSlackSec     = 30
+	startSlackSec    = 60
 )
 
 // StartWaitSec is the longest a start of a job may wait before its command
@@ -79,9 +83,9 @@ const (
 func StartWaitSec(policy wire.OverlapPolicy, catchUpWindowSec, timeoutSec int) int {
 	switch {
 	case policy.OrSkip() != wire.OverlapSkip:
-		return max(timeoutSec, 0) + killGraceSec + waitSlackSec + catchUpSpreadSec
+		return max(timeoutSec, 0) + killGraceSec + waitSlackSec + catchUpSpreadSec + startSlackSec
 	case catchUpWindowSec > 0:
-		return catchUpSpreadSec + waitSlackSec
+		return catchUpSpreadSec + startSlackSec
 	}
 	return 0
 }

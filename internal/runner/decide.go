@@ -377,13 +377,21 @@ func overlapAction(policy wire.OverlapPolicy, d decision) overlapAct {
 	return actSkip
 }
 
+// overlapWaitCap is the longest a slot waits for the previous run: that
+// run ends by its timeout, KillGrace after it at the latest, and WaitSlack
+// covers its release. MaxWait holds it, a catch-up's spread and the rest
+// of the start, so the job's whole timeout is left after it.
+func overlapWaitCap(timeoutSec int) time.Duration {
+	return time.Duration(max(timeoutSec, 0))*time.Second + KillGrace + WaitSlack
+}
+
 // waitDeadline is when a slot waiting for the previous run gives up:
 // GiveUpBeforeNext before the schedule's next slot after slot (its fire
-// must find this node's service inactive), and at most MaxWait after
-// started (the unit's start timeout leaves the job's whole timeout after
-// it). A zero next (a schedule with no later slot) leaves MaxWait.
-func waitDeadline(slot, next, started time.Time, policy wire.OverlapPolicy, timeoutSec int) time.Time {
-	limit := started.Add(MaxWait(policy, 0, timeoutSec))
+// must find this node's service inactive), and at most overlapWaitCap
+// after started. A zero next (a schedule with no later slot) leaves the
+// cap.
+func waitDeadline(slot, next, started time.Time, timeoutSec int) time.Time {
+	limit := started.Add(overlapWaitCap(timeoutSec))
 	if next.IsZero() || !next.After(slot) {
 		return limit
 	}

@@ -47,10 +47,10 @@ func TestWaitDeadline(t *testing.T) {
 	}{
 		{"minutely: gives up before the next slot's fire", at(12, 1, 0), at(12, 2, 0), at(12, 1, 3), 300, at(12, 1, 50), wire.OverlapBufferOne},
 		{"daily: bounded by the previous run's longest life", at(12, 0, 0), at(12, 0, 0).Add(24 * time.Hour), at(12, 0, 3), 300,
-			at(12, 0, 3).Add(MaxWait(wire.OverlapBufferOne, 0, 300)), wire.OverlapBufferOne},
-		{"no later slot", at(12, 0, 0), time.Time{}, at(12, 0, 3), 60, at(12, 0, 3).Add(MaxWait(wire.OverlapCancelPrevious, 0, 60)), wire.OverlapCancelPrevious},
+			at(12, 0, 3).Add(300*time.Second + KillGrace + WaitSlack), wire.OverlapBufferOne},
+		{"no later slot", at(12, 0, 0), time.Time{}, at(12, 0, 3), 60, at(12, 0, 3).Add(60*time.Second + KillGrace + WaitSlack), wire.OverlapCancelPrevious},
 	} {
-		if got := waitDeadline(tt.slot, tt.next, tt.started, tt.policy, tt.timeoutSec); !got.Equal(tt.want) {
+		if got := waitDeadline(tt.slot, tt.next, tt.started, tt.timeoutSec); !got.Equal(tt.want) {
 			t.Errorf("%s: %s, want %s", tt.name, got, tt.want)
 		}
 	}
@@ -69,8 +69,20 @@ func TestMaxWaitCoversThePreviousRun(t *testing.T) {
 	if got := MaxWait("", 0, 300); got != 0 {
 		t.Errorf("skip without catch-up waits %s, want 0 (TimeoutStartSec stays the timeout)", got)
 	}
-	if got := jobspec.StartWaitSec(wire.OverlapCancelPrevious, 0, 300); time.Duration(got)*time.Second != MaxWait(wire.OverlapCancelPrevious, 0, 300) {
-		t.Errorf("jobspec and runner disagree: %d", got)
+	// Everything a start may spend before and around its command fits in
+	// the unit's start timeout beside the job's whole timeout: the
+	// catch-up spread, the overlap wait, the election's stamp wait (5 s),
+	// the kill grace at the timeout and the drain margin.
+	for _, timeout := range []int{1, 60, 300, 86400} {
+		before := CatchUpSpread + overlapWaitCap(timeout) + 5*time.Second + KillGrace + timeoutMargin
+		for _, p := range []wire.OverlapPolicy{wire.OverlapBufferOne, wire.OverlapCancelPrevious} {
+			if got := MaxWait(p, 3600, timeout); got < before {
+				t.Errorf("%s, timeout %ds: start wait %s, want at least %s", p, timeout, got, before)
+			}
+		}
+		if got, want := MaxWait(wire.OverlapSkip, 3600, timeout), CatchUpSpread+5*time.Second+KillGrace+timeoutMargin; got < want {
+			t.Errorf("catch-up, timeout %ds: start wait %s, want at least %s", timeout, got, want)
+		}
 	}
 }
 

@@ -450,7 +450,7 @@ func skipSlot(env Env, spec jobspec.Spec, d decision, rec Record, b busy) int {
 // for the same slot; only one of them gets it. A cancel_previous holder
 // stops itself when the slot comes (supersedeAt), so the wait is short.
 func waitForLock(env Env, spec jobspec.Spec, d decision, rec Record, lock *os.File) int {
-	deadline := waitDeadline(d.Slot, d.Next, env.Now(), spec.OverlapPolicy, spec.TimeoutSec)
+	deadline := waitDeadline(d.Slot, d.Next, env.Now(), spec.TimeoutSec)
 	rec.Waiting = true
 	if err := WriteRecord(env.RuntimeDir, rec); err != nil {
 		env.Log.Warn("cannot mark the run record waiting (a disable of the job will not stop this wait)", "run_key", d.Key, "err", err)
