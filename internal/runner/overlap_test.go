@@ -357,3 +357,26 @@ func TestRunnerEnforcesTheTimeoutAfterAWait(t *testing.T) {
 		t.Errorf("took %s", el)
 	}
 }
+
+// TestLateStartRunsAPendingRequest: a late start of a buffer_one job that
+// is not the one queued behind an overlapping run still runs a pending
+// run-now request (as a late fire does), and does not mark the slot as
+// run.
+func TestLateStartRunsAPendingRequest(t *testing.T) {
+	env, locks := setupPolicy(t, wire.OverlapBufferOne, time.Date(2026, 11, 21, 12, 1, 50, 0, time.UTC))
+	env.ManualDir = t.TempDir()
+	writeRequest(t, env.ManualDir, "42", env.Now().Add(-time.Second))
+	if code := Run(env); code != 0 {
+		t.Fatalf("exit %d, record %+v", code, record(t, env))
+	}
+	if r := record(t, env); r.Kind != KindRan || r.RunKey != id+"#manual#42" {
+		t.Errorf("record %+v, want the request ran", r)
+	}
+	b, _ := os.ReadFile(filepath.Join(locks, "cron-"+id+".slot"))
+	if strings.Contains(string(b), slot1) {
+		t.Errorf("stamp %s names the slot that did not run", b)
+	}
+	if got := runs(t, locks); len(got) != 1 {
+		t.Errorf("runs %v, want the request's only", got)
+	}
+}

@@ -253,10 +253,16 @@ func won(env Env, spec jobspec.Spec, d decision, rec Record) int {
 	if err != nil {
 		return platformError(env, rec, fmt.Errorf("%w (not running: fail closed)", err))
 	}
-	if d.AfterOverrun && !afterOverrun(d, st, ok, env.Now()) {
+	// A late start that is not the one queued behind an overlapping run
+	// is a late fire: nothing to run for the slot (a pending run-now
+	// request still runs, below).
+	lateFire := d.AfterOverrun && !afterOverrun(d, st, ok, env.Now())
+	if lateFire {
 		env.Log.Info("not running: "+d.Reason, "run_key", d.Key)
-		rec.Kind, rec.Reason = KindLateFire, d.Reason
-		return finish(env, rec, ExitSkip)
+		if d.Fallback == nil {
+			rec.Kind, rec.Reason = KindLateFire, d.Reason
+			return finish(env, rec, ExitSkip)
+		}
 	}
 	reading, boot := readClock(env), readBoot(env)
 	clock, _ := judgeClock(reading, env.Now(), boot, ClockVerifiedFresh)
@@ -289,8 +295,10 @@ func won(env Env, spec jobspec.Spec, d decision, rec Record) int {
 	// may be running its slot early: it remembers its own slot as run, so
 	// a verified node never runs that slot again, however many of this
 	// writer's stamps came and went unseen.
+	// (Not for a late fire that runs a request instead: its slot did not
+	// run.)
 	var own *RanAhead
-	if d.Trigger == wire.TriggerScheduled && clock != clockVerified {
+	if d.Trigger == wire.TriggerScheduled && clock != clockVerified && !lateFire {
 		own = &RanAhead{Slot: d.Slot, Node: env.Node}
 	}
 	ranAhead := mergeRanAhead(st.RanAhead, clock == clockVerified, env.Now(), remembered, own)
@@ -301,7 +309,7 @@ func won(env Env, spec jobspec.Spec, d decision, rec Record) int {
 		env.Log.Warn(warn, "run_key", d.Key)
 		rec.Warning = warn
 	}
-	if d.Trigger == wire.TriggerScheduled && ((ok && st.covers(d)) || ranEarly != nil) {
+	if d.Trigger == wire.TriggerScheduled && ((ok && st.covers(d)) || ranEarly != nil || lateFire) {
 		if d.Fallback == nil {
 			rec.Kind = KindContention
 			return finish(env, rec, ExitSkip)
@@ -408,9 +416,21 @@ func lost(env Env, spec jobspec.Spec, d decision, rec Record, lock *os.File) int
 	}
 	if d.AfterOverrun {
 		// The slot's waiter on another node (or a later run) holds the
-		// lock: this late start is nobody's run.
-		rec.Kind, rec.Reason = KindLateFire, d.Reason
-		return finish(env, rec, ExitSkip)
+		// lock: this late start is not the slot's run. A pending run-now
+		// request is decided as it would be on a late fire.
+		if d.Fallback == nil {
+			rec.Kind, rec.Reason = KindLateFire, d.Reason
+			return finish(env, rec, ExitSkip)
+		}
+		m := *d.Fallback
+		mrec := recordFor(env, spec, m)
+		if err := WriteRecord(env.RuntimeDir, mrec); err != nil {
+			// The record names the slot: leave none rather than report it.
+			env.Log.Error("cannot write the run record, not deciding the run-now request", "run_key", m.Key, "err", err)
+			_ = os.Remove(filepath.Join(env.RuntimeDir, RecordFile))
+			return 1
+		}
+		return lost(env, spec, m, mrec, lock)
 	}
 	if b.Kind == KindOverlap && overlapAction(spec.OverlapPolicy, d) == actWait {
 		return waitForLock(env, spec, d, rec, lock)
@@ -743,8 +763,15 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 		// A duration, so by the monotonic clock: no clock step moves it.
 		go stopAt(time.Now, env.stopPoll(), time.Now().Add(time.Duration(spec.TimeoutSec)*time.Second), stopTimeout, &cause, sigs, reaped)
 	}
+	// A run-now run is superseded by the first slot after its command's
+	// start (its request may have waited past a slot); a slot's run by
+	// the slot after its own.
+	supersedeFrom := rec.Slot
+	if rec.Trigger == string(wire.TriggerManual) {
+		supersedeFrom = started
+	}
 	if sched, err := schedule.ParseWithSeconds(spec.Schedule, spec.Timezone); err == nil {
-		if at := supersedeAt(spec.OverlapPolicy, sched, rec.Slot); !at.IsZero() {
+		if at := supersedeAt(spec.OverlapPolicy, sched, supersedeFrom); !at.IsZero() {
 			go stopAt(env.Now, env.stopPoll(), at, stopSuperseded, &cause, sigs, reaped)
 		}
 	}
@@ -799,7 +826,7 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 		env.Log.Warn("command stopped at the job's timeout", "run_key", rec.RunKey, "timeout_seconds", spec.TimeoutSec)
 	case stopSuperseded:
 		if sched, err := schedule.ParseWithSeconds(spec.Schedule, spec.Timezone); err == nil {
-			next := sched.Next(rec.Slot).UTC()
+			next := sched.Next(supersedeFrom).UTC()
 			rec.SupersededBy = &next
 		}
 		env.Log.Info("command stopped: the next slot came (overlap_policy cancel_previous)", "run_key", rec.RunKey)
