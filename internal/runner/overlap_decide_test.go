@@ -43,12 +43,11 @@ func TestWaitDeadline(t *testing.T) {
 		started    time.Time
 		timeoutSec int
 		want       time.Time
-		policy     wire.OverlapPolicy
 	}{
-		{"minutely: gives up before the next slot's fire", at(12, 1, 0), at(12, 2, 0), at(12, 1, 3), 300, at(12, 1, 50), wire.OverlapBufferOne},
+		{"minutely: gives up before the next slot's fire", at(12, 1, 0), at(12, 2, 0), at(12, 1, 3), 300, at(12, 1, 50)},
 		{"daily: bounded by the previous run's longest life", at(12, 0, 0), at(12, 0, 0).Add(24 * time.Hour), at(12, 0, 3), 300,
-			at(12, 0, 3).Add(300*time.Second + KillGrace + WaitSlack), wire.OverlapBufferOne},
-		{"no later slot", at(12, 0, 0), time.Time{}, at(12, 0, 3), 60, at(12, 0, 3).Add(60*time.Second + KillGrace + WaitSlack), wire.OverlapCancelPrevious},
+			at(12, 0, 3).Add(300*time.Second + KillGrace + WaitSlack)},
+		{"no later slot", at(12, 0, 0), time.Time{}, at(12, 0, 3), 60, at(12, 0, 3).Add(60*time.Second + KillGrace + WaitSlack)},
 	} {
 		if got := waitDeadline(tt.slot, tt.next, tt.started, tt.timeoutSec); !got.Equal(tt.want) {
 			t.Errorf("%s: %s, want %s", tt.name, got, tt.want)

@@ -68,6 +68,15 @@ func TestOverlapPolicies(t *testing.T) {
 		}
 		return n
 	}
+	holderOf := func(j wire.Job, key string) string {
+		b, _ := os.ReadFile(filepath.Join(c.Shared, "www/acme/public/overlap-"+j.ID+".log"))
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) == 2 && f[1] == key {
+				return f[0]
+			}
+		}
+		return ""
+	}
 	// first is the job's first slot: the first record's.
 	bySlot := func(runs []store.Run) map[time.Time][]store.Run {
 		out := map[time.Time][]store.Run{}
@@ -116,6 +125,13 @@ func TestOverlapPolicies(t *testing.T) {
 	}
 	if len(r2) != 1 || r2[0].Result != wire.ResultSuccess {
 		t.Errorf("buffer_one: slot %s after the overrun: %+v, want one success", s.Add(2*time.Minute), r2)
+	}
+	// What systemd did on the holder's node with the fire of s+1 during
+	// the run (docs/semantics.md, "Overlap policies"): its starts of the
+	// service, from PID 1's journal.
+	if holder := holderOf(buffer, runkey.Scheduled(buffer.ID, s)); holder != "" {
+		out, _ := c.Exec(holder, nil, "journalctl", "-q", "--no-pager", "-o", "short-iso-precise", "_PID=1", "UNIT="+buffer.UnitName()+".service")
+		t.Logf("buffer_one: slot %s ran on %s (ended %s); PID 1 on that node:\n%s", s, holder, r0[0].FinishedAt, out)
 	}
 	for key, n := range executions(buffer) {
 		if n != 1 {
