@@ -185,7 +185,7 @@ func knownSpec(path, jobID string) (outcome.KnownSpec, error) {
 	if err != nil {
 		return outcome.KnownSpec{}, fmt.Errorf("job spec %s: %w", path, err)
 	}
-	return outcome.KnownSpec{Version: spec.Version, Fires: sched.Matches}, nil
+	return outcome.KnownSpec{Version: spec.Version, Fires: sched.Matches, OverlapPolicy: spec.OverlapPolicy.OrSkip()}, nil
 }
 
 func envOr(k, def string) string {

@@ -37,6 +37,8 @@ type jobRequest struct {
 	MaxFailures      *int    `json:"max_failures"`
 	// CatchUpWindowSeconds: 0 (the default) to wire.MaxCatchUpWindowSec.
 	CatchUpWindowSeconds *int `json:"catchup_window_seconds"`
+	// OverlapPolicy: skip (the default), buffer_one or cancel_previous.
+	OverlapPolicy *string `json:"overlap_policy"`
 	// Environment replaces the job's whole map when present ({} clears
 	// it); absent or null keeps it.
 	// A null value is refused, not read as "" (review).
@@ -84,7 +86,8 @@ func dstNotes(sched *schedule.Schedule, from time.Time) []dstNote {
 }
 
 // defaults of a new job.
-var newJobDefaults = store.JobFields{Timezone: "UTC", Enabled: true, TimeoutSeconds: 300, MaxMemoryMB: 256, MaxFailures: 5}
+var newJobDefaults = store.JobFields{Timezone: "UTC", Enabled: true, TimeoutSeconds: 300, MaxMemoryMB: 256, MaxFailures: 5,
+	OverlapPolicy: wire.OverlapSkip}
 
 // apply overlays the request on base and validates the result.
 func (r jobRequest) apply(base store.JobFields) (store.JobFields, error) {
@@ -109,6 +112,9 @@ func (r jobRequest) apply(base store.JobFields) (store.JobFields, error) {
 	setInt(&spec.MaxMemoryMB, r.MaxMemoryMB)
 	setInt(&spec.MaxFailures, r.MaxFailures)
 	setInt(&spec.CatchUpWindowSeconds, r.CatchUpWindowSeconds)
+	if r.OverlapPolicy != nil {
+		spec.OverlapPolicy = wire.OverlapPolicy(*r.OverlapPolicy)
+	}
 	if r.Enabled != nil {
 		spec.Enabled = *r.Enabled
 	}
@@ -170,6 +176,8 @@ func validateSpec(spec store.JobFields) error {
 		return invalid("max_failures", "must be between 0 (never auto-disable) and 1000")
 	case spec.CatchUpWindowSeconds < 0 || spec.CatchUpWindowSeconds > wire.MaxCatchUpWindowSec:
 		return invalid("catchup_window_seconds", "must be between 0 (a missed run never runs) and %d (a day)", wire.MaxCatchUpWindowSec)
+	case spec.OverlapPolicy == "" || !spec.OverlapPolicy.Valid():
+		return invalid("overlap_policy", "must be one of skip (the default), buffer_one or cancel_previous")
 	}
 	return nil
 }

@@ -37,6 +37,9 @@ func Translate(j wire.Job, node Node) (units.Job, jobspec.Spec, error) {
 	if j.CatchUpWindowSec < 0 || j.CatchUpWindowSec > wire.MaxCatchUpWindowSec {
 		return units.Job{}, jobspec.Spec{}, fmt.Errorf("job %s: catch-up window %ds: want 0 to %d", j.ID, j.CatchUpWindowSec, wire.MaxCatchUpWindowSec)
 	}
+	if !j.OverlapPolicy.Valid() {
+		return units.Job{}, jobspec.Spec{}, fmt.Errorf("job %s: unknown overlap policy %q", j.ID, j.OverlapPolicy)
+	}
 	if err := jobspec.ValidateEnvironment(j.Environment); err != nil {
 		return units.Job{}, jobspec.Spec{}, fmt.Errorf("job %s: environment %w", j.ID, err)
 	}
@@ -55,6 +58,7 @@ func Translate(j wire.Job, node Node) (units.Job, jobspec.Spec, error) {
 		RandomizedDelaySec: units.DelayFor(sched.MinInterval()),
 		DenyAddresses:      deny,
 		Persistent:         j.CatchUpWindowSec > 0,
+		WaitSec:            jobspec.StartWaitSec(j.OverlapPolicy, j.CatchUpWindowSec, j.TimeoutSec),
 	}
 	if err := u.Validate(); err != nil {
 		return units.Job{}, jobspec.Spec{}, fmt.Errorf("job %s: %w", j.ID, err)
@@ -64,7 +68,7 @@ func Translate(j wire.Job, node Node) (units.Job, jobspec.Spec, error) {
 		Command: j.Command, WorkingDirectory: j.WorkingDirectory, Webroot: j.Webroot, LockDir: j.LockDir(),
 		MemoryMaxMB: j.MemoryMaxMB, TimeoutSec: j.TimeoutSec,
 		NotBefore: j.NotBefore, RandomizedDelaySec: u.RandomizedDelaySec,
-		CatchUpWindowSec: j.CatchUpWindowSec,
+		CatchUpWindowSec: j.CatchUpWindowSec, OverlapPolicy: j.OverlapPolicy, WaitSec: u.WaitSec,
 		// Only the spec (root's, 0600) carries the values; u never does.
 		Environment: j.Environment,
 	}

@@ -95,3 +95,32 @@ func TestTranslateCatchUp(t *testing.T) {
 		}
 	}
 }
+
+// TestTranslateOverlapPolicy: the policy reaches the spec (absent: an
+// older core, which the runner reads as skip), a job that may wait gets a
+// start timeout covering the wait (unit and spec agree), and an unknown
+// policy is refused.
+func TestTranslateOverlapPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		policy wire.OverlapPolicy
+		wait   bool
+		ok     bool
+	}{{"", false, true}, {wire.OverlapSkip, false, true}, {wire.OverlapBufferOne, true, true}, {wire.OverlapCancelPrevious, true, true}, {"queue", false, false}} {
+		j := testJob()
+		j.OverlapPolicy = tc.policy
+		u, spec, err := Translate(j, Node{})
+		if (err == nil) != tc.ok {
+			t.Errorf("%q: err %v, want ok %v", tc.policy, err, tc.ok)
+			continue
+		}
+		if !tc.ok {
+			continue
+		}
+		if spec.OverlapPolicy != tc.policy || (u.WaitSec > 0) != tc.wait || spec.WaitSec != u.WaitSec {
+			t.Errorf("%q: spec policy %q wait %d, unit wait %d", tc.policy, spec.OverlapPolicy, spec.WaitSec, u.WaitSec)
+		}
+		if tc.wait && u.WaitSec <= j.TimeoutSec {
+			t.Errorf("%q: wait %ds does not cover the previous run's timeout %ds", tc.policy, u.WaitSec, j.TimeoutSec)
+		}
+	}
+}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 	"unicode"
+
+	"github.com/hostcron/hostcron/internal/wire"
 )
 
 // Spec describes one cron job for the runner.
@@ -44,11 +46,48 @@ type Spec struct {
 	// catchup; 0 (and a spec of an older agent, which has no such field,
 	// or the unused "catch_up" placeholder) never catches up.
 	CatchUpWindowSec int `json:"catchup_window_seconds,omitempty"`
+	// OverlapPolicy is what a slot does while the previous run still runs
+	// (wire.OverlapPolicies); "" (an older core or agent) is skip.
+	OverlapPolicy wire.OverlapPolicy `json:"overlap_policy,omitempty"`
+	// WaitSec is how long a start may wait before its command starts
+	// (StartWaitSec): the unit's TimeoutStartSec is TimeoutSec + WaitSec,
+	// and with WaitSec > 0 the runner enforces TimeoutSec itself from the
+	// command's start. 0 (skip without catch-up, or an older agent):
+	// TimeoutStartSec is the timeout, and systemd alone enforces it.
+	WaitSec int `json:"wait_seconds,omitempty"`
 	// Environment are the job's variables for its command
 	// (ValidateEnvironment). They may be secrets: this file is root's,
 	// mode 0600, and the unit passes it in as a credential; the values are
 	// never in a unit file.
 	Environment map[string]string `json:"environment,omitempty"`
+}
+
+// Bounds of StartWaitSec, in seconds: runner.CatchUpSpread (the longest
+// catch-up wait), runner.KillGrace (how long a stopped command may take to
+// end), runner.WaitSlack (a holder's record, release and outcome hook),
+// and startSlackSec for the rest of a start that is not the command: the
+// election's wait for a stamp, the kill grace of a command the runner
+// stops at its timeout, the output drain's margin.
+const (
+	catchUpSpreadSec = 120
+	killGraceSec     = 10
+	waitSlackSec     = 30
+	startSlackSec    = 60
+)
+
+// StartWaitSec is the longest a start of a job may wait before its command
+// starts: a catch-up's spread wait, or a buffer_one or cancel_previous
+// slot's wait for the previous run, which ends by its timeout (plus the
+// kill grace) at the latest. 0 for skip without a catch-up window: such a
+// start never waits.
+func StartWaitSec(policy wire.OverlapPolicy, catchUpWindowSec, timeoutSec int) int {
+	switch {
+	case policy.OrSkip() != wire.OverlapSkip:
+		return max(timeoutSec, 0) + killGraceSec + waitSlackSec + catchUpSpreadSec + startSlackSec
+	case catchUpWindowSec > 0:
+		return catchUpSpreadSec + startSlackSec
+	}
+	return 0
 }
 
 // MaxCommandLen bounds a command like a crontab line.
@@ -115,6 +154,9 @@ func Read(path string) (Spec, error) {
 	}
 	if err := ValidateWorkingDirectory(s.WorkingDirectory); err != nil {
 		return s, fmt.Errorf("job spec %s: working directory %w", path, err)
+	}
+	if !s.OverlapPolicy.Valid() {
+		return s, fmt.Errorf("job spec %s: unknown overlap policy %q", path, s.OverlapPolicy)
 	}
 	return s, nil
 }

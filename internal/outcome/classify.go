@@ -76,6 +76,12 @@ func Classify(svc Service, rec runner.Record, haveRecord bool, now time.Time) (r
 		// The runner decided a platform error and could not write it over
 		// "started" (its exit status says so; the tenant cannot set it).
 		r.Result, r.FailureReason = wire.ResultPlatformError, nodeReason(rec, fmt.Sprintf("runner ended (%s %s %s) before the command started", svc.Result, svc.ExitCode, svc.ExitStatus))
+	case haveRecord && rec.Kind == runner.KindStarted && rec.Waiting && runnerKilled(svc):
+		// Killed while it waited for the previous run (overlap_policy):
+		// no command of its ran, and another node's waiter may run the
+		// slot, whose result then replaces this one (a signal, the
+		// tenant's failure, would shadow it).
+		r.Result, r.FailureReason = wire.ResultPlatformError, nodeReason(rec, fmt.Sprintf("runner killed by %s while waiting for the previous run", signalName(svc.ExitStatus)))
 	case haveRecord && rec.Kind == runner.KindStarted && runnerKilled(svc):
 		// A runner killed by a signal other than the timeout's: its own
 		// command can do that (kill $PPID needs only the same uid) after
@@ -84,7 +90,10 @@ func Classify(svc Service, rec runner.Record, haveRecord bool, now time.Time) (r
 		r.Result, r.FailureReason = wire.ResultSignal, fmt.Sprintf("runner killed by %s before its record was final", signalName(svc.ExitStatus))
 		sig := signalName(svc.ExitStatus)
 		r.Signal = &sig
-	case svc.Result == "timeout":
+	case svc.Result == "timeout" || (rec.Kind == runner.KindRan && rec.TimedOut):
+		// TimedOut: the runner stopped the command at the timeout, counted
+		// from the command's start (a unit whose start timeout also covers
+		// a wait before it, jobspec.Spec.WaitSec).
 		r.Result, r.FailureReason = wire.ResultTimeout, "killed after the job's timeout"
 	case svc.Result == "oom-kill" || rec.OOMKilled || (svc.OOMKills > 0 && svc.Result != "success"):
 		r.Result, r.FailureReason = wire.ResultOOM, "killed for exceeding the job's memory limit"
@@ -114,7 +123,21 @@ func Classify(svc Service, rec runner.Record, haveRecord bool, now time.Time) (r
 		r.Result = wire.ResultFailed
 		r.FailureReason = fmt.Sprintf("service result %q (%s %s) before the command ran", svc.Result, svc.ExitCode, svc.ExitStatus)
 	}
-	return r, false
+	return superseded(r, rec), false
+}
+
+// superseded turns the failure of a run that the next slot stopped
+// (overlap_policy cancel_previous: the runner's SupersededBy, held to the
+// spec by ReadRecord) into cancelled: it ended the way the stop ends it,
+// which is the policy, not the tenant's failure. A run that succeeded
+// before the stop reached it, or a platform error, keeps its result.
+func superseded(r wire.Outcome, rec runner.Record) wire.Outcome {
+	if rec.Kind != runner.KindRan || rec.SupersededBy == nil || !r.Result.IsFailure() || r.Result == wire.ResultPlatformError {
+		return r
+	}
+	r.Result = wire.ResultCancelled
+	r.FailureReason = "stopped when slot " + rec.SupersededBy.UTC().Format(time.RFC3339) + " came (overlap_policy cancel_previous)"
+	return r
 }
 
 // usageOf is what a run of the command used, as the runner measured it;

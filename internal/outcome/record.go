@@ -66,6 +66,9 @@ type Expect struct {
 type KnownSpec struct {
 	Version int64
 	Fires   func(time.Time) bool // whether t is a fire time of its schedule
+	// OverlapPolicy is the spec's (skip when it names none): only a
+	// cancel_previous job's run may say the next slot superseded it.
+	OverlapPolicy wire.OverlapPolicy
 }
 
 // specFor returns the spec a run of version v started under: the known
@@ -208,10 +211,36 @@ func validateDetails(r runner.Record, want Expect) error {
 	if r.Signal != "" && !wire.ValidSignal(r.Signal) {
 		return bad("unknown signal %q", r.Signal)
 	}
+	if err := checkSuperseded(r, want); err != nil {
+		return bad("%v", err)
+	}
 	for name, v := range map[string]string{"reason": r.Reason, "warning": r.Warning, "node": r.Node} {
 		if len(v) > MaxReason || !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
 			return bad("%s is over %d bytes, not UTF-8 or holds NUL", name, MaxReason)
 		}
+	}
+	return nil
+}
+
+// checkSuperseded holds a record's SupersededBy (reported cancelled, never
+// counted) to what the runner writes: a run of a cancel_previous spec, a
+// fire time of its schedule after the run's slot, not in the future. The
+// record is the tenant's to rewrite, so this bounds what a rewrite can
+// claim: a cancel_previous job's run that really outlived the next slot.
+func checkSuperseded(r runner.Record, want Expect) error {
+	if r.SupersededBy == nil {
+		return nil
+	}
+	spec, ok := specFor(want.Specs, r.Version)
+	switch {
+	case r.Kind != runner.KindRan:
+		return fmt.Errorf("superseded_by on a %s record", r.Kind)
+	case !ok || spec.OverlapPolicy != wire.OverlapCancelPrevious:
+		return errors.New("superseded_by on a run of a job without overlap_policy cancel_previous")
+	case !r.SupersededBy.After(r.Slot) || r.SupersededBy.After(want.Now.Add(FutureSkew)):
+		return fmt.Errorf("superseded_by %s not between the slot and now", r.SupersededBy.UTC().Format(time.RFC3339))
+	case spec.Fires != nil && !spec.Fires(*r.SupersededBy):
+		return fmt.Errorf("superseded_by %s is not a fire time of the schedule", r.SupersededBy.UTC().Format(time.RFC3339))
 	}
 	return nil
 }

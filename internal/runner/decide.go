@@ -88,6 +88,14 @@ type decision struct {
 	// Fallback is a pending request to run instead when the slot turns
 	// out to have run already on another node.
 	Fallback *decision
+	// Next is the schedule's slot after Slot (scheduled only; zero: none),
+	// before whose fire a waiting slot gives up (waitDeadline).
+	Next time.Time
+	// AfterOverrun: a late timer start of the latest slot of a buffer_one
+	// or cancel_previous job, which runs the slot only if the stamp shows
+	// it was the start systemd queued behind a run that overlapped the
+	// slot (afterOverrun, judged under the lock); otherwise a late fire.
+	AfterOverrun bool
 }
 
 // decideSlot names what this start of the service is for. A timely fire
@@ -120,7 +128,7 @@ func scheduled(now time.Time, sched *schedule.Schedule, spec jobspec.Spec, start
 		return decision{Trigger: wire.TriggerScheduled, Skip: KindLateFire, Reason: "no slot of the schedule before now"}
 	}
 	slot := sched.FirstInstant(prev).UTC()
-	d := decision{Trigger: wire.TriggerScheduled, Slot: slot, Key: runkey.Scheduled(spec.ID, slot)}
+	d := decision{Trigger: wire.TriggerScheduled, Slot: slot, Key: runkey.Scheduled(spec.ID, slot), Next: sched.Next(slot)}
 	window := time.Duration(spec.RandomizedDelaySec)*time.Second + FireMargin
 	catchUp := time.Duration(spec.CatchUpWindowSec) * time.Second
 	late := now.Sub(slot)
@@ -128,6 +136,12 @@ func scheduled(now time.Time, sched *schedule.Schedule, spec jobspec.Spec, start
 	case slot.Before(spec.NotBefore):
 		d.Skip, d.Reason = KindNotBefore, fmt.Sprintf("slot %s is before the job's not-before %s", slot.Format(time.RFC3339), spec.NotBefore.UTC().Format(time.RFC3339))
 	case late <= window:
+	case catchUp <= 0 && start.ByTimer && spec.OverlapPolicy.OrSkip() != wire.OverlapSkip:
+		// Maybe the start systemd queued behind a run that overran this
+		// slot (on the node that ran it, the only start it gets).
+		d.AfterOverrun = true
+		d.Reason = fmt.Sprintf("late fire: started %s after slot %s, outside its window of %s, and not right after a run that overlapped the slot",
+			late.Round(time.Second), slot.Format(time.RFC3339), window)
 	case catchUp <= 0:
 		d.Skip, d.Reason = KindLateFire, fmt.Sprintf("late fire: started %s after slot %s, outside its window of %s (a restarted timer or an overrun; no catch-up)",
 			late.Round(time.Second), slot.Format(time.RFC3339), window)
@@ -311,4 +325,137 @@ func judgeFutureStamp(st Stamp, jobID string, reading *clockoffset.Reading, now 
 		return futureStamp{Reason: fmt.Sprintf("%s: the slot stamp naming %s may be correct; not overwriting it, not running (fix NTP)", desc, stamp)}
 	}
 	return futureStamp{Overwrite: true, Remember: st.isLeaseOf(jobID)}
+}
+
+// Bounds of the overlap policies (docs/semantics.md, "Overlap policies").
+const (
+	// GiveUpBeforeNext is how long before the next slot's fire a waiting
+	// slot gives up: its service must be inactive again when that fire
+	// comes, or systemd merges the fire into it and the node never
+	// contends for the next slot. It covers the runner's own exit and the
+	// outcome hook (ExecStopPost), which spools rather than wait on the
+	// core.
+	GiveUpBeforeNext = 10 * time.Second
+	// OverlapPoll is how often a waiting slot tries the lock.
+	OverlapPoll = time.Second
+	// WaitSlack is what a waiter waits beyond the previous run's longest
+	// life (the job's timeout and the kill grace): the holder's record,
+	// release and outcome.
+	WaitSlack = 30 * time.Second
+)
+
+// MaxWait is the longest a start of a job waits before its command starts
+// (jobspec.StartWaitSec): the unit's TimeoutStartSec is the job's timeout
+// plus this, and the runner enforces the job's timeout itself from the
+// command's start, so no wait is charged as the tenant's timeout.
+func MaxWait(policy wire.OverlapPolicy, catchUpWindowSec, timeoutSec int) time.Duration {
+	return time.Duration(jobspec.StartWaitSec(policy, catchUpWindowSec, timeoutSec)) * time.Second
+}
+
+// overlapAct is what a slot that finds the previous run still going does.
+type overlapAct int
+
+const (
+	actSkip overlapAct = iota // decide the slot a skip (overlap_skipped), as always
+	actWait                   // wait for the lock, until waitDeadline
+)
+
+// overlapAction decides, for a start that lost the lock to a live run
+// (classifyBusy's KindOverlap), by the job's policy. Only a scheduled
+// slot waits: a run-now request has its own wait in the node agent
+// (unitmgr.RunNow), and a start that is itself a late start after an
+// overrun (AfterOverrun) found the lock taken by the slot's own waiter or
+// by a later run, and runs nothing.
+func overlapAction(policy wire.OverlapPolicy, d decision) overlapAct {
+	if d.Trigger != wire.TriggerScheduled || d.AfterOverrun {
+		return actSkip
+	}
+	switch policy.OrSkip() {
+	case wire.OverlapBufferOne, wire.OverlapCancelPrevious:
+		return actWait
+	}
+	return actSkip
+}
+
+// overlapWaitCap is the longest a slot waits for the previous run: that
+// run ends by its timeout, KillGrace after it at the latest, and WaitSlack
+// covers its release. MaxWait holds it, a catch-up's spread and the rest
+// of the start, so the job's whole timeout is left after it.
+func overlapWaitCap(timeoutSec int) time.Duration {
+	return time.Duration(max(timeoutSec, 0))*time.Second + KillGrace + WaitSlack
+}
+
+// waitDeadline is when a slot waiting for the previous run gives up:
+// GiveUpBeforeNext before the schedule's next slot after slot (its fire
+// must find this node's service inactive), and at most overlapWaitCap
+// after started. A zero next (a schedule with no later slot) leaves the
+// cap.
+func waitDeadline(slot, next, started time.Time, timeoutSec int) time.Time {
+	limit := started.Add(overlapWaitCap(timeoutSec))
+	if next.IsZero() || !next.After(slot) {
+		return limit
+	}
+	if d := next.Add(-GiveUpBeforeNext); d.Before(limit) {
+		return d
+	}
+	return limit
+}
+
+// waitStep is one poll of a waiting slot, decided from what it saw.
+type waitStep int
+
+const (
+	waitOn      waitStep = iota // try the lock again after OverlapPoll
+	waitCovered                 // another node runs or ran the slot: silent
+	waitHolder                  // the holder stopped heart-beating: platform error
+	waitGiveUp                  // the deadline came: the slot is skipped
+	waitStopped                 // the runner was told to stop: silent
+)
+
+// nextWaitStep decides a waiting slot's poll that did not get the lock:
+// stopped first (a disable, delete or cancel of the job), then the stamp
+// (the slot ran elsewhere, or its holder died), then the deadline.
+func nextWaitStep(d decision, st Stamp, haveStamp bool, now, deadline time.Time, stopped bool) waitStep {
+	if stopped {
+		return waitStopped
+	}
+	switch classifyBusy(d, st, haveStamp, now).Kind {
+	case KindContention:
+		return waitCovered
+	case KindPlatformError:
+		return waitHolder
+	}
+	if !now.Before(deadline) {
+		return waitGiveUp
+	}
+	return waitOn
+}
+
+// afterOverrun reports whether a late timer start of slot d.Slot is the
+// start systemd queued behind the previous run, which was still running
+// when d.Slot came (its lease released after the slot, and lately), so
+// that the slot is the one buffer_one and cancel_previous run. A late
+// start for any other reason (a restarted timer, a node that was down)
+// is not: the stamp then shows no run that overlapped the slot.
+func afterOverrun(d decision, st Stamp, haveStamp bool, now time.Time) bool {
+	if !haveStamp || !st.Released || !st.Slot.Before(d.Slot) {
+		return false
+	}
+	released := st.Heartbeat // release writes its time there
+	return !released.Before(d.Slot) && !released.After(now) && now.Sub(released) <= FireMargin
+}
+
+// supersedeAt is when a running run of a cancel_previous job stops itself:
+// at the first slot of the schedule after its own (for a run-now run,
+// after its request time). Every node's timer fires that slot at or after
+// it (RandomizedDelaySec only delays), so the lock is free, or soon free,
+// when they contend, and a waiting node takes it. The holder decides this
+// from its own spec and clock, the same decision on every node, with no
+// message to lose between nodes. Zero: never (another policy, or no
+// later slot).
+func supersedeAt(policy wire.OverlapPolicy, sched *schedule.Schedule, slot time.Time) time.Time {
+	if policy.OrSkip() != wire.OverlapCancelPrevious {
+		return time.Time{}
+	}
+	return sched.Next(slot)
 }

@@ -85,6 +85,16 @@ type Record struct {
 	OutputTail         *string `json:"output_tail,omitempty"`
 	OutputTruncated    bool    `json:"output_truncated,omitempty"`
 	OutputDroppedBytes int64   `json:"output_dropped_bytes,omitempty"`
+	// Waiting: a started run waiting for the previous run to end
+	// (overlap_policy buffer_one or cancel_previous), which the node agent
+	// stops like a waiting catch-up when the job changes.
+	Waiting bool `json:"waiting,omitempty"`
+	// TimedOut: the runner stopped the command at the job's timeout
+	// (counted from the command's start; see jobspec.Spec.WaitSec).
+	TimedOut bool `json:"timed_out,omitempty"`
+	// SupersededBy is the slot whose coming stopped this run
+	// (overlap_policy cancel_previous): reported cancelled, not failed.
+	SupersededBy *time.Time `json:"superseded_by,omitempty"`
 }
 
 // RecordFile is the record's name in the service's runtime directory.

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -65,10 +66,13 @@ type Env struct {
 	// (zero: when Run began). Main takes its own start, a little after
 	// systemd's: the margin of drainBound covers the difference.
 	Started time.Time
-	// Sleep waits out a catch-up's spread (nil: time.Sleep), or returns
-	// false when the runner was asked to stop meanwhile (tests).
+	// Sleep waits out a catch-up's spread and an overlap wait's polls
+	// (nil: time.Sleep), or returns false when the runner was asked to
+	// stop meanwhile (tests).
 	Sleep func(time.Duration) bool
-	Log   *slog.Logger
+	// OverlapPoll overrides OverlapPoll (tests); 0: OverlapPoll.
+	OverlapPoll time.Duration
+	Log         *slog.Logger
 	// beats, when set (tests), drives the heartbeat instead of the
 	// Heartbeat ticker: each value asks for one beat, and is closed once
 	// that beat is done.
@@ -143,7 +147,9 @@ func Run(env Env) int {
 		rec.Kind, rec.Reason = d.Skip, d.Reason
 		return finish(env, rec, ExitSkip)
 	}
-	if d.CatchUp {
+	if d.CatchUp || overlapAction(spec.OverlapPolicy, d) == actWait {
+		// (The same holds for a slot that may wait for the previous run,
+		// buffer_one or cancel_previous: its record says Waiting.)
 		// The node agent sends SIGTERM to a catch-up whose record says
 		// "started" when the job is disabled, deleted or changed (it was
 		// decided under the old spec), and so does a cancel of its run; the
@@ -234,7 +240,7 @@ func elect(env Env, spec jobspec.Spec, d decision, rec Record) int {
 		if !errors.Is(err, unix.EWOULDBLOCK) {
 			return platformError(env, rec, fmt.Errorf("lock %s: %w", lock.Name(), err))
 		}
-		return lost(env, spec, d, rec)
+		return lost(env, spec, d, rec, lock)
 	}
 	return won(env, spec, d, rec)
 }
@@ -246,6 +252,17 @@ func won(env Env, spec jobspec.Spec, d decision, rec Record) int {
 	st, ok, warn, err := readStamp(stampPath, env.Now())
 	if err != nil {
 		return platformError(env, rec, fmt.Errorf("%w (not running: fail closed)", err))
+	}
+	// A late start that is not the one queued behind an overlapping run
+	// is a late fire: nothing to run for the slot (a pending run-now
+	// request still runs, below).
+	lateFire := d.AfterOverrun && !afterOverrun(d, st, ok, env.Now())
+	if lateFire {
+		env.Log.Info("not running: "+d.Reason, "run_key", d.Key)
+		if d.Fallback == nil {
+			rec.Kind, rec.Reason = KindLateFire, d.Reason
+			return finish(env, rec, ExitSkip)
+		}
 	}
 	reading, boot := readClock(env), readBoot(env)
 	clock, _ := judgeClock(reading, env.Now(), boot, ClockVerifiedFresh)
@@ -278,8 +295,10 @@ func won(env Env, spec jobspec.Spec, d decision, rec Record) int {
 	// may be running its slot early: it remembers its own slot as run, so
 	// a verified node never runs that slot again, however many of this
 	// writer's stamps came and went unseen.
+	// (Not for a late fire that runs a request instead: its slot did not
+	// run.)
 	var own *RanAhead
-	if d.Trigger == wire.TriggerScheduled && clock != clockVerified {
+	if d.Trigger == wire.TriggerScheduled && clock != clockVerified && !lateFire {
 		own = &RanAhead{Slot: d.Slot, Node: env.Node}
 	}
 	ranAhead := mergeRanAhead(st.RanAhead, clock == clockVerified, env.Now(), remembered, own)
@@ -290,7 +309,7 @@ func won(env Env, spec jobspec.Spec, d decision, rec Record) int {
 		env.Log.Warn(warn, "run_key", d.Key)
 		rec.Warning = warn
 	}
-	if d.Trigger == wire.TriggerScheduled && ((ok && st.covers(d)) || ranEarly != nil) {
+	if d.Trigger == wire.TriggerScheduled && ((ok && st.covers(d)) || ranEarly != nil || lateFire) {
 		if d.Fallback == nil {
 			rec.Kind = KindContention
 			return finish(env, rec, ExitSkip)
@@ -385,7 +404,7 @@ func claimRequest(spec jobspec.Spec, d decision) (done bool, err error) {
 
 // lost: another process holds the lock. One node per run decides a skip
 // (it creates the run's marker) and reports it; the others stay silent.
-func lost(env Env, spec jobspec.Spec, d decision, rec Record) int {
+func lost(env Env, spec jobspec.Spec, d decision, rec Record, lock *os.File) int {
 	st, ok, err := waitForStamp(env, filepath.Join(spec.LockDir, wire.SlotStampName(spec.ID)), d)
 	if err != nil {
 		return platformError(env, rec, err)
@@ -395,6 +414,34 @@ func lost(env Env, spec jobspec.Spec, d decision, rec Record) int {
 		rec.Kind = KindContention
 		return finish(env, rec, ExitSkip)
 	}
+	if d.AfterOverrun {
+		// The slot's waiter on another node (or a later run) holds the
+		// lock: this late start is not the slot's run. A pending run-now
+		// request is decided as it would be on a late fire.
+		if d.Fallback == nil {
+			rec.Kind, rec.Reason = KindLateFire, d.Reason
+			return finish(env, rec, ExitSkip)
+		}
+		m := *d.Fallback
+		mrec := recordFor(env, spec, m)
+		if err := WriteRecord(env.RuntimeDir, mrec); err != nil {
+			// The record names the slot: leave none rather than report it.
+			env.Log.Error("cannot write the run record, not deciding the run-now request", "run_key", m.Key, "err", err)
+			_ = os.Remove(filepath.Join(env.RuntimeDir, RecordFile))
+			return 1
+		}
+		return lost(env, spec, m, mrec, lock)
+	}
+	if b.Kind == KindOverlap && overlapAction(spec.OverlapPolicy, d) == actWait {
+		return waitForLock(env, spec, d, rec, lock)
+	}
+	return skipSlot(env, spec, d, rec, b)
+}
+
+// skipSlot decides d a skip for the reason b: the node that creates the
+// run's marker reports it, every other stays silent.
+func skipSlot(env Env, spec jobspec.Spec, d decision, rec Record, b busy) int {
+	rec.Waiting = false
 	first, err := createMarker(spec.LockDir, spec.ID, d)
 	if err != nil {
 		return platformError(env, rec, err)
@@ -410,6 +457,85 @@ func lost(env Env, spec jobspec.Spec, d decision, rec Record) int {
 		return finish(env, rec, ExitPlatformError)
 	}
 	return finish(env, rec, ExitSkip)
+}
+
+// waitForLock is a buffer_one or cancel_previous slot that found the
+// previous run still going: it tries the lock every OverlapPoll until it
+// gets it (then it runs the slot like any winner: the stamp and the
+// markers, read under the lock, keep it to one run), the stamp shows the
+// slot run elsewhere (silent), the holder stops heart-beating (platform
+// error, as without a policy), the deadline comes (the slot is skipped,
+// overlap_skipped: a later slot is the buffered one now) or the runner is
+// told to stop (silent, like a stopped catch-up). Several nodes may wait
+// for the same slot; only one of them gets it. A cancel_previous holder
+// stops itself when the slot comes (supersedeAt), so the wait is short.
+func waitForLock(env Env, spec jobspec.Spec, d decision, rec Record, lock *os.File) int {
+	deadline := waitDeadline(d.Slot, d.Next, env.Now(), spec.TimeoutSec)
+	rec.Waiting = true
+	if err := WriteRecord(env.RuntimeDir, rec); err != nil {
+		env.Log.Warn("cannot mark the run record waiting (a disable of the job will not stop this wait)", "run_key", d.Key, "err", err)
+	}
+	env.Log.Info(fmt.Sprintf("the previous run is still running: waiting for it until %s (overlap_policy %s)",
+		deadline.UTC().Format(time.RFC3339), spec.OverlapPolicy.OrSkip()), "run_key", d.Key)
+	stampPath := filepath.Join(spec.LockDir, wire.SlotStampName(spec.ID))
+	for {
+		err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			rec.Waiting = false
+			if err := WriteRecord(env.RuntimeDir, rec); err != nil {
+				env.Log.Error("cannot write the run record, not running", "run_key", d.Key, "err", err)
+				return ExitPlatformError
+			}
+			return won(env, spec, d, rec)
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			return platformError(env, rec, fmt.Errorf("lock %s: %w", lock.Name(), err))
+		}
+		st, ok, _, err := readStamp(stampPath, env.Now())
+		if err != nil {
+			return platformError(env, rec, err)
+		}
+		switch nextWaitStep(d, st, ok, env.Now(), deadline, env.stopped()) {
+		case waitCovered:
+			rec.Kind, rec.Waiting = KindContention, false
+			return finish(env, rec, ExitSkip)
+		case waitHolder:
+			return skipSlot(env, spec, d, rec, classifyBusy(d, st, ok, env.Now()))
+		case waitGiveUp:
+			return skipSlot(env, spec, d, rec, busy{Kind: KindOverlap, Reason: fmt.Sprintf(
+				"the previous run was still running when slot %s gave up waiting, before the next slot %s (overlap_policy %s buffers only the newest slot)",
+				d.Slot.Format(time.RFC3339), d.Next.UTC().Format(time.RFC3339), spec.OverlapPolicy.OrSkip())})
+		case waitStopped:
+			return stoppedWaiting(env, rec)
+		}
+		if !env.sleep(env.overlapPoll()) {
+			return stoppedWaiting(env, rec)
+		}
+	}
+}
+
+// stoppedWaiting: a disable, delete, change or cancel of the job (or the
+// node's shutdown) stopped a slot waiting for the previous run. Nothing
+// ran here, and another node's waiter may still run the slot: silent.
+func stoppedWaiting(env Env, rec Record) int {
+	rec.Kind, rec.Reason, rec.Waiting = KindLateFire, "stopped while waiting for the previous run, slot "+rec.Slot.Format(time.RFC3339), false
+	return finish(env, rec, ExitSkip)
+}
+
+// stopPoll is how often stopAt looks at the clock: every second, or every
+// heartbeat when that is shorter (tests).
+func (env Env) stopPoll() time.Duration {
+	if env.Heartbeat > 0 && env.Heartbeat < time.Second {
+		return env.Heartbeat
+	}
+	return time.Second
+}
+
+func (env Env) overlapPoll() time.Duration {
+	if env.OverlapPoll > 0 {
+		return env.OverlapPoll
+	}
+	return OverlapPoll
 }
 
 // waitForStamp polls the stamp until it shows d (the holder runs the same
@@ -579,7 +705,7 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 		// running elsewhere, which is what a disable or delete wants; a
 		// node shutting down at this moment loses the slot.
 		release(env, stampPath, lease)
-		rec.Kind, rec.Reason = KindLateFire, "stopped before its command started, catching up slot "+rec.Slot.Format(time.RFC3339)
+		rec.Kind, rec.Reason = KindLateFire, "stopped before its command started (a catch-up or a wait for the previous run), slot "+rec.Slot.Format(time.RFC3339)
 		return finish(env, rec, ExitSkip)
 	}
 	started := env.Now().UTC()
@@ -627,6 +753,28 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 	// reaches the command's group now.
 	reaped := make(chan struct{})
 	go forwardSignals(sigs, cmd.Process.Pid, env.killGrace(), reaped)
+	// Stops the runner decides itself: the job's timeout, counted from the
+	// command's start when the unit's start timeout also covers a wait
+	// (WaitSec), and the next slot of a cancel_previous job. Each stops
+	// the command as a SIGTERM would (forwardSignals: the group, then
+	// SIGKILL after the grace).
+	var cause atomic.Int32
+	if spec.WaitSec > 0 && spec.TimeoutSec > 0 {
+		// A duration, so by the monotonic clock: no clock step moves it.
+		go stopAt(time.Now, env.stopPoll(), time.Now().Add(time.Duration(spec.TimeoutSec)*time.Second), stopTimeout, &cause, sigs, reaped)
+	}
+	// A run-now run is superseded by the first slot after its command's
+	// start (its request may have waited past a slot); a slot's run by
+	// the slot after its own.
+	supersedeFrom := rec.Slot
+	if rec.Trigger == string(wire.TriggerManual) {
+		supersedeFrom = started
+	}
+	if sched, err := schedule.ParseWithSeconds(spec.Schedule, spec.Timezone); err == nil {
+		if at := supersedeAt(spec.OverlapPolicy, sched, supersedeFrom); !at.IsZero() {
+			go stopAt(env.Now, env.stopPoll(), at, stopSuperseded, &cause, sigs, reaped)
+		}
+	}
 	done := make(chan struct{})
 	stopBeat := startHeartbeat(env, stampPath, lease)
 	var oom <-chan bool
@@ -647,7 +795,7 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 	rec.FinishedAt = &finished
 	// After the finish: the drain (a child holding the pipe) is not the
 	// command's time.
-	timeout := time.Duration(spec.TimeoutSec) * time.Second
+	timeout := time.Duration(spec.TimeoutSec+spec.WaitSec) * time.Second // the unit's TimeoutStartSec
 	tail, truncated, droppedBytes := output.stop(outR, func(t time.Time) time.Time {
 		return drainBound(t, env.Started, timeout)
 	})
@@ -672,12 +820,54 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 		exit := code
 		rec.ExitCode = &exit
 	}
+	switch cause.Load() {
+	case stopTimeout:
+		rec.TimedOut = true
+		env.Log.Warn("command stopped at the job's timeout", "run_key", rec.RunKey, "timeout_seconds", spec.TimeoutSec)
+	case stopSuperseded:
+		if sched, err := schedule.ParseWithSeconds(spec.Schedule, spec.Timezone); err == nil {
+			next := sched.Next(supersedeFrom).UTC()
+			rec.SupersededBy = &next
+		}
+		env.Log.Info("command stopped: the next slot came (overlap_policy cancel_previous)", "run_key", rec.RunKey)
+	}
 	if code == ExitSkip || code == ExitPlatformError {
 		// The command's own 75 must not read as lock contention, nor its
 		// 76 as a platform error.
 		code = 1
 	}
 	return finish(env, rec, code)
+}
+
+// Why the runner itself stopped the command (stopAt).
+const (
+	stopNone int32 = iota
+	stopTimeout
+	stopSuperseded
+)
+
+// stopAt asks for the command's stop (a SIGTERM on sigs, which
+// forwardSignals passes to its group and follows with SIGKILL) at at, by
+// now, unless the command is reaped first. The first cause wins. It looks
+// at the clock at least every poll, so a wall clock stepped meanwhile
+// moves a stop at a slot with it.
+func stopAt(now func() time.Time, poll time.Duration, at time.Time, why int32, cause *atomic.Int32, sigs chan<- os.Signal, reaped <-chan struct{}) {
+	for left := at.Sub(now()); left > 0; left = at.Sub(now()) {
+		t := time.NewTimer(min(left, poll))
+		select {
+		case <-reaped:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+	if !cause.CompareAndSwap(stopNone, why) {
+		return
+	}
+	select {
+	case sigs <- syscall.SIGTERM:
+	default: // a signal is pending already: it stops the command the same way
+	}
 }
 
 // timeoutMargin is how long before the unit's start timeout the runner

@@ -21,7 +21,7 @@ const (
 	// wire.Job's uint64.
 	desiredColumns = `j.id, t.name, j.version, j.enabled, t.linux_user, t.linux_group, w.path, s.web_storage_dir,
 	       j.schedule, j.timezone, j.command, j.working_directory, j.timeout_seconds, j.max_memory_mb,
-	       j.not_before, j.rev::text::numeric, j.environment, j.catchup_window_seconds`
+	       j.not_before, j.rev::text::numeric, j.environment, j.catchup_window_seconds, j.overlap_policy`
 	desiredFrom = `
 	FROM cron_jobs j JOIN tenants t ON t.id = j.tenant_id JOIN webroots w ON w.id = j.webroot_id
 	JOIN shards s ON s.id = t.shard_id`
@@ -32,7 +32,7 @@ const (
 func desiredDest(d *wire.Job) []any {
 	return []any{&d.ID, &d.Tenant, &d.Version, &d.Enabled, &d.User, &d.Group, &d.Webroot, &d.WebStorageDir,
 		&d.Schedule, &d.Timezone, &d.Command, &d.WorkingDirectory, &d.TimeoutSec, &d.MemoryMaxMB,
-		&d.NotBefore, &d.Rev, &d.Environment, &d.CatchUpWindowSec}
+		&d.NotBefore, &d.Rev, &d.Environment, &d.CatchUpWindowSec, &d.OverlapPolicy}
 }
 
 func scanDesired(row pgx.CollectableRow) (wire.Job, error) {

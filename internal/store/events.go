@@ -81,6 +81,7 @@ func changedFields(before, after JobFields) []string {
 	add("max_failures", before.MaxFailures != after.MaxFailures)
 	add("environment", !maps.Equal(before.Environment, after.Environment))
 	add("catchup_window_seconds", before.CatchUpWindowSeconds != after.CatchUpWindowSeconds)
+	add("overlap_policy", before.OverlapPolicy != after.OverlapPolicy)
 	return out
 }
 

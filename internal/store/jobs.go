@@ -66,6 +66,9 @@ type JobFields struct {
 	// CatchUpWindowSeconds: a slot missed (a reboot, an outage, a late
 	// fire) runs once, late, if it is at most this old; 0 never.
 	CatchUpWindowSeconds int `json:"catchup_window_seconds"`
+	// OverlapPolicy is what a slot does while the previous run still
+	// runs (wire.OverlapPolicies; skip by default).
+	OverlapPolicy wire.OverlapPolicy `json:"overlap_policy"`
 	// Environment are the command's variables (jobspec.ValidateEnvironment),
 	// never nil once read ({} when none). Shown to the owning tenant only,
 	// as every field of its job is.
@@ -86,14 +89,15 @@ var (
 const jobColumns = `id, tenant_id, webroot_id, schedule, timezone, command, working_directory, enabled,
 	timeout_seconds, max_memory_mb, max_failures, consecutive_failures, status, status_message, version,
 	not_before, created_at, updated_at, name, disabled_reason, last_run_id, last_run_at, last_result,
-	last_failure_reason, last_success_at, environment, catchup_window_seconds`
+	last_failure_reason, last_success_at, environment, catchup_window_seconds, overlap_policy`
 
 func scanJob(row pgx.Row) (CronJob, error) {
 	var j CronJob
 	err := row.Scan(&j.ID, &j.TenantID, &j.WebrootID, &j.Schedule, &j.Timezone, &j.Command, &j.WorkingDirectory,
 		&j.Enabled, &j.TimeoutSeconds, &j.MaxMemoryMB, &j.MaxFailures, &j.ConsecutiveFailures, &j.Status,
 		&j.StatusMessage, &j.Version, &j.NotBefore, &j.CreatedAt, &j.UpdatedAt, &j.Name, &j.DisabledReason,
-		&j.lastRunID, &j.LastRunAt, &j.LastResult, &j.LastFailureReason, &j.LastSuccessAt, &j.Environment, &j.CatchUpWindowSeconds)
+		&j.lastRunID, &j.LastRunAt, &j.LastResult, &j.LastFailureReason, &j.LastSuccessAt, &j.Environment, &j.CatchUpWindowSeconds,
+		&j.OverlapPolicy)
 	if j.Environment == nil {
 		j.Environment = map[string]string{}
 	}
@@ -147,9 +151,11 @@ func (s *Store) CreateJob(ctx context.Context, tenantID string, f JobFields, ide
 		}
 		job, err = scanJob(tx.QueryRow(ctx, `
 			INSERT INTO cron_jobs (tenant_id, webroot_id, schedule, timezone, command, working_directory, enabled,
-			                       timeout_seconds, max_memory_mb, max_failures, name, environment, catchup_window_seconds)
+			                       timeout_seconds, max_memory_mb, max_failures, name, environment, catchup_window_seconds,
+			                       overlap_policy)
 			SELECT w.tenant_id, w.id, @schedule, @timezone, @command, @working_directory, @enabled,
-			       @timeout_seconds, @max_memory_mb, @max_failures, @name, @environment, @catchup_window_seconds
+			       @timeout_seconds, @max_memory_mb, @max_failures, @name, @environment, @catchup_window_seconds,
+			       @overlap_policy
 			FROM webroots w WHERE w.id = @webroot_id AND w.tenant_id = @tenant_id
 			RETURNING `+jobColumns, fieldArgs(f, pgx.NamedArgs{"tenant_id": tenantID})))
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -252,6 +258,7 @@ func fieldArgs(f JobFields, extra pgx.NamedArgs) pgx.NamedArgs {
 		"working_directory": f.WorkingDirectory, "enabled": f.Enabled, "timeout_seconds": f.TimeoutSeconds,
 		"max_memory_mb": f.MaxMemoryMB, "max_failures": f.MaxFailures, "name": f.Name,
 		"environment": envOrEmpty(f.Environment), "catchup_window_seconds": f.CatchUpWindowSeconds,
+		"overlap_policy": string(f.OverlapPolicy.OrSkip()),
 	}
 	for k, v := range extra {
 		args[k] = v
@@ -380,7 +387,7 @@ func (s *Store) transition(ctx context.Context, id string, ifVersion int64,
 			       timeout_seconds = @timeout_seconds, max_memory_mb = @max_memory_mb, max_failures = @max_failures,
 			       consecutive_failures = @consecutive_failures, status = @status, status_message = @status_message,
 			       name = @name, disabled_reason = @disabled_reason, environment = @environment,
-			       catchup_window_seconds = @catchup_window_seconds,
+			       catchup_window_seconds = @catchup_window_seconds, overlap_policy = @overlap_policy,
 			       not_before = CASE WHEN @rearm THEN now() ELSE not_before END,
 			       swept_until = CASE WHEN @rearm THEN NULL ELSE swept_until END,
 			       failures_after_run = CASE WHEN @reset_failures

@@ -36,6 +36,7 @@ var released = []struct{ name, sha string }{
 	{"021_deleted_job_history.sql", "bfff870a7c37beed"},
 	{"022_catchup.sql", "0643ca1df2452d98"},
 	{"023_validate_run_trigger.sql", "cdeb5bbf8df9fa0b"},
+	{"024_overlap_policy.sql", "72ace726b52e5d4d"},
 }
 
 func TestReleasedMigrationsNeverChange(t *testing.T) {

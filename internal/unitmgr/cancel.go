@@ -92,12 +92,13 @@ func (m *Manager) CancelRun(ctx context.Context, req wire.CancelRequest) (bool, 
 }
 
 // waitingCatchUp says rec is a catch-up's runner that has not started the
-// command: it waits out its spread or elects, catching SIGTERM (runner.Run),
-// and a SIGTERM makes it exit silently, running nothing. An on-time
-// runner that elects is never one: a signal would kill it, and its record
-// would read as the tenant's failure.
+// command, or a slot's runner waiting for the previous run (overlap_policy
+// buffer_one or cancel_previous: Waiting): it waits or elects, catching
+// SIGTERM (runner.Run), and a SIGTERM makes it exit silently, running
+// nothing. An on-time runner that elects is never one: a signal would
+// kill it, and its record would read as the tenant's failure.
 func waitingCatchUp(rec runner.Record) bool {
-	return rec.Kind == runner.KindStarted && rec.Trigger == string(wire.TriggerCatchUp)
+	return rec.Kind == runner.KindStarted && (rec.Trigger == string(wire.TriggerCatchUp) || rec.Waiting)
 }
 
 // endCatchUp stops unit's catch-up if one waits to run: the job is being

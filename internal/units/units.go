@@ -46,7 +46,13 @@ type Job struct {
 	LockDir     string   // {webStorageDir}/{tenant}/.locks; writable
 	OnCalendar  []string // from schedule.Schedule.OnCalendar
 	TimeoutSec  int      // kill the run after this long
-	MemoryMaxMB int      // MemoryMax=
+	// WaitSec is how long a start may wait before its command starts (a
+	// catch-up's spread, an overlap policy's wait for the previous run;
+	// jobspec.StartWaitSec): TimeoutStartSec is TimeoutSec + WaitSec, and
+	// with WaitSec > 0 the runner enforces TimeoutSec from the command's
+	// start, so a wait is never charged as the tenant's timeout.
+	WaitSec     int
+	MemoryMaxMB int // MemoryMax=
 	// RandomizedDelaySec spreads one slot's timers over the nodes; see
 	// DelayFor.
 	RandomizedDelaySec int
@@ -179,6 +185,8 @@ func (j *Job) Validate() error {
 		return fmt.Errorf("no OnCalendar value")
 	case j.TimeoutSec < 1 || j.TimeoutSec > 86400:
 		return fmt.Errorf("timeout %ds: want 1 to 86400", j.TimeoutSec)
+	case j.WaitSec < 0 || j.WaitSec > 2*86400:
+		return fmt.Errorf("start wait %ds: want 0 to %d", j.WaitSec, 2*86400)
 	case j.MemoryMaxMB < 16 || j.MemoryMaxMB > 65536:
 		return fmt.Errorf("memory limit %d MB: want 16 to 65536", j.MemoryMaxMB)
 	case j.RandomizedDelaySec < 0 || j.RandomizedDelaySec > MaxRandomizedDelaySec:
@@ -233,7 +241,10 @@ func Render(j Job, p Paths) (Rendered, error) {
 		Paths
 		Name     string
 		SpecPath string
-	}{j, p, name, p.SpecDir + "/" + name + ".json"}
+		// StartTimeoutSec is TimeoutStartSec: the job's timeout and the
+		// longest wait before its command.
+		StartTimeoutSec int
+	}{j, p, name, p.SpecDir + "/" + name + ".json", j.TimeoutSec + j.WaitSec}
 	var timer, service bytes.Buffer
 	if err := templates.ExecuteTemplate(&timer, "cron.timer.tmpl", data); err != nil {
 		return Rendered{}, fmt.Errorf("render %s.timer: %w", name, err)

@@ -279,3 +279,32 @@ func TestRenderPersistentOnlyWithCatchUp(t *testing.T) {
 		}
 	}
 }
+
+// TestRenderStartTimeoutCoversTheWait: a job whose start may wait (an
+// overlap policy, a catch-up) gets TimeoutStartSec = timeout + wait, so
+// the wait never eats into the tenant's timeout; one that never waits
+// keeps TimeoutStartSec = timeout, as before.
+func TestRenderStartTimeoutCoversTheWait(t *testing.T) {
+	for _, c := range []struct {
+		timeout, wait int
+		want          string
+	}{
+		{300, 0, "\nTimeoutStartSec=300s\n"},
+		{300, 460, "\nTimeoutStartSec=760s\n"},
+	} {
+		j := validJob(t, "0 * * * *", "UTC")
+		j.TimeoutSec, j.WaitSec = c.timeout, c.wait
+		r, err := Render(j, DefaultPaths)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(r.Service, []byte(c.want)) {
+			t.Errorf("timeout %d wait %d: service lacks %q:\n%s", c.timeout, c.wait, c.want, r.Service)
+		}
+	}
+	j := validJob(t, "0 * * * *", "UTC")
+	j.WaitSec = -1
+	if j.Validate() == nil {
+		t.Error("a negative wait validated")
+	}
+}

@@ -9,6 +9,7 @@ package wire
 import (
 	"errors"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 )
@@ -146,6 +147,41 @@ func RecordedTrigger(keyTrigger, reported Trigger) (Trigger, bool) {
 // timeout) after its slot, which the outcome hook still accepts.
 const MaxCatchUpWindowSec = 86400
 
+// OverlapPolicy is what a slot does when it finds the job's previous run
+// still running (docs/semantics.md, "Overlap policies").
+type OverlapPolicy string
+
+// Overlap policies.
+const (
+	// OverlapSkip: the slot does not run and is recorded overlap_skipped
+	// (the default, and the only behaviour before the policy existed).
+	OverlapSkip OverlapPolicy = "skip"
+	// OverlapBufferOne: the newest slot that finds the run still going
+	// waits for it to end and then runs; every older waiting slot is
+	// skipped.
+	OverlapBufferOne OverlapPolicy = "buffer_one"
+	// OverlapCancelPrevious: the running run is stopped (recorded
+	// cancelled) and the new slot runs.
+	OverlapCancelPrevious OverlapPolicy = "cancel_previous"
+)
+
+// OverlapPolicies are every overlap policy, the default first.
+var OverlapPolicies = []OverlapPolicy{OverlapSkip, OverlapBufferOne, OverlapCancelPrevious}
+
+// Valid reports whether p is a known policy; "" (absent: an older core or
+// agent) is valid and means skip.
+func (p OverlapPolicy) Valid() bool {
+	return p == "" || slices.Contains(OverlapPolicies, p)
+}
+
+// OrSkip is p, with "" (absent) read as skip.
+func (p OverlapPolicy) OrSkip() OverlapPolicy {
+	if p == "" {
+		return OverlapSkip
+	}
+	return p
+}
+
 // Job is one cron job as a node must have it: what the core sends, what
 // the node agent turns into a unit pair and a run spec.
 type Job struct {
@@ -177,6 +213,9 @@ type Job struct {
 	// CatchUpWindowSec: a missed slot younger than this runs once, late
 	// (0: never; an older core sends nothing, which is 0).
 	CatchUpWindowSec int `json:"catchup_window_seconds,omitempty"`
+	// OverlapPolicy: what a slot does while the previous run still runs
+	// ("": an older core, which means skip).
+	OverlapPolicy OverlapPolicy `json:"overlap_policy,omitempty"`
 }
 
 // UnitName is cron-{tenant}-{id}.

@@ -1,0 +1,98 @@
+package outcome
+
+import (
+	"testing"
+	"time"
+
+	"github.com/hostcron/hostcron/internal/runkey"
+	"github.com/hostcron/hostcron/internal/runner"
+	"github.com/hostcron/hostcron/internal/wire"
+)
+
+// TestClassifyOverlapPolicies: what the runner records under an overlap
+// policy becomes the right result: a command stopped by the next slot
+// (cancel_previous) is cancelled unless it had succeeded, a command the
+// runner stopped at the timeout is a timeout, and a runner killed while
+// it waited for the previous run is a platform error (which the real
+// run's result replaces), never the tenant's signal.
+func TestClassifyOverlapPolicies(t *testing.T) {
+	now := time.Date(2026, 11, 21, 12, 1, 30, 0, time.UTC)
+	slot := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	next := slot.Add(time.Minute)
+	started := slot.Add(time.Second)
+	one := 1
+	ran := func(edit func(r *runner.Record)) runner.Record {
+		r := runner.Record{Kind: runner.KindRan, RunKey: "k", Slot: slot, StartedAt: &started}
+		edit(&r)
+		return r
+	}
+	for _, tt := range []struct {
+		name string
+		svc  Service
+		rec  runner.Record
+		want wire.Result
+	}{
+		{"superseded, killed by the stop", Service{Result: "exit-code", ExitCode: "exited", ExitStatus: "143"},
+			ran(func(r *runner.Record) { r.Signal, r.SupersededBy = "SIGTERM", &next }), wire.ResultCancelled},
+		{"superseded, exited non-zero after trapping it", Service{Result: "exit-code", ExitCode: "exited", ExitStatus: "1"},
+			ran(func(r *runner.Record) { r.ExitCode, r.SupersededBy = &one, &next }), wire.ResultCancelled},
+		{"superseded but it had succeeded", Service{Result: "success", ExitCode: "exited", ExitStatus: "0"},
+			ran(func(r *runner.Record) { r.ExitCode, r.SupersededBy = new(int), &next }), wire.ResultSuccess},
+		{"not superseded: a failure stays one", Service{Result: "exit-code", ExitCode: "exited", ExitStatus: "143"},
+			ran(func(r *runner.Record) { r.Signal = "SIGTERM" }), wire.ResultSignal},
+		{"timed out by the runner", Service{Result: "exit-code", ExitCode: "exited", ExitStatus: "143"},
+			ran(func(r *runner.Record) { r.Signal, r.TimedOut = "SIGTERM", true }), wire.ResultTimeout},
+		{"waiter killed", Service{Result: "signal", ExitCode: "killed", ExitStatus: "KILL"},
+			runner.Record{Kind: runner.KindStarted, RunKey: "k", Slot: slot, Node: "n2", Waiting: true}, wire.ResultPlatformError},
+		{"a started runner killed, not waiting: as before", Service{Result: "signal", ExitCode: "killed", ExitStatus: "KILL"},
+			runner.Record{Kind: runner.KindStarted, RunKey: "k", Slot: slot}, wire.ResultSignal},
+		{"waiter gave up: overlap_skipped", Service{Result: "success", ExitCode: "exited", ExitStatus: "75"},
+			runner.Record{Kind: runner.KindOverlap, RunKey: "k", Slot: slot, Reason: "gave up waiting"}, wire.ResultOverlapSkipped},
+	} {
+		r, silent := Classify(tt.svc, tt.rec, true, now)
+		if silent || r.Result != tt.want {
+			t.Errorf("%s: %+v (silent %v), want %s", tt.name, r, silent, tt.want)
+		}
+	}
+}
+
+// TestValidateSuperseded: a record may say the next slot stopped it only
+// for a run of a cancel_previous spec, naming a fire time after its slot
+// and not in the future: a tenant's rewrite cannot make another job's, or
+// another policy's, failure read as cancelled.
+func TestValidateSuperseded(t *testing.T) {
+	now := time.Date(2026, 11, 21, 12, 7, 30, 0, time.UTC)
+	for _, tt := range []struct {
+		name   string
+		policy wire.OverlapPolicy
+		by     func(slot time.Time) time.Time
+		kind   string
+		ok     bool
+	}{
+		{"the next slot, still in the future", wire.OverlapCancelPrevious, func(s time.Time) time.Time { return s.Add(5 * time.Minute) }, runner.KindRan, false},
+		{"a past fire time after the slot", wire.OverlapCancelPrevious, func(s time.Time) time.Time { return s.Add(-5 * time.Minute) }, runner.KindRan, false},
+		{"skip policy", wire.OverlapSkip, func(s time.Time) time.Time { return s.Add(5 * time.Minute) }, runner.KindRan, false},
+		{"not a fire time", wire.OverlapCancelPrevious, func(s time.Time) time.Time { return s.Add(time.Minute) }, runner.KindRan, false},
+		{"on a record that is no run", wire.OverlapCancelPrevious, func(s time.Time) time.Time { return s.Add(5 * time.Minute) }, runner.KindOverlap, false},
+	} {
+		rec, want := validRecord(now)
+		want.Specs[0].OverlapPolicy = tt.policy
+		by := tt.by(rec.Slot)
+		rec.SupersededBy, rec.Kind = &by, tt.kind
+		if err := ValidateRecord(rec, want); (err == nil) != tt.ok {
+			t.Errorf("%s: err %v, want ok %v", tt.name, err, tt.ok)
+		}
+	}
+	// The valid case: the run of slot S was stopped when S+5m came, which
+	// lies before now.
+	now = now.Add(5 * time.Minute)
+	rec, want := validRecord(now)
+	rec.Slot = rec.Slot.Add(-5 * time.Minute)
+	rec.RunKey = runkey.Scheduled(jobA, rec.Slot)
+	want.Specs[0].OverlapPolicy = wire.OverlapCancelPrevious
+	by := rec.Slot.Add(5 * time.Minute)
+	rec.SupersededBy = &by
+	if err := ValidateRecord(rec, want); err != nil {
+		t.Errorf("a run superseded by the next slot: %v", err)
+	}
+}
