@@ -3,6 +3,7 @@ package store
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -39,9 +40,11 @@ type OutcomeAnswer struct {
 // RecordOutcomes records reqs in one transaction and answers each (in
 // reqs' order) as RecordOutcome would have, had they been recorded one
 // after another in job id order (reqs of one job in their order):
-//   - each outcome runs recordOneOutcome in a savepoint: one that fails
-//     (an unknown job, a version ahead, a constraint) is rolled back alone
-//     and answered with its own error, the others go on;
+//   - each outcome runs recordOneOutcome; when one fails (an unknown job,
+//     a version ahead, a constraint), the transaction is rolled back and
+//     the batch recorded again with each outcome in a savepoint: the one
+//     that fails is rolled back alone and answered with its own error,
+//     the others go on;
 //   - job rows are locked in job id order, and the operator's
 //     platform_error events (a shard's, shared by its jobs) are written
 //     after all of them, in shard order: two batches (two core replicas)
@@ -54,10 +57,15 @@ type OutcomeAnswer struct {
 func (s *Store) RecordOutcomes(ctx context.Context, reqs []OutcomeRequest) []OutcomeAnswer {
 	answers := make([]OutcomeAnswer, len(reqs))
 	pending := outcomeOrder(reqs)
+	savepoints := false // until an outcome fails
 	for len(pending) > 0 {
-		failed, err := s.recordBatch(ctx, reqs, pending, answers)
+		failed, err := s.recordBatch(ctx, reqs, pending, answers, savepoints)
 		if err == nil {
 			return answers
+		}
+		if errors.Is(err, errOutcomeFailed) {
+			savepoints = true
+			continue
 		}
 		if failed < 0 {
 			slog.Warn("outcome batch failed; its outcomes stay with the nodes", "outcomes", len(pending), "err", err)
@@ -97,17 +105,32 @@ func operatorNoteOrder(reqs []OutcomeRequest, order []int, answers []OutcomeAnsw
 	return notes
 }
 
+// errOutcomeFailed ends an attempt without savepoints in which an outcome
+// failed: the attempt is rolled back and the batch recorded again with a
+// savepoint around each outcome, so the failure is that outcome's alone.
+var errOutcomeFailed = errors.New("an outcome of the batch failed")
+
 // recordBatch is one attempt at the transaction of RecordOutcomes over
-// the requests order names; it fills their answers. err is nil when it
+// the requests order names; it fills their answers. Without savepoints
+// (the first attempt: a savepoint is a round trip per outcome) any
+// outcome's failure ends it with errOutcomeFailed. err is nil when it
 // committed; otherwise failed is the request whose operator event failed
 // (to be answered with err and left out of the next attempt), or -1 when
 // the whole transaction failed.
-func (s *Store) recordBatch(ctx context.Context, reqs []OutcomeRequest, order []int, answers []OutcomeAnswer) (failed int, err error) {
+func (s *Store) recordBatch(ctx context.Context, reqs []OutcomeRequest, order []int, answers []OutcomeAnswer, savepoints bool) (failed int, err error) {
 	failed = -1
 	ctx, woke := s.wakeAfterCommit(ctx)
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var sp savepoint
 		for _, i := range order {
+			if !savepoints {
+				res, err := recordOneOutcome(ctx, tx, reqs[i].Node, reqs[i].JobID, reqs[i].Outcome)
+				if err != nil {
+					return fmt.Errorf("%w: %w", errOutcomeFailed, err)
+				}
+				answers[i] = OutcomeAnswer{Result: res}
+				continue
+			}
 			answer, err := sp.record(ctx, tx, reqs[i])
 			if err != nil {
 				return err
@@ -124,7 +147,7 @@ func (s *Store) recordBatch(ctx context.Context, reqs []OutcomeRequest, order []
 		return nil
 	})
 	woke(err)
-	if err != nil && failed < 0 {
+	if err != nil && failed < 0 && !errors.Is(err, errOutcomeFailed) {
 		err = fmt.Errorf("record outcome batch of %d: %w", len(order), err)
 	}
 	return failed, err
