@@ -192,9 +192,12 @@ type BatchConfig struct {
 	// MaxBatch is the most outcomes one transaction records (default
 	// 256): a transaction holds its jobs' rows until it commits.
 	MaxBatch int
-	// Flushers is the most batches in flight at once (default 4): one
-	// flusher's statements are one connection's round trips one after
-	// another, so a few run side by side while another commits.
+	// Flushers is the most batches in flight at once (default 16, half
+	// the core's default pool): one flusher's statements are one
+	// connection's round trips one after another, so with fewer flushers
+	// than callers the core would record fewer outcomes side by side
+	// than it did with a transaction each (measured on a CPU-bound
+	// machine: docs/benchmarks.md). Outcomes beyond them share commits.
 	Flushers int
 	// Timeout bounds one batch's transaction (default 30 s): it runs on
 	// no caller's context, since it answers many.
@@ -226,7 +229,7 @@ func (s *Store) NewOutcomeBatcher(cfg BatchConfig) *OutcomeBatcher {
 		cfg.MaxBatch = 256
 	}
 	if cfg.Flushers <= 0 {
-		cfg.Flushers = 4
+		cfg.Flushers = 16
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 30 * time.Second

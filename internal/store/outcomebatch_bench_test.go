@@ -21,7 +21,11 @@ import (
 //   - alone_c32: the same from 32 callers at once (the unbatched core);
 //   - batcher_c32: OutcomeBatcher from 32 callers at once (the core);
 //   - batch_256: RecordOutcomes of 256 outcomes, one caller (one group
-//     commit as large as a batch gets).
+//     commit as large as a batch gets);
+//   - round_trip, commit: where the time goes: one "SELECT 1" round trip,
+//     and one transaction that commits a write (a WAL flush), in one
+//     round trip each, serially (outcomes/s here is round trips or
+//     commits per second).
 //
 // Custom metric: outcomes/s. Run: scripts/with-pg.sh go test -run '^$'
 // -bench OutcomeIngest -benchtime 4000x ./internal/store/
@@ -51,6 +55,22 @@ func BenchmarkOutcomeIngest(b *testing.B) {
 		})
 		perSecond(b)
 	})
+	b.Run("round_trip", func(b *testing.B) {
+		for range b.N {
+			if _, err := f.st.Pool().Exec(ctx, `SELECT 1`); err != nil {
+				b.Fatal(err)
+			}
+		}
+		perSecond(b)
+	})
+	b.Run("commit", func(b *testing.B) {
+		for range b.N {
+			if _, err := f.st.Pool().Exec(ctx, `BEGIN; SELECT pg_current_xact_id(); COMMIT`); err != nil {
+				b.Fatal(err)
+			}
+		}
+		perSecond(b)
+	})
 	b.Run("batch_256", func(b *testing.B) {
 		for done := 0; done < b.N; done += 256 {
 			reqs := make([]store.OutcomeRequest, min(256, b.N-done))
@@ -67,7 +87,7 @@ func BenchmarkOutcomeIngest(b *testing.B) {
 	})
 }
 
-func newIngestFixture(b *testing.B) *ingestFixture {
+func newIngestFixture(b testing.TB) *ingestFixture {
 	ctx := context.Background()
 	st := pgtest.New(b)
 	fatal := func(err error) {

@@ -6,7 +6,8 @@
 #   before     BASELINE_REV's core-api (default main), if it differs from HEAD
 # Prints one table: steady rounds at each concurrency, then a
 # top-of-minute burst of BURST_JOBS outcomes from 3 simulated nodes, with
-# what each mode lost or doubled.
+# what each mode lost or doubled. The modes run one after another on a
+# machine others may share: compare them within one run.
 #   DURATION=10s WORKERS=8,32 BURST_JOBS=10000 BASELINE_REV=main scripts/bench/outcomes.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -30,7 +31,8 @@ exec scripts/with-pg.sh bash -c '
   modes="batched unbatched"; [ -n "$BASELINE_REV" ] && modes="$modes before"
   for mode in $modes; do
     port=$((40000 + RANDOM % 10000))
-    cmd=("$bin/core-api" serve --database-url "$dsn" --listen 127.0.0.1:$port --metrics-addr "")
+    cmd=("$bin/core-api" serve --database-url "$dsn" --listen 127.0.0.1:$port --metrics-addr "" \
+      --sweep-interval 1h --converge-every 0) # no lost-run sweeps of the bench'"'"'s jobs in the measurement
     [ $mode = unbatched ] && cmd+=(--unbatched-outcomes)
     [ $mode = before ] && cmd[0]=$bin/core-api-before
     HOSTCRON_ADMIN_KEY=$key "${cmd[@]}" 2>"$bin/api-$mode.log" &
