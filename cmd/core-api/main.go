@@ -92,6 +92,8 @@ func serveCmd(dsn *string, log *slog.Logger) *cobra.Command {
 	f.StringVar(&cfg.LokiOrgID, "loki-org-id", os.Getenv("HOSTCRON_LOKI_ORG_ID"), "X-Scope-OrgID for a multi-tenant Loki")
 	f.DurationVar(&cfg.NodeTimeout, "node-timeout", 2*time.Minute, "how long provisioning waits for one node, retries included")
 	f.DurationVar(&cfg.ConvergeEvery, "converge-every", 10*time.Minute, "how often every node is converged to repair drift (0: no schedule)")
+	f.BoolVar(&cfg.UnbatchedOutcomes, "unbatched-outcomes", false,
+		"record each outcome in a transaction of its own instead of group commits (benchmark baseline)")
 	f.DurationVar(&hk.Grace, "outcome-grace", 2*time.Minute, "how long after a run's timeout its outcome may still arrive")
 	f.DurationVar(&hk.Interval, "sweep-interval", 30*time.Second, "how often to record lost runs and prune history")
 	f.DurationVar(&hk.Retention, "run-retention", 180*24*time.Hour, "how long run history is kept")

@@ -31,7 +31,7 @@ func (s *Server) outcome(c echo.Context) error {
 	}
 	trigger, _ := wire.RecordedTrigger(key.Trigger, req.Trigger) // checked by validateOutcome
 	node := nodeOf(c)
-	res, err := s.store.RecordOutcome(c.Request().Context(), node, jobID, store.Outcome{
+	res, err := s.outcomes.RecordOutcome(c.Request().Context(), node, jobID, store.Outcome{
 		RunKey: req.RunKey, Version: req.Version, ScheduledAt: req.ScheduledAt.UTC(), StartedAt: req.StartedAt, FinishedAt: req.FinishedAt,
 		Result: req.Result, ExitCode: req.ExitCode, Signal: req.Signal, FailureReason: req.FailureReason,
 		CPUSeconds: req.CPUSeconds, PeakMemoryBytes: req.PeakMemoryBytes, InvocationID: req.InvocationID,

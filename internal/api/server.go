@@ -54,6 +54,16 @@ type Config struct {
 	// they refuse unsigned payloads. nil: pages go unsigned (no trust
 	// material, development).
 	PageKey ed25519.PrivateKey
+	// UnbatchedOutcomes records each outcome in a transaction of its own
+	// (store.RecordOutcome) instead of in group commits with the outcomes
+	// arriving meanwhile (store.OutcomeBatcher): the benchmark's baseline.
+	UnbatchedOutcomes bool
+}
+
+// outcomeRecorder records a node's outcome: store.Store alone, or
+// store.OutcomeBatcher in group commits; either answers after its commit.
+type outcomeRecorder interface {
+	RecordOutcome(ctx context.Context, node store.Node, jobID string, o store.Outcome) (store.OutcomeResult, error)
 }
 
 // Converger starts converging a node to its shard's desired state.
@@ -63,12 +73,14 @@ type Converger interface {
 
 // Server holds the handlers' dependencies.
 type Server struct {
-	cfg     Config
-	store   *store.Store
-	log     *slog.Logger
-	metrics *metrics.Core
-	reqs    *requestMetrics
-	now     func() time.Time
+	cfg   Config
+	store *store.Store
+	// outcomes records the nodes' outcomes (Config.UnbatchedOutcomes).
+	outcomes outcomeRecorder
+	log      *slog.Logger
+	metrics  *metrics.Core
+	reqs     *requestMetrics
+	now      func() time.Time
 }
 
 // New builds the HTTP handler.
@@ -92,7 +104,10 @@ func New(st *store.Store, cfg Config) *echo.Echo {
 		cfg.OutcomeGrace = 2 * time.Minute
 	}
 	s := &Server{cfg: cfg, store: st, log: cfg.Logger, metrics: cfg.Metrics,
-		reqs: &requestMetrics{m: cfg.Metrics}, now: cfg.Now}
+		reqs: &requestMetrics{m: cfg.Metrics}, now: cfg.Now, outcomes: st.NewOutcomeBatcher(store.BatchConfig{})}
+	if cfg.UnbatchedOutcomes {
+		s.outcomes = st
+	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = errorHandler(s.log)

@@ -36,9 +36,12 @@ var _ workflows.CoreStore = (*store.Store)(nil)
 // leaves that part off.
 type Config struct {
 	DatabaseURL string
-	MaxConns    int32  // database pool size (default 32)
-	Listen      string // host:port; port 0 picks one, Addr tells which
-	AdminKey    string // bootstrap admin key; empty: none
+	MaxConns    int32 // database pool size (default 32)
+	// UnbatchedOutcomes: one transaction per outcome, not group commits
+	// (api.Config; the outcomes benchmark's baseline).
+	UnbatchedOutcomes bool
+	Listen            string // host:port; port 0 picks one, Addr tells which
+	AdminKey          string // bootstrap admin key; empty: none
 	// MetricsAddr is where /metrics is served, on a listener of its own,
 	// never the tenant API's (host:port; port 0 picks one, MetricsAddr
 	// tells which); empty: not served.
@@ -144,7 +147,7 @@ func (c *Core) start(ctx, bg context.Context, cfg Config) error {
 	m := metrics.NewCore(reg)
 	reg.MustRegister(&metrics.OutboxCollector{Source: c.store, Log: cfg.Log})
 	apiCfg := api.Config{AdminKey: cfg.AdminKey, Logger: cfg.Log, Metrics: m, AllowPrivateTargets: cfg.Notify.AllowPrivateTargets,
-		MailRelay: cfg.Notify.SMTP.Addr != "" || cfg.Notify.Mailer != nil}
+		MailRelay: cfg.Notify.SMTP.Addr != "" || cfg.Notify.Mailer != nil, UnbatchedOutcomes: cfg.UnbatchedOutcomes}
 	// Desired-set pages are signed with the key payloads are, so a node
 	// trusts what it reads over HTTP exactly as what Temporal delivers.
 	if apiCfg.PageKey, err = cfg.Trust.CorePageKey(); err != nil {

@@ -128,7 +128,7 @@ func (s *Store) DeleteTarget(ctx context.Context, id string) error {
 // written for the run key and kind is not written again. The payload is
 // read from the run and the job as the transaction sees them (the counter
 // after the recount).
-func emitEvents(ctx context.Context, tx pgx.Tx, runIDs []int64, kinds []string) error {
+func emitEvents(ctx context.Context, tx execer, runIDs []int64, kinds []string) error {
 	if len(runIDs) == 0 {
 		return nil
 	}
@@ -156,7 +156,7 @@ func emitEvents(ctx context.Context, tx pgx.Tx, runIDs []int64, kinds []string) 
 
 // notifyOutcome emits the events of one recorded outcome (notify.EventsFor)
 // in its transaction; before is the job before the recount.
-func notifyOutcome(ctx context.Context, tx pgx.Tx, before CronJob, res OutcomeResult, runID int64, result wire.Result) error {
+func notifyOutcome(ctx context.Context, tx execer, before CronJob, res OutcomeResult, runID int64, result wire.Result) error {
 	kinds := notify.EventsFor(notify.Recorded{
 		Result: result, Failure: IsFailure(result),
 		PrevFailures: before.ConsecutiveFailures, Failures: res.Job.ConsecutiveFailures,

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/hostcron/hostcron/internal/wire"
 )
@@ -108,84 +109,218 @@ const recentRuns = 1000
 // issued: a node's report is input, not truth.
 var ErrVersionAhead = errors.New("outcome version is above the job's")
 
-// RecordOutcome stores a node's outcome for a job on that node's shard. In
-// one transaction it inserts the run (idempotent by run key; a real result
-// replaces a lost or overlap_skipped record), recounts the job's failures
-// and auto-disables the job (queueing the disable on all nodes) or lifts
-// an auto-disable the replaced record caused (queueing the enable). The
-// job row is locked first, so outcomes of one job count one after another.
+// RecordOutcome stores a node's outcome for a job on that node's shard,
+// alone in its own transaction (recordOneOutcome, then the operator's
+// platform_error). The core API records through an OutcomeBatcher, which
+// groups concurrent outcomes into one transaction (RecordOutcomes) and
+// answers each exactly as this would.
 func (s *Store) RecordOutcome(ctx context.Context, node Node, jobID string, o Outcome) (OutcomeResult, error) {
 	var res OutcomeResult
 	ctx, woke := s.wakeAfterCommit(ctx)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		job, err := scanJob(tx.QueryRow(ctx, `
-			SELECT `+jobColumns+` FROM cron_jobs
-			WHERE id = $1 AND tenant_id IN (SELECT id FROM tenants WHERE shard_id = $2) FOR UPDATE`, jobID, node.ShardID))
-		if errors.Is(err, pgx.ErrNoRows) {
-			res, err = recordLateOutcome(ctx, tx, node, jobID, o)
+		var err error
+		if res, err = recordOneOutcome(ctx, tx, node, jobID, o); err != nil {
 			return err
 		}
-		if err != nil {
-			return notFound(err, "outcome: cron job on this node's shard")
-		}
-		res.Job = job
-		if o.Version > job.Version {
-			return fmt.Errorf("%w: %d, the job is at %d", ErrVersionAhead, o.Version, job.Version)
-		}
-		stored, err := storedResult(ctx, tx, jobID, o.RunKey)
-		if err != nil {
-			return err
-		}
-		step := decideRecord(stored, o.Result)
-		if step == duplicateRun {
-			res.Duplicate = true // a redelivery changes nothing
+		if !needsOperatorNote(res) {
 			return nil
 		}
-		runID, err := writeRun(ctx, tx, node, jobID, o, step, usageWarnings(job, o))
-		if err != nil {
-			return err
-		}
-		if err := endStart(ctx, tx, o.RunKey, o.Result); err != nil {
-			return err
-		}
-		if err := startSweepOnOutcome(ctx, tx, job, o); err != nil {
-			return err
-		}
-		if job, err = noteLastRun(ctx, tx, job, LastRun{ID: runID, At: o.ScheduledAt, Result: o.Result, FailureReason: o.FailureReason}); err != nil {
-			return err
-		}
-		res.Replaced = step == replaceRun
-		var st autoDisableStep
-		if res.Job, st, err = recount(ctx, tx, job, res.Replaced); err != nil {
-			return err
-		}
-		res.AutoDisabled, res.Reenabled = st == tripAutoDisable, st == liftAutoDisable
-		// The tenant's notifications are written with the run: an
-		// outcome recorded is an outcome notified (the outbox); so is the
-		// operator's platform_error.
-		if err := notifyOutcome(ctx, tx, job, res, runID, o.Result); err != nil {
-			return err
-		}
-		return notifyOperatorOutcome(ctx, tx, node, job, false, o)
+		return notifyOperatorOutcome(ctx, tx, node, res.Job, false, o)
 	})
 	woke(err)
 	return res, err
 }
 
-// startSweepOnOutcome starts the lost-run sweep of a job a node reported a
-// run of (sweepAfterOutcome), inside tx, which holds the job's row.
-func startSweepOnOutcome(ctx context.Context, tx pgx.Tx, job CronJob, o Outcome) error {
-	var swept *time.Time
-	var now time.Time
-	if err := tx.QueryRow(ctx, `SELECT swept_until, now() FROM cron_jobs WHERE id = $1`, job.ID).Scan(&swept, &now); err != nil {
-		return fmt.Errorf("outcome: read sweep: %w", err)
+// needsOperatorNote tells whether a recorded outcome may owe the operator
+// a platform_error (notifyOperatorOutcome decides by its result): only a
+// run newly recorded for a live job; a redelivery or a deleted job's late
+// report never does.
+func needsOperatorNote(res OutcomeResult) bool {
+	return !res.Duplicate && !res.Deleted
+}
+
+// recordOneOutcome is everything recording one outcome does to its job,
+// inside tx, whether tx holds this outcome alone (RecordOutcome) or a
+// batch (RecordOutcomes, which calls it once per outcome in job id
+// order): it inserts the run (idempotent by run key; a real result
+// replaces a lost or overlap_skipped record), recounts the job's failures
+// and auto-disables the job (queueing the disable on all nodes) or lifts
+// an auto-disable the replaced record caused (queueing the enable), and
+// writes the tenant's notification events. The job row is locked first,
+// so outcomes of one job count one after another. It locks nothing
+// another job's outcome needs: the operator's platform_error, which a
+// whole shard shares, is the caller's to write (needsOperatorNote), so a
+// batch writes it after it holds every job lock it needs.
+func recordOneOutcome(ctx context.Context, tx pgx.Tx, node Node, jobID string, o Outcome) (OutcomeResult, error) {
+	var res OutcomeResult
+	locked, err := lockForOutcome(ctx, tx, node, jobID, o.RunKey)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return recordLateOutcome(ctx, tx, node, jobID, o)
 	}
-	from := sweepAfterOutcome(swept, o.Version, job.Version, o.ScheduledAt, now)
-	if from == swept {
+	if err != nil {
+		return res, notFound(err, "outcome: cron job on this node's shard")
+	}
+	job := locked.job
+	res.Job = job
+	if o.Version > job.Version {
+		return res, fmt.Errorf("%w: %d, the job is at %d", ErrVersionAhead, o.Version, job.Version)
+	}
+	step := decideRecord(locked.stored, o.Result)
+	if step == duplicateRun {
+		res.Duplicate = true // a redelivery changes nothing
+		return res, nil
+	}
+	res.Replaced = step == replaceRun
+	sweep := sweepAfterOutcome(locked.swept, o.Version, job.Version, o.ScheduledAt, locked.now)
+	runID, results, err := writeOutcomeRun(ctx, tx, node, job, o, step, sweepChange(locked.swept, sweep))
+	if err != nil {
+		return res, err
+	}
+	run := LastRun{ID: runID, At: o.ScheduledAt, Result: o.Result, FailureReason: o.FailureReason}
+	failures, st := decideRecount(job, results, res.Replaced)
+	res.AutoDisabled, res.Reenabled = st == tripAutoDisable, st == liftAutoDisable
+	if st != keepState {
+		// A trip or a lift (rare) bumps the version the event and the
+		// queued task carry: one statement after another.
+		if job, err = noteLastRun(ctx, tx, job, run); err != nil {
+			return res, err
+		}
+		if res.Job, err = applyAutoDisable(ctx, tx, job, st, failures); err != nil {
+			return res, err
+		}
+		return res, notifyOutcome(ctx, tx, job, res, runID, o.Result)
+	}
+	// The job's last run, its counter and the tenant's notifications (an
+	// outcome recorded is an outcome notified: the outbox) in one round
+	// trip, in this order: the events read the counter.
+	pipe := &pgx.Batch{}
+	if job, err = noteLastRun(ctx, queued{pipe}, job, run); err != nil {
+		return res, err
+	}
+	res.Job = job
+	if failures != job.ConsecutiveFailures {
+		res.Job.ConsecutiveFailures = failures
+		pipe.Queue(`UPDATE cron_jobs SET consecutive_failures = $2 WHERE id = $1`, job.ID, failures)
+	}
+	if locked.tenantTargets {
+		if err := notifyOutcome(ctx, queued{pipe}, job, res, runID, o.Result); err != nil {
+			return res, err
+		}
+	}
+	return res, sendPipe(ctx, tx, pipe, "outcome: last run, failure count and notifications")
+}
+
+// lockedJob is what recording an outcome reads with the job's row lock.
+type lockedJob struct {
+	job    CronJob
+	swept  *time.Time   // swept_until
+	now    time.Time    // the transaction's
+	stored *wire.Result // the result recorded under the run key, nil if none
+	// tenantTargets: the tenant has a notification target. Without one,
+	// no outcome of its jobs emits an event, and the events statement
+	// (the costliest of an outcome's: docs/benchmarks.md) is left out.
+	tenantTargets bool
+}
+
+// lockForOutcome locks the job's row (on the node's shard) and reads the
+// result recorded under the run key, in one round trip: the read is a
+// statement after the lock, so it sees what the lock's previous holder
+// committed (READ COMMITTED takes each statement's snapshot at its start).
+// pgx.ErrNoRows: no such job on the shard.
+func lockForOutcome(ctx context.Context, tx pgx.Tx, node Node, jobID, runKey string) (lockedJob, error) {
+	var l lockedJob
+	pipe := &pgx.Batch{}
+	pipe.Queue(`SELECT `+jobColumns+`, swept_until, now(),
+		       EXISTS (SELECT 1 FROM notification_targets t WHERE t.tenant_id = cron_jobs.tenant_id)
+		FROM cron_jobs
+		WHERE id = $1 AND tenant_id IN (SELECT id FROM tenants WHERE shard_id = $2) FOR UPDATE`, jobID, node.ShardID).
+		QueryRow(func(row pgx.Row) error {
+			var err error
+			l.job, err = scanJob(withExtra{row, []any{&l.swept, &l.now, &l.tenantTargets}})
+			return err
+		})
+	pipe.Queue(`SELECT result FROM cron_job_runs WHERE run_key = $1 AND cron_job_id = $2`, runKey, jobID).
+		QueryRow(func(row pgx.Row) error {
+			var r wire.Result
+			err := row.Scan(&r)
+			switch {
+			case errors.Is(err, pgx.ErrNoRows):
+				return nil
+			case err != nil:
+				return fmt.Errorf("outcome: read run: %w", err)
+			}
+			l.stored = &r
+			return nil
+		})
+	err := tx.SendBatch(ctx, pipe).Close()
+	return l, err
+}
+
+// withExtra scans a row into the destinations given, then extra: a job's
+// columns (scanJob) followed by more.
+type withExtra struct {
+	pgx.Row
+	extra []any
+}
+
+func (r withExtra) Scan(dest ...any) error { return r.Row.Scan(append(dest, r.extra...)...) }
+
+// writeOutcomeRun writes the run (inserted, or replacing its record), ends
+// its start, moves the sweep's start (sweep nil: unchanged) and reads the
+// job's recent counted results for the recount, in one round trip; it
+// returns the run's record id and those results, oldest slot first.
+func writeOutcomeRun(ctx context.Context, tx pgx.Tx, node Node, job CronJob, o Outcome, step recordStep, sweep *time.Time) (int64, []wire.Result, error) {
+	var runID int64
+	var results []wire.Result
+	pipe := &pgx.Batch{}
+	sql, args := runWrite(node, job.ID, o, step, usageWarnings(job, o))
+	pipe.Queue(sql, args).QueryRow(func(row pgx.Row) error {
+		return wrap(row.Scan(&runID), "outcome: write run")
+	})
+	if err := endStart(ctx, queued{pipe}, o.RunKey, o.Result); err != nil {
+		return 0, nil, err
+	}
+	if sweep != nil {
+		pipe.Queue(`UPDATE cron_jobs SET swept_until = $2 WHERE id = $1`, job.ID, *sweep)
+	}
+	pipe.Queue(recountSQL, job.ID, countedResults(), recentRuns).Query(func(rows pgx.Rows) error {
+		var err error
+		results, err = pgx.CollectRows(rows, pgx.RowTo[wire.Result])
+		return wrap(err, "recount failures")
+	})
+	return runID, results, sendPipe(ctx, tx, pipe, "outcome: write run")
+}
+
+// sweepChange is the sweep start to write, nil when it stays.
+func sweepChange(swept, next *time.Time) *time.Time {
+	if next == swept {
 		return nil
 	}
-	_, err := tx.Exec(ctx, `UPDATE cron_jobs SET swept_until = $2 WHERE id = $1`, job.ID, *from)
-	return wrap(err, "outcome: start sweep")
+	return next
+}
+
+// queued is an execer that queues statements on a pipeline instead of
+// running them; their errors come when the pipeline is sent (sendPipe).
+type queued struct{ pipe *pgx.Batch }
+
+func (q queued) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	q.pipe.Queue(sql, args...)
+	return pgconn.CommandTag{}, nil
+}
+
+// execer runs a statement: a transaction, or a pipeline being built
+// (queued).
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// sendPipe runs the queued statements in tx in one round trip; the first
+// error (a statement's, or a callback's) is returned.
+func sendPipe(ctx context.Context, tx pgx.Tx, pipe *pgx.Batch, what string) error {
+	if pipe.Len() == 0 {
+		return nil
+	}
+	return wrap(tx.SendBatch(ctx, pipe).Close(), what)
 }
 
 // sweepAfterOutcome decides where the lost-run sweep of a job stands after
@@ -229,6 +364,16 @@ func storedResult(ctx context.Context, tx pgx.Tx, jobID, runKey string) (*wire.R
 // writeRun inserts the run, or replaces the record under its run key, and
 // returns the record's id.
 func writeRun(ctx context.Context, tx pgx.Tx, node Node, jobID string, o Outcome, step recordStep, warnings []string) (int64, error) {
+	sql, args := runWrite(node, jobID, o, step, warnings)
+	var id int64
+	if err := tx.QueryRow(ctx, sql, args).Scan(&id); err != nil {
+		return 0, fmt.Errorf("outcome: write run: %w", err)
+	}
+	return id, nil
+}
+
+// runWrite is the statement writeRun runs: it returns the record's id.
+func runWrite(node Node, jobID string, o Outcome, step recordStep, warnings []string) (string, pgx.NamedArgs) {
 	var duration *int64
 	if o.StartedAt != nil && o.FinishedAt != nil {
 		d := o.FinishedAt.Sub(*o.StartedAt).Milliseconds()
@@ -264,11 +409,7 @@ func writeRun(ctx context.Context, tx pgx.Tx, node Node, jobID string, o Outcome
 			       trigger = coalesce(NULLIF(@trigger, ''), split_part(run_key, '#', 2))
 			WHERE run_key = @run_key AND cron_job_id = @cron_job_id RETURNING id`
 	}
-	var id int64
-	if err := tx.QueryRow(ctx, sql, args).Scan(&id); err != nil {
-		return 0, fmt.Errorf("outcome: write run: %w", err)
-	}
-	return id, nil
+	return sql, args
 }
 
 // LastRun is a recorded run as a job's last_* fields see it.
@@ -315,7 +456,7 @@ func decideLastRun(cur LastRuns, run LastRun) (LastRuns, bool) {
 
 // noteLastRun applies decideLastRun to job (whose row tx holds) and stores
 // the result.
-func noteLastRun(ctx context.Context, tx pgx.Tx, job CronJob, run LastRun) (CronJob, error) {
+func noteLastRun(ctx context.Context, tx execer, job CronJob, run LastRun) (CronJob, error) {
 	next, changed := decideLastRun(job.LastRuns, run)
 	if !changed {
 		return job, nil
@@ -327,43 +468,34 @@ func noteLastRun(ctx context.Context, tx pgx.Tx, job CronJob, run LastRun) (Cron
 	return job, wrap(err, "outcome: note last run")
 }
 
-// recount recomputes the failure counter from the job's recent counted
-// results in slot order (runs before the last enable or retry excluded)
-// and applies the verdict: the counter, a trip or a lift.
-func recount(ctx context.Context, tx pgx.Tx, job CronJob, replaced bool) (CronJob, autoDisableStep, error) {
-	rows, err := tx.Query(ctx, `
+// recountSQL reads a job's ($1) recent counted results ($2, at most $3)
+// in slot order, runs before the last enable or retry excluded: what the
+// failure counter is recomputed from.
+const recountSQL = `
 		SELECT result FROM (
 			SELECT result, scheduled_at, id FROM cron_job_runs
 			WHERE cron_job_id = $1 AND result = ANY($2)
 			  AND id > (SELECT failures_after_run FROM cron_jobs WHERE id = $1)
 			ORDER BY scheduled_at DESC, id DESC LIMIT $3) recent
-		ORDER BY scheduled_at, id`, job.ID, countedResults(), recentRuns)
-	if err != nil {
-		return job, keepState, fmt.Errorf("recount failures: %w", err)
-	}
-	results, err := pgx.CollectRows(rows, pgx.RowTo[wire.Result])
-	if err != nil {
-		return job, keepState, fmt.Errorf("recount failures: %w", err)
-	}
+		ORDER BY scheduled_at, id`
+
+// decideRecount turns a job's recent counted results (recountSQL) into its
+// failure counter and what that does to the job: a trip, a lift or
+// nothing. A replaced record lifts an auto-disable only if it broke the
+// streak (the recount fell): a placeholder counted nothing, so a failure
+// that replaces one never lowers the count, and must never re-enable a
+// job whose threshold was raised while it stood disabled.
+func decideRecount(job CronJob, results []wire.Result, replaced bool) (int, autoDisableStep) {
 	failures, disable := CountFailures(results, job.MaxFailures)
-	// A replaced record lifts an auto-disable only if it broke the streak
-	// (the recount fell): a placeholder counted nothing, so a failure that
-	// replaces one never lowers the count, and must never re-enable a job
-	// whose threshold was raised while it stood disabled.
-	step := decideAutoDisable(job, disable, replaced && failures < job.ConsecutiveFailures)
-	switch step {
-	case tripAutoDisable:
-		job, err = autoDisable(ctx, tx, job.ID, failures)
-	case liftAutoDisable:
-		job, err = liftAutoDisabled(ctx, tx, job.ID, failures)
-	default:
-		if failures != job.ConsecutiveFailures {
-			job.ConsecutiveFailures = failures
-			_, err = tx.Exec(ctx, `UPDATE cron_jobs SET consecutive_failures = $2 WHERE id = $1`, job.ID, failures)
-			err = wrap(err, "count failures")
-		}
+	return failures, decideAutoDisable(job, disable, replaced && failures < job.ConsecutiveFailures)
+}
+
+// applyAutoDisable carries out a trip or a lift (decideRecount).
+func applyAutoDisable(ctx context.Context, tx pgx.Tx, job CronJob, step autoDisableStep, failures int) (CronJob, error) {
+	if step == tripAutoDisable {
+		return autoDisable(ctx, tx, job.ID, failures)
 	}
-	return job, step, err
+	return liftAutoDisabled(ctx, tx, job.ID, failures)
 }
 
 // autoDisable disables the job at the threshold and queues the disable

@@ -118,7 +118,7 @@ func IsPlaceholder(r wire.Result) bool {
 // endStart deletes a run's start once its record is written (in the
 // recording transaction); a placeholder record does not end it (the
 // start is of the node that runs the slot).
-func endStart(ctx context.Context, tx pgx.Tx, runKey string, result wire.Result) error {
+func endStart(ctx context.Context, tx execer, runKey string, result wire.Result) error {
 	if IsPlaceholder(result) {
 		return nil
 	}
