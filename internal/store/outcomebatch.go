@@ -121,6 +121,14 @@ func (s *Store) recordBatch(ctx context.Context, reqs []OutcomeRequest, order []
 	failed = -1
 	ctx, woke := s.wakeAfterCommit(ctx)
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// One job's row held elsewhere (an update, the sweeper, another
+		// replica's batch) must not hold up the other tenants' outcomes
+		// until the batch's deadline: a lock wait past batchLockTimeout
+		// fails that outcome's statement alone (its savepoint, in the
+		// attempt with savepoints), and its node reports it again.
+		if _, err := tx.Exec(ctx, batchLockTimeoutSQL); err != nil {
+			return fmt.Errorf("outcome batch lock timeout: %w", err)
+		}
 		var sp savepoint
 		for _, i := range order {
 			if !savepoints {
@@ -152,6 +160,14 @@ func (s *Store) recordBatch(ctx context.Context, reqs []OutcomeRequest, order []
 	}
 	return failed, err
 }
+
+// batchLockTimeoutSQL bounds each lock wait of a batch's statements: two
+// seconds is far longer than any writer holds a job row for (an outcome,
+// an update, the sweeper's claim, another batch) unless it is stuck, so
+// a busy machine does not fail outcomes for nothing, and short enough
+// that the rest of the batch is not held for the batch's deadline. An
+// outcome failed by it stays in its node's spool and is reported again.
+const batchLockTimeoutSQL = "SET LOCAL lock_timeout = '2s'"
 
 // savepoint runs each outcome of a batch in a savepoint of its own, one
 // at a time, with one round trip per outcome: the savepoint after a
@@ -221,6 +237,11 @@ type OutcomeBatcher struct {
 type queuedOutcome struct {
 	req    OutcomeRequest
 	answer chan OutcomeAnswer // buffered: a flusher never waits on a caller
+	// caller is the caller's context: an outcome whose caller gave up
+	// before its batch was taken is not recorded (the caller returned an
+	// error, so its node keeps the outcome and reports it again), so a
+	// batcher that falls behind does not record every resent copy.
+	caller context.Context
 }
 
 // NewOutcomeBatcher returns a batcher recording into s.
@@ -242,7 +263,7 @@ func (s *Store) NewOutcomeBatcher(cfg BatchConfig) *OutcomeBatcher {
 // first gets ctx's error; its outcome may still be recorded, and the
 // node's redelivery is then a duplicate.
 func (b *OutcomeBatcher) RecordOutcome(ctx context.Context, node Node, jobID string, o Outcome) (OutcomeResult, error) {
-	q := &queuedOutcome{req: OutcomeRequest{Node: node, JobID: jobID, Outcome: o}, answer: make(chan OutcomeAnswer, 1)}
+	q := &queuedOutcome{req: OutcomeRequest{Node: node, JobID: jobID, Outcome: o}, answer: make(chan OutcomeAnswer, 1), caller: ctx}
 	b.mu.Lock()
 	b.queue = append(b.queue, q)
 	if b.flushers < b.cfg.Flushers {
@@ -269,13 +290,29 @@ func (b *OutcomeBatcher) flush() {
 		for i, q := range batch {
 			reqs[i] = q.req
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), b.cfg.Timeout)
-		answers := b.store.RecordOutcomes(ctx, reqs)
-		cancel()
+		answers := b.record(reqs)
 		for i, q := range batch {
 			q.answer <- answers[i]
 		}
 	}
+}
+
+// record is RecordOutcomes on the batch's own deadline. A panic in it
+// answers the batch with an error instead of ending the process (in a
+// request's goroutine, the HTTP server would have recovered it).
+func (b *OutcomeBatcher) record(reqs []OutcomeRequest) (answers []OutcomeAnswer) {
+	defer func() {
+		if p := recover(); p != nil {
+			slog.Error("outcome batch panicked; its outcomes stay with the nodes", "outcomes", len(reqs), "panic", p)
+			answers = make([]OutcomeAnswer, len(reqs))
+			for i := range answers {
+				answers[i] = OutcomeAnswer{Err: fmt.Errorf("record outcome batch: panic: %v", p)}
+			}
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.Timeout)
+	defer cancel()
+	return b.store.RecordOutcomes(ctx, reqs)
 }
 
 // take removes the next batch from the queue; nil (and one flusher less)
@@ -283,6 +320,7 @@ func (b *OutcomeBatcher) flush() {
 func (b *OutcomeBatcher) take() []*queuedOutcome {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.queue = slices.DeleteFunc(b.queue, func(q *queuedOutcome) bool { return q.caller.Err() != nil })
 	n := min(len(b.queue), b.cfg.MaxBatch)
 	if n == 0 {
 		b.flushers--

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -298,5 +299,63 @@ func TestBatcherAnswersOnlyAfterCommit(t *testing.T) {
 	must(t, <-answered)
 	if n := f.count(`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1`, j.ID); n != 1 {
 		t.Fatalf("answered, but %d runs", n)
+	}
+}
+
+// A job whose row another transaction holds (an update, the sweeper,
+// another replica's batch) fails only its own outcome, after the batch's
+// lock timeout: the other tenants' outcomes in the batch are recorded and
+// answered, not held until the batch's deadline and failed with it.
+func TestBatchOneHeldJobFailsOnlyItsOwnOutcome(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	held, free := f.job(0), f.job(1)
+	holder, err := f.st.Pool().Begin(ctx)
+	must(t, err)
+	defer holder.Rollback(ctx)
+	_, err = holder.Exec(ctx, `SELECT 1 FROM cron_jobs WHERE id = $1 FOR UPDATE`, held.ID)
+	must(t, err)
+
+	slot := time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)
+	reqs := []store.OutcomeRequest{f.req(held, slot, wire.ResultSuccess), f.req(free, slot, wire.ResultSuccess)}
+	// The batch's deadline is far beyond the lock timeout: the free job's
+	// outcome must not wait for it.
+	bctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	answers := f.st.RecordOutcomes(bctx, reqs)
+	if answers[0].Err == nil || !strings.Contains(answers[0].Err.Error(), "lock timeout") {
+		t.Errorf("the held job's outcome: %v, want its lock timeout", answers[0].Err)
+	}
+	if answers[1].Err != nil {
+		t.Fatalf("the free job's outcome failed with the held one: %v", answers[1].Err)
+	}
+	if n := f.count(`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1`, free.ID); n != 1 {
+		t.Errorf("the free job has %d runs, want 1", n)
+	}
+	if n := f.count(`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1`, held.ID); n != 0 {
+		t.Errorf("the held job has %d runs, want none", n)
+	}
+}
+
+// An outcome whose caller gave up before its batch was taken is not
+// recorded: the caller got an error, so its node reports it again.
+func TestBatcherSkipsAbandonedOutcomes(t *testing.T) {
+	f := newFixture(t)
+	j := f.job(0)
+	r := f.req(j, time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC), wire.ResultSuccess)
+	b := f.st.NewOutcomeBatcher(store.BatchConfig{})
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := b.RecordOutcome(gone, r.Node, r.JobID, r.Outcome); err == nil {
+		t.Fatal("an abandoned caller was answered without error")
+	}
+	// A later outcome through the same batcher is recorded; the abandoned
+	// one before it is not.
+	r2 := f.req(j, time.Date(2026, 11, 20, 10, 1, 0, 0, time.UTC), wire.ResultSuccess)
+	if _, err := b.RecordOutcome(context.Background(), r2.Node, r2.JobID, r2.Outcome); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.count(`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1`, j.ID); n != 1 {
+		t.Errorf("%d runs, want only the outcome whose caller waited", n)
 	}
 }
