@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -378,5 +379,67 @@ func TestLateStartRunsAPendingRequest(t *testing.T) {
 	}
 	if got := runs(t, locks); len(got) != 1 {
 		t.Errorf("runs %v, want the request's only", got)
+	}
+}
+
+// TestWaiterStoppableBeforeItWaits: a buffer_one slot that finds the lock
+// busy says Waiting from its first record, through the stamp wait
+// (StampWait, while the previous run still goes), so the node agent's
+// one stop for a disable, delete or change is not refused there; the
+// SIGTERM it sends in that window runs nothing, even when the lock comes
+// free right after, and the runner exits silently.
+func TestWaiterStoppableBeforeItWaits(t *testing.T) {
+	env, locks := setupPolicy(t, wire.OverlapBufferOne, time.Date(2026, 11, 21, 12, 1, 3, 0, time.UTC))
+	holder := holdLock(t, locks, `{"slot":"`+slot0+`","holder":"node9","run_key":"k","heartbeat":"2026-11-21T12:01:02Z"}`)
+	env.StampWait = 3 * time.Second // the window of the finding: seconds
+	done := async(env)
+	eventually(t, "a record", func() bool { _, err := ReadRecord(env.RuntimeDir); return err == nil })
+	if r := record(t, env); r.Kind != KindStarted || !r.Waiting {
+		t.Fatalf("record in the stamp wait %+v: the node agent would refuse to stop it", r)
+	}
+	_ = syscall.Kill(os.Getpid(), syscall.SIGTERM)
+	time.Sleep(200 * time.Millisecond) // the runtime hands it on
+	holder.Close()                     // the previous run ends: the lock is free
+	if code := done(); code != ExitSkip {
+		t.Fatalf("exit %d, record %+v", code, record(t, env))
+	}
+	if r := record(t, env); !Silent(r.Kind) || r.Waiting {
+		t.Errorf("record %+v, want silent", r)
+	}
+	if got := runs(t, locks); len(got) != 0 {
+		t.Errorf("ran %v after the stop", got)
+	}
+	if b, _ := os.ReadFile(filepath.Join(locks, "cron-"+id+".slot")); strings.Contains(string(b), slot1) {
+		t.Errorf("stamp %s: a stopped waiter took the slot from the others", b)
+	}
+}
+
+// TestWaiterStaysStoppableWhileItElects: the waiter that gets the lock
+// keeps its record Waiting through the election (stamp and marker I/O),
+// and a SIGTERM that comes then runs nothing.
+func TestWaiterStaysStoppableWhileItElects(t *testing.T) {
+	env, locks := setupPolicy(t, wire.OverlapBufferOne, time.Date(2026, 11, 21, 12, 1, 3, 0, time.UTC))
+	holder := holdLock(t, locks, `{"slot":"`+slot0+`","holder":"node9","run_key":"k","heartbeat":"2026-11-21T12:01:02Z"}`)
+	var seen Record
+	env.electing = func() {
+		seen = record(t, env)
+		_ = syscall.Kill(os.Getpid(), syscall.SIGTERM)
+		time.Sleep(200 * time.Millisecond)
+	}
+	done := async(env)
+	eventually(t, "node1 waits", waiting(t, env))
+	time.Sleep(env.StampWait + 100*time.Millisecond) // into the wait's polls
+	holder.Close()
+	if code := done(); code != ExitSkip {
+		t.Fatalf("exit %d, record %+v", code, record(t, env))
+	}
+	if seen.Kind != KindStarted || !seen.Waiting {
+		t.Errorf("record while electing %+v: the node agent would refuse to stop it", seen)
+	}
+	if r := record(t, env); !Silent(r.Kind) {
+		t.Errorf("record %+v, want silent", r)
+	}
+	if got := runs(t, locks); len(got) != 0 {
+		t.Errorf("ran %v after the stop", got)
 	}
 }
