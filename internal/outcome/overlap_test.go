@@ -96,3 +96,41 @@ func TestValidateSuperseded(t *testing.T) {
 		t.Errorf("a run superseded by the next slot: %v", err)
 	}
 }
+
+// TestSupersededByOnlyJustAhead: the hook runs on the runner's node, on
+// its clock, right after the runner stopped its command when the next
+// slot came: superseded_by may lie at most SupersedeSkew ahead of the
+// hook's now. A tenant's rewrite naming the next slot a minute or two
+// ahead (FutureSkew) would relabel its failure cancelled for a stop that
+// never happened.
+func TestSupersededByOnlyJustAhead(t *testing.T) {
+	next := time.Date(2026, 11, 21, 12, 10, 0, 0, time.UTC) // the slot after 12:05 (*/5)
+	for _, tt := range []struct {
+		name  string
+		ahead time.Duration // of next over the hook's now
+		ok    bool
+	}{
+		{"came a while ago", -time.Minute, true},
+		{"came just now", 0, true},
+		{"the hook's clock a few seconds behind the runner's stop", 3 * time.Second, true},
+		{"at the bound", SupersedeSkew, true},
+		{"just over the bound", SupersedeSkew + time.Second, false},
+		{"90 s ahead: no stop yet", 90 * time.Second, false},
+	} {
+		now := next.Add(-tt.ahead)
+		if tt.ahead < 0 {
+			now = next.Add(time.Second) // still the run of 12:05 that the stop ended
+		}
+		rec, want := validRecord(now)
+		rec.Slot = time.Date(2026, 11, 21, 12, 5, 0, 0, time.UTC)
+		rec.RunKey = runkey.Scheduled(jobA, rec.Slot)
+		started, finished := rec.Slot.Add(3*time.Second), now
+		rec.StartedAt, rec.FinishedAt = &started, &finished
+		want.Specs[0].OverlapPolicy = wire.OverlapCancelPrevious
+		by := next
+		rec.SupersededBy = &by
+		if err := ValidateRecord(rec, want); (err == nil) != tt.ok {
+			t.Errorf("%s: err %v, want ok %v", tt.name, err, tt.ok)
+		}
+	}
+}
