@@ -40,6 +40,16 @@ func TestClassifyOverlapPolicies(t *testing.T) {
 			ran(func(r *runner.Record) { r.ExitCode, r.SupersededBy = new(int), &next }), wire.ResultSuccess},
 		{"not superseded: a failure stays one", Service{Result: "exit-code", ExitCode: "exited", ExitStatus: "143"},
 			ran(func(r *runner.Record) { r.Signal = "SIGTERM" }), wire.ResultSignal},
+		// A stop that did not end the run (the command escaped it)
+		// leaves systemd's timeout or OOM kill, never a cancel.
+		{"superseded, but systemd's start timeout ended it", Service{Result: "timeout", ExitCode: "killed", ExitStatus: "TERM"},
+			ran(func(r *runner.Record) { r.SupersededBy = &next }), wire.ResultTimeout},
+		{"superseded, but the kernel's OOM kill ended it", Service{Result: "oom-kill", ExitCode: "killed", ExitStatus: "KILL"},
+			ran(func(r *runner.Record) { r.Signal, r.SupersededBy = "SIGKILL", &next }), wire.ResultOOM},
+		{"superseded, OOM kills in the cgroup", Service{Result: "exit-code", ExitCode: "exited", ExitStatus: "137", OOMKills: 1},
+			ran(func(r *runner.Record) { r.Signal, r.SupersededBy = "SIGKILL", &next }), wire.ResultOOM},
+		{"superseded and timed out (a rewrite: the runner records one)", Service{Result: "exit-code", ExitCode: "exited", ExitStatus: "143"},
+			ran(func(r *runner.Record) { r.Signal, r.TimedOut, r.SupersededBy = "SIGTERM", true, &next }), wire.ResultTimeout},
 		{"timed out by the runner", Service{Result: "exit-code", ExitCode: "exited", ExitStatus: "143"},
 			ran(func(r *runner.Record) { r.Signal, r.TimedOut = "SIGTERM", true }), wire.ResultTimeout},
 		{"waiter killed", Service{Result: "signal", ExitCode: "killed", ExitStatus: "KILL"},

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -441,5 +442,67 @@ func TestWaiterStaysStoppableWhileItElects(t *testing.T) {
 	}
 	if got := runs(t, locks); len(got) != 0 {
 		t.Errorf("ran %v after the stop", got)
+	}
+}
+
+// escapeGroup is a command that moves itself into the runner's own
+// process group (same session, so setpgid allows it), out of the group
+// the runner signals, and then runs long.
+const escapeGroup = `exec perl -e '$| = 1; setpgrp(0, getpgrp(getppid())) or die "setpgrp: $!"; print "escaped\n"; sleep 100'`
+
+func needPerl(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("perl"); err != nil {
+		t.Skip("no perl for the process group escape")
+	}
+}
+
+// TestTimeoutReachesACommandThatLeftItsGroup: the runner's timeout stops
+// a command that moved itself out of its process group: the runner
+// signals the command by its pid too, so it ends at its timeout, not at
+// the unit's start timeout (timeout + wait).
+func TestTimeoutReachesACommandThatLeftItsGroup(t *testing.T) {
+	needPerl(t)
+	env, _ := setupPolicy(t, wire.OverlapBufferOne, t0)
+	setCommand(t, env, escapeGroup)
+	spec, _ := jobspec.Read(env.SpecPath)
+	spec.TimeoutSec = 1
+	b, _ := spec.Marshal()
+	if err := os.WriteFile(env.SpecPath, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	started := time.Now()
+	Run(env)
+	if el := time.Since(started); el > 15*time.Second {
+		t.Errorf("took %s: the stop did not reach the command", el)
+	}
+	r := record(t, env)
+	if r.Kind != KindRan || !r.TimedOut || r.Signal == "" {
+		t.Errorf("record %+v, want ran, timed out by a signal", r)
+	}
+	if r.OutputTail == nil || !strings.Contains(*r.OutputTail, "escaped") {
+		t.Errorf("output %v: the command did not escape its group, the test tests nothing", r.OutputTail)
+	}
+}
+
+// TestCancelPreviousStopReachesACommandThatLeftItsGroup: the same for the
+// stop when the next slot comes (cancel_previous).
+func TestCancelPreviousStopReachesACommandThatLeftItsGroup(t *testing.T) {
+	needPerl(t)
+	env, _ := setupPolicy(t, wire.OverlapCancelPrevious, t0)
+	setCommand(t, env, escapeGroup)
+	c := newClock(t0)
+	env.Now = c.now
+	started := time.Now()
+	done := async(env)
+	eventually(t, "the command runs", func() bool { r, err := ReadRecord(env.RuntimeDir); return err == nil && r.Kind == KindRan })
+	time.Sleep(300 * time.Millisecond) // it escapes
+	c.set(time.Date(2026, 11, 21, 12, 1, 0, 0, time.UTC))
+	done()
+	if el := time.Since(started); el > 15*time.Second {
+		t.Errorf("took %s: the stop did not reach the command", el)
+	}
+	if r := record(t, env); r.Kind != KindRan || r.SupersededBy == nil || r.Signal == "" {
+		t.Errorf("record %+v, want ran, superseded, ended by a signal", r)
 	}
 }

@@ -792,8 +792,8 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 	// Stops the runner decides itself: the job's timeout, counted from the
 	// command's start when the unit's start timeout also covers a wait
 	// (WaitSec), and the next slot of a cancel_previous job. Each stops
-	// the command as a SIGTERM would (forwardSignals: the group, then
-	// SIGKILL after the grace).
+	// the command as a SIGTERM would (forwardSignals: the group and the
+	// command itself, then SIGKILL after the grace).
 	var cause atomic.Int32
 	if spec.WaitSec > 0 && spec.TimeoutSec > 0 {
 		// A duration, so by the monotonic clock: no clock step moves it.
@@ -955,26 +955,48 @@ func (env Env) killGrace() time.Duration {
 }
 
 // forwardSignals passes each signal the runner gets to the command's
-// process group, and kills the group grace after the first one; it ends
-// when the command has been reaped (later signals stay caught, unused).
-func forwardSignals(sigs <-chan os.Signal, pgid int, grace time.Duration, reaped <-chan struct{}) {
+// process group and to the command itself, and kills both grace after
+// the first one; it ends when the command has been reaped (later signals
+// stay caught, unused). pid is the command, the leader of the group it
+// was started in (Setpgid), so its pid is that group's id.
+//
+// The group alone is not enough: the command runs in the runner's
+// session and may move itself into another group of it, the runner's own
+// included (setpgid, e.g. perl's setpgrp(0, getpgrp(getppid()))), after
+// which no signal to its old group reaches it, neither the job's timeout
+// (stopAt) nor a cancel_previous stop, and only the unit's start timeout
+// (timeout + wait) would end it. The runner's direct child can always be
+// signalled by its pid, whatever its group (the pid stays its own until
+// the reap, and reaped is closed right after it). What else it left
+// behind in other groups ends with the runner: the unit's KillMode
+// (systemd's default, control-group) kills all that remains in the
+// service's cgroup, which no process of it can leave.
+func forwardSignals(sigs <-chan os.Signal, pid int, grace time.Duration, reaped <-chan struct{}) {
 	var kill <-chan time.Time
 	for {
 		select {
 		case <-reaped:
 			return
 		case s := <-sigs:
-			_ = syscall.Kill(-pgid, s.(syscall.Signal))
+			signalCommand(pid, s.(syscall.Signal))
 			if kill == nil {
 				t := time.NewTimer(grace)
 				defer t.Stop()
 				kill = t.C
 			}
 		case <-kill:
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			signalCommand(pid, syscall.SIGKILL)
 			kill = make(chan time.Time) // once
 		}
 	}
+}
+
+// signalCommand sends sig to the command's process group and to the
+// command itself (forwardSignals says why both). Errors are ignored: the
+// group may be empty, the command exiting.
+func signalCommand(pid int, sig syscall.Signal) {
+	_ = syscall.Kill(-pid, sig)
+	_ = syscall.Kill(pid, sig)
 }
 
 // usage is what the command used: user and system CPU seconds, and the
