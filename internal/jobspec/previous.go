@@ -29,8 +29,8 @@ import (
 const PreviousDir = "previous"
 
 // KeepPrevious is how long a replaced spec is kept: longer than the
-// hook's MaxRunAge (72 h), the oldest slot it accepts.
-const KeepPrevious = 73 * time.Hour
+// hook's MaxRunAge (73 h), the oldest slot it accepts.
+const KeepPrevious = 74 * time.Hour
 
 // MaxPrevious bounds the kept specs of one unit (an edit storm of schedule
 // changes); the newest are kept.

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hostcron/hostcron/internal/jobspec"
 	"github.com/hostcron/hostcron/internal/runkey"
 	"github.com/hostcron/hostcron/internal/runner"
 	"github.com/hostcron/hostcron/internal/wire"
@@ -142,5 +143,31 @@ func TestSupersededByOnlyJustAhead(t *testing.T) {
 		if err := ValidateRecord(rec, want); (err == nil) != tt.ok {
 			t.Errorf("%s: err %v, want ok %v", tt.name, err, tt.ok)
 		}
+	}
+}
+
+// TestMaxRunAgeCoversTheLongestRun: the hook accepts the record of the
+// longest run a job can have: a catch-up started a whole window late,
+// that waited its longest for the previous run (buffer_one), and ran its
+// whole timeout, then systemd's stop and the hook; and the agent keeps a
+// replaced spec longer than that.
+func TestMaxRunAgeCoversTheLongestRun(t *testing.T) {
+	const maxTimeoutSec = 86400                      // the API's bound on timeout_seconds
+	const stopAndHook = 10*time.Second + time.Minute // TimeoutStopSec, and the hook's own time, generously
+	longest := time.Duration(wire.MaxCatchUpWindowSec+
+		jobspec.StartWaitSec(wire.OverlapBufferOne, wire.MaxCatchUpWindowSec, maxTimeoutSec)+maxTimeoutSec)*time.Second + stopAndHook
+	if MaxRunAge < longest {
+		t.Errorf("MaxRunAge %s refuses a run that reports %s after its slot", MaxRunAge, longest)
+	}
+	if jobspec.KeepPrevious <= MaxRunAge {
+		t.Errorf("KeepPrevious %s not longer than MaxRunAge %s", jobspec.KeepPrevious, MaxRunAge)
+	}
+	now := time.Date(2026, 11, 21, 12, 7, 30, 0, time.UTC)
+	rec, want := validRecord(now.Add(-longest))
+	want.Now = now
+	started, finished := rec.Slot.Add(longest-stopAndHook-time.Duration(maxTimeoutSec)*time.Second), now.Add(-stopAndHook)
+	rec.StartedAt, rec.FinishedAt = &started, &finished
+	if err := ValidateRecord(rec, want); err != nil {
+		t.Errorf("the longest run's record refused: %v", err)
 	}
 }

@@ -42,10 +42,15 @@ const (
 	// tenant relabel its failing run cancelled up to two minutes before
 	// the next slot came, a stop that never happened.
 	SupersedeSkew = 5 * time.Second
-	// MaxRunAge is how far back a slot may lie: a run never lasts longer
-	// (the API caps timeout_seconds at a day, and a catch-up starts at
-	// most wire.MaxCatchUpWindowSec, a day, after its slot).
-	MaxRunAge = 72 * time.Hour
+	// MaxRunAge is how far back a slot may lie: a run never reports later
+	// (the API caps timeout_seconds at a day; a catch-up starts at most
+	// wire.MaxCatchUpWindowSec, a day, after its slot; its start may then
+	// wait up to jobspec.StartWaitSec, for buffer_one and cancel_previous
+	// a timeout (a day) and 220 s, for the previous run; then the command
+	// runs up to its timeout; then systemd's stop, TimeoutStopSec, and the
+	// hook itself): 72 h and about 4 minutes, so an hour over 72 h.
+	// TestMaxRunAgeCoversTheLongestRun holds it to that sum.
+	MaxRunAge = 73 * time.Hour
 )
 
 // MaxReason bounds the runner's reason, warning and node name, leaving
