@@ -316,14 +316,17 @@ func TestCancelPreviousStopsHolderAndRunsNewSlot(t *testing.T) {
 // stays a late fire.
 func TestCancelPreviousOnOneNode(t *testing.T) {
 	env, locks := setupPolicy(t, wire.OverlapCancelPrevious, t0)
-	stamp := `{"slot":"` + slot0 + `","holder":"node1","run_key":"k","heartbeat":"2026-11-21T12:01:25Z","released":true}`
+	stamp := `{"slot":"` + slot0 + `","holder":"node1","run_key":"k","heartbeat":"2026-11-21T12:01:05Z","released":true}`
 	if err := os.WriteFile(filepath.Join(locks, "cron-"+id+".slot"), []byte(stamp), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	restarted := node(t, env, "node1", newClock(time.Date(2026, 11, 21, 12, 1, 50, 0, time.UTC)))
+	restarted := node(t, env, "node1", newClock(time.Date(2026, 11, 21, 12, 1, 51, 0, time.UTC)))
 	if code := Run(restarted); code != ExitSkip || len(runs(t, locks)) != 0 {
-		t.Fatalf("late start 25 s after the release: exit %d, runs %v", code, runs(t, locks))
+		t.Fatalf("late start 46 s after the release: exit %d, runs %v", code, runs(t, locks))
 	}
+	// 21 s after the release (the drain, systemd's stop of leftovers and
+	// the outcome hook came between): past FireMargin, within
+	// AfterOverrunMargin.
 	queued := node(t, env, "node1", newClock(time.Date(2026, 11, 21, 12, 1, 26, 0, time.UTC)))
 	if code := Run(queued); code != 0 {
 		t.Fatalf("queued start: exit %d, record %+v", code, record(t, queued))
