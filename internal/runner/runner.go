@@ -154,7 +154,9 @@ func Run(env Env) int {
 	// election after the wait would be refused the stop, and the runner
 	// would go on to run the slot under a spec that is gone. It says so
 	// until the record says "ran"; SIGTERM is caught over the same span
-	// (below), and a caught one runs nothing (stoppedBeforeStart).
+	// (below), and a caught one runs nothing: the wait looks at env.stop
+	// before each try of the lock, and runCommand once more just before
+	// the command starts.
 	rec.Waiting = d.Skip == "" && !d.CatchUp && overlapAction(spec.OverlapPolicy, d) == actWait
 	if d.Skip != "" {
 		env.Log.Info("not running: "+d.Reason, "run_key", d.Key)
