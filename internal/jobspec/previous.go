@@ -29,20 +29,26 @@ import (
 const PreviousDir = "previous"
 
 // KeepPrevious is how long a replaced spec is kept: longer than the
-// hook's MaxRunAge (72 h), the oldest slot it accepts.
-const KeepPrevious = 73 * time.Hour
+// hook's MaxRunAge (73 h), the oldest slot it accepts.
+const KeepPrevious = 74 * time.Hour
 
 // MaxPrevious bounds the kept specs of one unit (an edit storm of schedule
 // changes); the newest are kept.
 const MaxPrevious = 32
 
 // NeedsKeeping reports whether a run started under old can still be told
-// from its record once old is replaced by next (nil: removed). Only the
-// schedule and time zone decide which slots a record may name; a spec
-// replaced for any other reason (command, limits, version) judges the
-// same slots as its successor.
+// from its record once old is replaced by next (nil: removed). The
+// schedule and time zone decide which slots a record may name, and the
+// overlap policy whether it may say the next slot superseded it (only a
+// cancel_previous run stops itself, and the hook believes that only of a
+// run whose own spec says cancel_previous): a run of cancel_previous
+// still going when the policy changes stops at the next slot, and judged
+// by its successor's policy it would be reported a failure, counted
+// against the tenant. A spec replaced for any other reason (command,
+// limits, version) judges the same records as its successor.
 func NeedsKeeping(old Spec, next *Spec) bool {
-	return next == nil || old.Schedule != next.Schedule || old.Timezone != next.Timezone
+	return next == nil || old.Schedule != next.Schedule || old.Timezone != next.Timezone ||
+		old.OverlapPolicy.OrSkip() != next.OverlapPolicy.OrSkip()
 }
 
 // KeptName is the file name of a kept spec: the unit, then its version.

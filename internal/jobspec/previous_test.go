@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hostcron/hostcron/internal/wire"
 )
 
 func TestNeedsKeeping(t *testing.T) {
@@ -23,6 +25,10 @@ func TestNeedsKeeping(t *testing.T) {
 		{"time zone changed", edit(func(s *Spec) { s.Timezone = "Europe/Berlin" }), true},
 		{"command changed: the successor judges the same slots", edit(func(s *Spec) { s.Command = "b" }), false},
 		{"disabled or re-enabled (not_before): same slots", edit(func(s *Spec) { s.NotBefore = time.Unix(1, 0) }), false},
+		// A cancel_previous run still going stops at the next slot: the
+		// hook must judge its superseded_by by its own policy.
+		{"overlap_policy changed", edit(func(s *Spec) { s.OverlapPolicy = wire.OverlapCancelPrevious }), true},
+		{"overlap_policy spelled out, same policy", edit(func(s *Spec) { s.OverlapPolicy = wire.OverlapSkip }), false},
 	} {
 		if got := NeedsKeeping(old, tt.next); got != tt.keep {
 			t.Errorf("%s: keep %v, want %v", tt.name, got, tt.keep)

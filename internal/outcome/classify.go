@@ -130,9 +130,18 @@ func Classify(svc Service, rec runner.Record, haveRecord bool, now time.Time) (r
 // (overlap_policy cancel_previous: the runner's SupersededBy, held to the
 // spec by ReadRecord) into cancelled: it ended the way the stop ends it,
 // which is the policy, not the tenant's failure. A run that succeeded
-// before the stop reached it, or a platform error, keeps its result.
+// before the stop reached it, or a platform error, keeps its result, and
+// so do a timeout and an OOM kill: systemd's own (its start timeout, the
+// kernel's MemoryMax) or the runner's (TimedOut, its memory watch) ended
+// the run whatever the record says of a stop (a command that escaped the
+// stop runs into them), and the record is the tenant's to rewrite, so
+// SupersededBy must not turn them into a cancel.
 func superseded(r wire.Outcome, rec runner.Record) wire.Outcome {
-	if rec.Kind != runner.KindRan || rec.SupersededBy == nil || !r.Result.IsFailure() || r.Result == wire.ResultPlatformError {
+	if rec.Kind != runner.KindRan || rec.SupersededBy == nil || !r.Result.IsFailure() {
+		return r
+	}
+	switch r.Result {
+	case wire.ResultPlatformError, wire.ResultTimeout, wire.ResultOOM:
 		return r
 	}
 	r.Result = wire.ResultCancelled

@@ -34,10 +34,23 @@ const MaxRecordSize = 64 << 10
 const (
 	// FutureSkew is how far ahead of the hook's clock a slot or a start may lie.
 	FutureSkew = 2 * time.Minute
-	// MaxRunAge is how far back a slot may lie: a run never lasts longer
-	// (the API caps timeout_seconds at a day, and a catch-up starts at
-	// most wire.MaxCatchUpWindowSec, a day, after its slot).
-	MaxRunAge = 72 * time.Hour
+	// SupersedeSkew is how far ahead of the hook's clock a record's
+	// superseded_by may lie. The runner stops its command when that slot
+	// comes by its own clock, and the hook runs on the same node right
+	// after it (the same clock): only the hook's own start lies between.
+	// FutureSkew (minutes, for slots judged across nodes) would let a
+	// tenant relabel its failing run cancelled up to two minutes before
+	// the next slot came, a stop that never happened.
+	SupersedeSkew = 5 * time.Second
+	// MaxRunAge is how far back a slot may lie: a run never reports later
+	// (the API caps timeout_seconds at a day; a catch-up starts at most
+	// wire.MaxCatchUpWindowSec, a day, after its slot; its start may then
+	// wait up to jobspec.StartWaitSec, for buffer_one and cancel_previous
+	// a timeout (a day) and 220 s, for the previous run; then the command
+	// runs up to its timeout; then systemd's stop, TimeoutStopSec, and the
+	// hook itself): 72 h and about 4 minutes, so an hour over 72 h.
+	// TestMaxRunAgeCoversTheLongestRun holds it to that sum.
+	MaxRunAge = 73 * time.Hour
 )
 
 // MaxReason bounds the runner's reason, warning and node name, leaving
@@ -73,8 +86,9 @@ type KnownSpec struct {
 
 // specFor returns the spec a run of version v started under: the known
 // spec of the smallest version at or above v. The agent keeps a spec only
-// when a change of schedule or time zone (or a delete) replaces it, so
-// the versions between two kept specs share the later one's schedule.
+// when a change of schedule, time zone or overlap policy (or a delete)
+// replaces it (jobspec.NeedsKeeping), so the versions between two kept
+// specs share the later one's schedule and policy.
 func specFor(specs []KnownSpec, v int64) (KnownSpec, bool) {
 	var best KnownSpec
 	found := false
@@ -237,7 +251,7 @@ func checkSuperseded(r runner.Record, want Expect) error {
 		return fmt.Errorf("superseded_by on a %s record", r.Kind)
 	case !ok || spec.OverlapPolicy != wire.OverlapCancelPrevious:
 		return errors.New("superseded_by on a run of a job without overlap_policy cancel_previous")
-	case !r.SupersededBy.After(r.Slot) || r.SupersededBy.After(want.Now.Add(FutureSkew)):
+	case !r.SupersededBy.After(r.Slot) || r.SupersededBy.After(want.Now.Add(SupersedeSkew)):
 		return fmt.Errorf("superseded_by %s not between the slot and now", r.SupersededBy.UTC().Format(time.RFC3339))
 	case spec.Fires != nil && !spec.Fires(*r.SupersededBy):
 		return fmt.Errorf("superseded_by %s is not a fire time of the schedule", r.SupersededBy.UTC().Format(time.RFC3339))

@@ -342,6 +342,18 @@ const (
 	// life (the job's timeout and the kill grace): the holder's record,
 	// release and outcome.
 	WaitSlack = 30 * time.Second
+	// AfterOverrunMargin is how long after the previous run's release a
+	// late start on its node may still be the start systemd queued behind
+	// that run (afterOverrun). The release is written before the runner
+	// drains the command's output (up to ~2 s, drainBound); after the
+	// runner exits, systemd stops what is left in the cgroup (up to
+	// TimeoutStopSec, 10 s, KillGrace), runs the outcome hook (its
+	// deadline, 5 s, and a spool write), and only then starts the queued
+	// start, whose runner reads the stamp on CephFS: some 18 s and shared
+	// storage latency, too close to FireMargin's 20 s, where the slot was
+	// lost on a one-node shard. 45 s covers all of it with room for a
+	// slow filesystem; the stamp still keeps the slot to one run.
+	AfterOverrunMargin = 45 * time.Second
 )
 
 // MaxWait is the longest a start of a job waits before its command starts
@@ -442,7 +454,7 @@ func afterOverrun(d decision, st Stamp, haveStamp bool, now time.Time) bool {
 		return false
 	}
 	released := st.Heartbeat // release writes its time there
-	return !released.Before(d.Slot) && !released.After(now) && now.Sub(released) <= FireMargin
+	return !released.Before(d.Slot) && !released.After(now) && now.Sub(released) <= AfterOverrunMargin
 }
 
 // supersedeAt is when a running run of a cancel_previous job stops itself:

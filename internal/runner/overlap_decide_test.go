@@ -115,7 +115,7 @@ func TestNextWaitStep(t *testing.T) {
 func TestAfterOverrun(t *testing.T) {
 	slot := time.Date(2026, 11, 21, 12, 1, 0, 0, time.UTC)
 	d := decision{Trigger: wire.TriggerScheduled, Slot: slot, AfterOverrun: true}
-	now := slot.Add(40 * time.Second)
+	now := slot.Add(50 * time.Second)
 	prev := slot.Add(-time.Minute)
 	for _, tt := range []struct {
 		name string
@@ -125,7 +125,12 @@ func TestAfterOverrun(t *testing.T) {
 	}{
 		{"previous run released just now, after the slot", Stamp{Slot: prev, Released: true, Heartbeat: now.Add(-time.Second)}, true, true},
 		{"previous run ended before the slot (a restarted timer)", Stamp{Slot: prev, Released: true, Heartbeat: slot.Add(-time.Second)}, true, false},
-		{"released long ago", Stamp{Slot: prev, Released: true, Heartbeat: now.Add(-FireMargin - time.Second)}, true, false},
+		// The runner's drain, systemd's stop of leftovers (10 s) and the
+		// outcome hook (5 s) come between the release and the queued
+		// start: ~18 s and CephFS latency, past FireMargin's 20 s.
+		{"released 30 s ago (drain, stop, hook)", Stamp{Slot: prev, Released: true, Heartbeat: now.Add(-30 * time.Second)}, true, true},
+		{"released at the margin", Stamp{Slot: prev, Released: true, Heartbeat: now.Add(-AfterOverrunMargin)}, true, true},
+		{"released long ago", Stamp{Slot: prev, Released: true, Heartbeat: now.Add(-AfterOverrunMargin - time.Second)}, true, false},
 		{"not released: something else holds on", Stamp{Slot: prev, Heartbeat: now}, true, false},
 		{"the slot itself is stamped", Stamp{Slot: slot, Released: true, Heartbeat: now}, true, false},
 		{"no stamp", Stamp{}, false, false},

@@ -2,10 +2,12 @@ package runner
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -314,14 +316,17 @@ func TestCancelPreviousStopsHolderAndRunsNewSlot(t *testing.T) {
 // stays a late fire.
 func TestCancelPreviousOnOneNode(t *testing.T) {
 	env, locks := setupPolicy(t, wire.OverlapCancelPrevious, t0)
-	stamp := `{"slot":"` + slot0 + `","holder":"node1","run_key":"k","heartbeat":"2026-11-21T12:01:25Z","released":true}`
+	stamp := `{"slot":"` + slot0 + `","holder":"node1","run_key":"k","heartbeat":"2026-11-21T12:01:05Z","released":true}`
 	if err := os.WriteFile(filepath.Join(locks, "cron-"+id+".slot"), []byte(stamp), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	restarted := node(t, env, "node1", newClock(time.Date(2026, 11, 21, 12, 1, 50, 0, time.UTC)))
+	restarted := node(t, env, "node1", newClock(time.Date(2026, 11, 21, 12, 1, 51, 0, time.UTC)))
 	if code := Run(restarted); code != ExitSkip || len(runs(t, locks)) != 0 {
-		t.Fatalf("late start 25 s after the release: exit %d, runs %v", code, runs(t, locks))
+		t.Fatalf("late start 46 s after the release: exit %d, runs %v", code, runs(t, locks))
 	}
+	// 21 s after the release (the drain, systemd's stop of leftovers and
+	// the outcome hook came between): past FireMargin, within
+	// AfterOverrunMargin.
 	queued := node(t, env, "node1", newClock(time.Date(2026, 11, 21, 12, 1, 26, 0, time.UTC)))
 	if code := Run(queued); code != 0 {
 		t.Fatalf("queued start: exit %d, record %+v", code, record(t, queued))
@@ -378,5 +383,129 @@ func TestLateStartRunsAPendingRequest(t *testing.T) {
 	}
 	if got := runs(t, locks); len(got) != 1 {
 		t.Errorf("runs %v, want the request's only", got)
+	}
+}
+
+// TestWaiterStoppableBeforeItWaits: a buffer_one slot that finds the lock
+// busy says Waiting from its first record, through the stamp wait
+// (StampWait, while the previous run still goes), so the node agent's
+// one stop for a disable, delete or change is not refused there; the
+// SIGTERM it sends in that window runs nothing, even when the lock comes
+// free right after, and the runner exits silently.
+func TestWaiterStoppableBeforeItWaits(t *testing.T) {
+	env, locks := setupPolicy(t, wire.OverlapBufferOne, time.Date(2026, 11, 21, 12, 1, 3, 0, time.UTC))
+	holder := holdLock(t, locks, `{"slot":"`+slot0+`","holder":"node9","run_key":"k","heartbeat":"2026-11-21T12:01:02Z"}`)
+	env.StampWait = 3 * time.Second // the window of the finding: seconds
+	done := async(env)
+	eventually(t, "a record", func() bool { _, err := ReadRecord(env.RuntimeDir); return err == nil })
+	if r := record(t, env); r.Kind != KindStarted || !r.Waiting {
+		t.Fatalf("record in the stamp wait %+v: the node agent would refuse to stop it", r)
+	}
+	_ = syscall.Kill(os.Getpid(), syscall.SIGTERM)
+	time.Sleep(200 * time.Millisecond) // the runtime hands it on
+	holder.Close()                     // the previous run ends: the lock is free
+	if code := done(); code != ExitSkip {
+		t.Fatalf("exit %d, record %+v", code, record(t, env))
+	}
+	if r := record(t, env); !Silent(r.Kind) || r.Waiting {
+		t.Errorf("record %+v, want silent", r)
+	}
+	if got := runs(t, locks); len(got) != 0 {
+		t.Errorf("ran %v after the stop", got)
+	}
+	if b, _ := os.ReadFile(filepath.Join(locks, "cron-"+id+".slot")); strings.Contains(string(b), slot1) {
+		t.Errorf("stamp %s: a stopped waiter took the slot from the others", b)
+	}
+}
+
+// TestWaiterStaysStoppableWhileItElects: the waiter that gets the lock
+// keeps its record Waiting through the election (stamp and marker I/O),
+// and a SIGTERM that comes then runs nothing.
+func TestWaiterStaysStoppableWhileItElects(t *testing.T) {
+	env, locks := setupPolicy(t, wire.OverlapBufferOne, time.Date(2026, 11, 21, 12, 1, 3, 0, time.UTC))
+	holder := holdLock(t, locks, `{"slot":"`+slot0+`","holder":"node9","run_key":"k","heartbeat":"2026-11-21T12:01:02Z"}`)
+	var seen Record
+	env.electing = func() {
+		seen = record(t, env)
+		_ = syscall.Kill(os.Getpid(), syscall.SIGTERM)
+		time.Sleep(200 * time.Millisecond)
+	}
+	done := async(env)
+	eventually(t, "node1 waits", waiting(t, env))
+	time.Sleep(env.StampWait + 100*time.Millisecond) // into the wait's polls
+	holder.Close()
+	if code := done(); code != ExitSkip {
+		t.Fatalf("exit %d, record %+v", code, record(t, env))
+	}
+	if seen.Kind != KindStarted || !seen.Waiting {
+		t.Errorf("record while electing %+v: the node agent would refuse to stop it", seen)
+	}
+	if r := record(t, env); !Silent(r.Kind) {
+		t.Errorf("record %+v, want silent", r)
+	}
+	if got := runs(t, locks); len(got) != 0 {
+		t.Errorf("ran %v after the stop", got)
+	}
+}
+
+// escapeGroup is a command that moves itself into the runner's own
+// process group (same session, so setpgid allows it), out of the group
+// the runner signals, and then runs long.
+const escapeGroup = `exec perl -e '$| = 1; setpgrp(0, getpgrp(getppid())) or die "setpgrp: $!"; print "escaped\n"; sleep 100'`
+
+func needPerl(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("perl"); err != nil {
+		t.Skip("no perl for the process group escape")
+	}
+}
+
+// TestTimeoutReachesACommandThatLeftItsGroup: the runner's timeout stops
+// a command that moved itself out of its process group: the runner
+// signals the command by its pid too, so it ends at its timeout, not at
+// the unit's start timeout (timeout + wait).
+func TestTimeoutReachesACommandThatLeftItsGroup(t *testing.T) {
+	needPerl(t)
+	env, _ := setupPolicy(t, wire.OverlapBufferOne, t0)
+	setCommand(t, env, escapeGroup)
+	spec, _ := jobspec.Read(env.SpecPath)
+	spec.TimeoutSec = 1
+	b, _ := spec.Marshal()
+	if err := os.WriteFile(env.SpecPath, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	started := time.Now()
+	Run(env)
+	if el := time.Since(started); el > 15*time.Second {
+		t.Errorf("took %s: the stop did not reach the command", el)
+	}
+	r := record(t, env)
+	if r.Kind != KindRan || !r.TimedOut || r.Signal == "" {
+		t.Errorf("record %+v, want ran, timed out by a signal", r)
+	}
+	if r.OutputTail == nil || !strings.Contains(*r.OutputTail, "escaped") {
+		t.Errorf("output %v: the command did not escape its group, the test tests nothing", r.OutputTail)
+	}
+}
+
+// TestCancelPreviousStopReachesACommandThatLeftItsGroup: the same for the
+// stop when the next slot comes (cancel_previous).
+func TestCancelPreviousStopReachesACommandThatLeftItsGroup(t *testing.T) {
+	needPerl(t)
+	env, _ := setupPolicy(t, wire.OverlapCancelPrevious, t0)
+	setCommand(t, env, escapeGroup)
+	c := newClock(t0)
+	env.Now = c.now
+	started := time.Now()
+	done := async(env)
+	eventually(t, "the command runs", func() bool { r, err := ReadRecord(env.RuntimeDir); return err == nil && r.Kind == KindRan })
+	time.Sleep(300 * time.Millisecond) // it escapes
+	c.set(time.Date(2026, 11, 21, 12, 1, 0, 0, time.UTC))
+	done()
+	if el := time.Since(started); el > 15*time.Second {
+		t.Errorf("took %s: the stop did not reach the command", el)
+	}
+	if r := record(t, env); r.Kind != KindRan || r.SupersededBy == nil || r.Signal == "" {
+		t.Errorf("record %+v, want ran, superseded, ended by a signal", r)
 	}
 }

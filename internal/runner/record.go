@@ -85,9 +85,11 @@ type Record struct {
 	OutputTail         *string `json:"output_tail,omitempty"`
 	OutputTruncated    bool    `json:"output_truncated,omitempty"`
 	OutputDroppedBytes int64   `json:"output_dropped_bytes,omitempty"`
-	// Waiting: a started run waiting for the previous run to end
-	// (overlap_policy buffer_one or cancel_previous), which the node agent
-	// stops like a waiting catch-up when the job changes.
+	// Waiting: a started run of a slot that may wait for the previous run
+	// to end (overlap_policy buffer_one or cancel_previous), from its first
+	// record until it says "ran" (through the stamp wait, the wait and the
+	// election): the node agent stops it like a waiting catch-up when the
+	// job changes, and it then runs nothing.
 	Waiting bool `json:"waiting,omitempty"`
 	// TimedOut: the runner stopped the command at the job's timeout
 	// (counted from the command's start; see jobspec.Spec.WaitSec).

@@ -80,6 +80,9 @@ type Env struct {
 	// stop receives the SIGTERM or SIGINT that stops a catch-up before
 	// its command starts (Run sets it for a catch-up's wait; nil: never).
 	stop <-chan os.Signal
+	// electing, when set (tests), is called as the lock's holder begins
+	// its election (won), before any of its stamp I/O.
+	electing func()
 }
 
 // Main runs one occurrence and returns the process exit status.
@@ -142,6 +145,19 @@ func Run(env Env) int {
 	req := readRequest(env.ManualDir, wire.UnitName(spec.Tenant, spec.ID))
 	d := decideSlot(env.Now(), sched, spec, env.Start, req)
 	rec := recordFor(env, spec, d)
+	// A slot that may wait for the previous run says so from its first
+	// record (Waiting), not only once it waits: the node agent stops a
+	// runner for a disable, delete or change only while its record says
+	// it may (unitmgr waitingCatchUp), and it sends that stop once. A
+	// record that said "started, not waiting" through the stamp wait
+	// (StampWait, seconds, while the previous run still goes) or the
+	// election after the wait would be refused the stop, and the runner
+	// would go on to run the slot under a spec that is gone. It says so
+	// until the record says "ran"; SIGTERM is caught over the same span
+	// (below), and a caught one runs nothing: the wait looks at env.stop
+	// before each try of the lock, and runCommand once more just before
+	// the command starts.
+	rec.Waiting = d.Skip == "" && !d.CatchUp && overlapAction(spec.OverlapPolicy, d) == actWait
 	if d.Skip != "" {
 		env.Log.Info("not running: "+d.Reason, "run_key", d.Key)
 		rec.Kind, rec.Reason = d.Skip, d.Reason
@@ -248,6 +264,9 @@ func elect(env Env, spec jobspec.Spec, d decision, rec Record) int {
 // won: holding the lock, run d unless the stamps show it already ran or
 // was decided a skip.
 func won(env Env, spec jobspec.Spec, d decision, rec Record) int {
+	if env.electing != nil {
+		env.electing()
+	}
 	stampPath := filepath.Join(spec.LockDir, wire.SlotStampName(spec.ID))
 	st, ok, warn, err := readStamp(stampPath, env.Now())
 	if err != nil {
@@ -471,21 +490,27 @@ func skipSlot(env Env, spec jobspec.Spec, d decision, rec Record, b busy) int {
 // stops itself when the slot comes (supersedeAt), so the wait is short.
 func waitForLock(env Env, spec jobspec.Spec, d decision, rec Record, lock *os.File) int {
 	deadline := waitDeadline(d.Slot, d.Next, env.Now(), spec.TimeoutSec)
-	rec.Waiting = true
-	if err := WriteRecord(env.RuntimeDir, rec); err != nil {
-		env.Log.Warn("cannot mark the run record waiting (a disable of the job will not stop this wait)", "run_key", d.Key, "err", err)
+	if !rec.Waiting { // Run marks it from the first record; this is a safety net
+		rec.Waiting = true
+		if err := WriteRecord(env.RuntimeDir, rec); err != nil {
+			env.Log.Warn("cannot mark the run record waiting (a disable of the job will not stop this wait)", "run_key", d.Key, "err", err)
+		}
 	}
 	env.Log.Info(fmt.Sprintf("the previous run is still running: waiting for it until %s (overlap_policy %s)",
 		deadline.UTC().Format(time.RFC3339), spec.OverlapPolicy.OrSkip()), "run_key", d.Key)
 	stampPath := filepath.Join(spec.LockDir, wire.SlotStampName(spec.ID))
 	for {
+		// Stopped first: a stop that came meanwhile (in the stamp wait or
+		// the last poll) must not take the lock, nor write a stamp that
+		// would keep another node's waiter from the slot.
+		if env.stopped() {
+			return stoppedWaiting(env, rec)
+		}
 		err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB)
 		if err == nil {
-			rec.Waiting = false
-			if err := WriteRecord(env.RuntimeDir, rec); err != nil {
-				env.Log.Error("cannot write the run record, not running", "run_key", d.Key, "err", err)
-				return ExitPlatformError
-			}
+			// The record keeps saying Waiting through the election (the
+			// stamp and marker I/O on shared storage) until it says
+			// "ran": the node agent may still stop it meanwhile.
 			return won(env, spec, d, rec)
 		}
 		if !errors.Is(err, unix.EWOULDBLOCK) {
@@ -709,7 +734,7 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 		return finish(env, rec, ExitSkip)
 	}
 	started := env.Now().UTC()
-	rec.Kind, rec.StartedAt = KindRan, &started
+	rec.Kind, rec.StartedAt, rec.Waiting = KindRan, &started, false
 	// A record before the command starts: if the run is killed (timeout,
 	// OOM), the outcome hook still knows the slot and the start. Without
 	// it the hook would report the run as a platform error from the
@@ -738,6 +763,19 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 	defer outR.Close()
 	cmd.Stdout, cmd.Stderr = outW, outW
 	cmd.ExtraFiles = []*os.File{script} // fd 3 == scriptFD
+	if env.stopped() {
+		// A stop that came while the record still said "started" (the
+		// node agent read it so and signalled), after the check above:
+		// the last look before the command starts, so it runs nothing.
+		// (One arriving after this look is forwarded to the command as
+		// soon as it starts, and the agent's cancel marker, which names
+		// this run, reports it cancelled.)
+		script.Close()
+		outW.Close()
+		release(env, stampPath, lease)
+		rec.Kind, rec.StartedAt, rec.Reason = KindLateFire, nil, "stopped before its command started (a catch-up or a wait for the previous run), slot "+rec.Slot.Format(time.RFC3339)
+		return finish(env, rec, ExitSkip)
+	}
 	err = cmd.Start()
 	// The child has its own copies; the runner's must not keep the pipes
 	// alive (the output pipe ends when the command's last holder exits).
@@ -756,8 +794,8 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 	// Stops the runner decides itself: the job's timeout, counted from the
 	// command's start when the unit's start timeout also covers a wait
 	// (WaitSec), and the next slot of a cancel_previous job. Each stops
-	// the command as a SIGTERM would (forwardSignals: the group, then
-	// SIGKILL after the grace).
+	// the command as a SIGTERM would (forwardSignals: the group and the
+	// command itself, then SIGKILL after the grace).
 	var cause atomic.Int32
 	if spec.WaitSec > 0 && spec.TimeoutSec > 0 {
 		// A duration, so by the monotonic clock: no clock step moves it.
@@ -919,26 +957,48 @@ func (env Env) killGrace() time.Duration {
 }
 
 // forwardSignals passes each signal the runner gets to the command's
-// process group, and kills the group grace after the first one; it ends
-// when the command has been reaped (later signals stay caught, unused).
-func forwardSignals(sigs <-chan os.Signal, pgid int, grace time.Duration, reaped <-chan struct{}) {
+// process group and to the command itself, and kills both grace after
+// the first one; it ends when the command has been reaped (later signals
+// stay caught, unused). pid is the command, the leader of the group it
+// was started in (Setpgid), so its pid is that group's id.
+//
+// The group alone is not enough: the command runs in the runner's
+// session and may move itself into another group of it, the runner's own
+// included (setpgid, e.g. perl's setpgrp(0, getpgrp(getppid()))), after
+// which no signal to its old group reaches it, neither the job's timeout
+// (stopAt) nor a cancel_previous stop, and only the unit's start timeout
+// (timeout + wait) would end it. The runner's direct child can always be
+// signalled by its pid, whatever its group (the pid stays its own until
+// the reap, and reaped is closed right after it). What else it left
+// behind in other groups ends with the runner: the unit's KillMode
+// (systemd's default, control-group) kills all that remains in the
+// service's cgroup, which no process of it can leave.
+func forwardSignals(sigs <-chan os.Signal, pid int, grace time.Duration, reaped <-chan struct{}) {
 	var kill <-chan time.Time
 	for {
 		select {
 		case <-reaped:
 			return
 		case s := <-sigs:
-			_ = syscall.Kill(-pgid, s.(syscall.Signal))
+			signalCommand(pid, s.(syscall.Signal))
 			if kill == nil {
 				t := time.NewTimer(grace)
 				defer t.Stop()
 				kill = t.C
 			}
 		case <-kill:
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			signalCommand(pid, syscall.SIGKILL)
 			kill = make(chan time.Time) // once
 		}
 	}
+}
+
+// signalCommand sends sig to the command's process group and to the
+// command itself (forwardSignals says why both). Errors are ignored: the
+// group may be empty, the command exiting.
+func signalCommand(pid int, sig syscall.Signal) {
+	_ = syscall.Kill(-pid, sig)
+	_ = syscall.Kill(pid, sig)
 }
 
 // usage is what the command used: user and system CPU seconds, and the
@@ -1045,6 +1105,9 @@ func platformError(env Env, rec Record, err error) int {
 }
 
 func finish(env Env, rec Record, code int) int {
+	if rec.Kind != KindStarted {
+		rec.Waiting = false // a final record waits for nothing
+	}
 	if err := WriteRecord(env.RuntimeDir, rec); err != nil {
 		env.Log.Error("write run record", "err", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hostcron/hostcron/internal/jobspec"
 	"github.com/hostcron/hostcron/internal/notify"
 	"github.com/hostcron/hostcron/internal/store"
 	"github.com/hostcron/hostcron/internal/wire"
@@ -198,5 +199,35 @@ func TestSweepWaitsOutTheCatchUpWindow(t *testing.T) {
 	must(t, err)
 	if n := lostOf(); n != 1 {
 		t.Fatalf("slot %s recorded lost %d time(s) after its window, want 1", s0, n)
+	}
+}
+
+// A slot of a buffer_one job is not swept as lost while it may still be
+// waiting for the previous run and then running: slot + wait + timeout
+// (+ grace), the wait being jobspec.StartWaitSec. A slot that waited W
+// and ran D reports at slot + W + D.
+func TestSweepWaitsOutTheOverlapWait(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	j := f.job(3) // every minute, 60 s timeout
+	_, err := f.st.Pool().Exec(ctx, `UPDATE cron_jobs SET overlap_policy = 'buffer_one' WHERE id = $1`, j.ID)
+	must(t, err)
+	s0 := time.Now().UTC().Truncate(time.Minute).Add(-time.Hour)
+	f.sweepFrom(j.ID, s0.Add(-time.Second))
+	lostOf := func() int {
+		return f.count(`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1 AND result = 'lost' AND scheduled_at = $2`, j.ID, s0)
+	}
+	wait := time.Duration(jobspec.StartWaitSec(wire.OverlapBufferOne, 0, 60)) * time.Second
+	// Waited 100 s, ran its 60 s: past slot + timeout + grace, not lost.
+	_, err = f.st.SweepLostRuns(ctx, s0.Add(100*time.Second+time.Minute+time.Minute), time.Minute)
+	must(t, err)
+	if n := lostOf(); n != 0 {
+		t.Fatalf("slot %s recorded lost %d time(s) while it could still wait and run", s0, n)
+	}
+	// Past slot + wait + timeout + grace: lost.
+	_, err = f.st.SweepLostRuns(ctx, s0.Add(wait+time.Minute+time.Minute+time.Second), time.Minute)
+	must(t, err)
+	if n := lostOf(); n != 1 {
+		t.Fatalf("slot %s recorded lost %d time(s) after its longest wait and run, want 1", s0, n)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/hostcron/hostcron/internal/jobspec"
 	"github.com/hostcron/hostcron/internal/notify"
 	"github.com/hostcron/hostcron/internal/runkey"
 	"github.com/hostcron/hostcron/internal/schedule"
@@ -229,7 +230,7 @@ type sweepJobRow struct {
 	version      int64
 	schedule     string
 	timezone     string
-	timeout      time.Duration
+	timeout      time.Duration // sweepHorizon: how long after its slot a run should have ended
 	sweptUntil   *time.Time
 	notBefore    time.Time
 	verdictAt    time.Time // updated_at: for an active job, its provisioning verdict
@@ -237,22 +238,41 @@ type sweepJobRow struct {
 	shardHasNode bool // read only where sweepFrom needs it (swept_until NULL)
 }
 
-const sweepColumns = `j.id, j.version, j.schedule, j.timezone, j.timeout_seconds + j.catchup_window_seconds, j.swept_until, j.not_before,
+const sweepColumns = `j.id, j.version, j.schedule, j.timezone, j.timeout_seconds, j.catchup_window_seconds, j.overlap_policy, j.swept_until, j.not_before,
 	j.updated_at, j.status, CASE WHEN j.swept_until IS NULL THEN EXISTS (SELECT 1 FROM tenants t
 		JOIN nodes n ON n.shard_id = t.shard_id WHERE t.id = j.tenant_id AND NOT n.draining) ELSE false END`
 
 func scanSweepJob(row pgx.Row) (sweepJobRow, error) {
 	var j sweepJobRow
-	// A slot's run should have ended by slot + timeout, or, for a job
-	// with a catch-up window, by slot + window + timeout: its catch-up
-	// may start up to the window late (its spread wait is within the
-	// timeout). Sweeping earlier would record such a slot lost (and tell
-	// the operators) before its catch-up could report it.
-	var timeoutSeconds int
-	err := row.Scan(&j.id, &j.version, &j.schedule, &j.timezone, &timeoutSeconds, &j.sweptUntil, &j.notBefore,
+	var timeoutSeconds, catchUpWindowSeconds int
+	var policy string
+	err := row.Scan(&j.id, &j.version, &j.schedule, &j.timezone, &timeoutSeconds, &catchUpWindowSeconds, &policy, &j.sweptUntil, &j.notBefore,
 		&j.verdictAt, &j.status, &j.shardHasNode)
-	j.timeout = time.Duration(timeoutSeconds) * time.Second
+	j.timeout = sweepHorizon(timeoutSeconds, catchUpWindowSeconds, wire.OverlapPolicy(policy))
 	return j, err
+}
+
+// sweepHorizon is how long after its slot a slot's run should have ended
+// (before the grace for its report): the timeout; for a job with a
+// catch-up window, plus the window (its catch-up may start up to the
+// window late; its spread wait is within the timeout); and for a
+// buffer_one or cancel_previous job, plus the longest its start may wait
+// for the previous run before its command starts (jobspec.StartWaitSec,
+// the wait the unit's TimeoutStartSec allows beyond the timeout, which
+// also holds the catch-up spread). A buffer_one slot that waited W and
+// then ran D reports at slot + W + D: sweeping earlier would record a slot
+// that ran as lost, and tell the operators (slots_unrun).
+//
+// Only this exact value, written by the sweep (planSweep), includes the
+// wait: the trigger of migration 011 (cron_jobs_sweep_due_bound) keeps
+// swept_until + timeout, a lower bound, so a job it touches is visited
+// early, never late, and that visit stores this value.
+func sweepHorizon(timeoutSeconds, catchUpWindowSeconds int, policy wire.OverlapPolicy) time.Duration {
+	secs := timeoutSeconds + catchUpWindowSeconds
+	if policy.OrSkip() != wire.OverlapSkip {
+		secs += jobspec.StartWaitSec(policy, catchUpWindowSeconds, timeoutSeconds)
+	}
+	return time.Duration(secs) * time.Second
 }
 
 // sweepPass is one pass's clock and its parsed schedules (many jobs share

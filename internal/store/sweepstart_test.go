@@ -151,3 +151,28 @@ func TestSweepFrom(t *testing.T) {
 		})
 	}
 }
+
+// TestSweepHorizon: how long after its slot a run should have ended, by
+// the job's timeout, catch-up window and overlap policy: a buffer_one or
+// cancel_previous slot may wait for the previous run (jobspec.StartWaitSec)
+// before it runs for up to its timeout.
+func TestSweepHorizon(t *testing.T) {
+	for _, tt := range []struct {
+		name            string
+		timeout, window int
+		policy          wire.OverlapPolicy
+		want            time.Duration
+	}{
+		{"skip: the timeout", 60, 0, wire.OverlapSkip, 60 * time.Second},
+		{"absent policy is skip", 60, 0, "", 60 * time.Second},
+		{"catch-up window", 60, 600, wire.OverlapSkip, 660 * time.Second},
+		// 60 + the wait: 60 (the previous run) + 10 + 30 + 120 + 60.
+		{"buffer_one", 60, 0, wire.OverlapBufferOne, (60 + 280) * time.Second},
+		{"cancel_previous", 60, 0, wire.OverlapCancelPrevious, (60 + 280) * time.Second},
+		{"buffer_one with a window", 60, 600, wire.OverlapBufferOne, (60 + 600 + 280) * time.Second},
+	} {
+		if got := sweepHorizon(tt.timeout, tt.window, tt.policy); got != tt.want {
+			t.Errorf("%s: %s, want %s", tt.name, got, tt.want)
+		}
+	}
+}

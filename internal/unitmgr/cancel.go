@@ -92,8 +92,9 @@ func (m *Manager) CancelRun(ctx context.Context, req wire.CancelRequest) (bool, 
 }
 
 // waitingCatchUp says rec is a catch-up's runner that has not started the
-// command, or a slot's runner waiting for the previous run (overlap_policy
-// buffer_one or cancel_previous: Waiting): it waits or elects, catching
+// command, or a slot's runner that may wait for the previous run
+// (overlap_policy buffer_one or cancel_previous: Waiting, from its first
+// record until it says "ran"): it waits or elects, catching
 // SIGTERM (runner.Run), and a SIGTERM makes it exit silently, running
 // nothing. An on-time runner that elects is never one: a signal would
 // kill it, and its record would read as the tenant's failure.

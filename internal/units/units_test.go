@@ -308,3 +308,20 @@ func TestRenderStartTimeoutCoversTheWait(t *testing.T) {
 		t.Error("a negative wait validated")
 	}
 }
+
+// TestRenderKillsTheWholeCgroup: the service keeps systemd's default
+// KillMode, control-group: when the runner exits, whatever the command
+// left in the unit's cgroup (a process that moved itself out of the
+// group the runner signals) is killed. Any other mode would let such a
+// process outlive a timeout or a cancel_previous stop.
+func TestRenderKillsTheWholeCgroup(t *testing.T) {
+	r, err := Render(validJob(t, "0 * * * *", "UTC"), DefaultPaths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(r.Service), "\n") {
+		if v, ok := strings.CutPrefix(line, "KillMode="); ok && v != "control-group" {
+			t.Errorf("service sets %s", line)
+		}
+	}
+}
