@@ -37,6 +37,10 @@ type jobRequest struct {
 	MaxFailures      *int    `json:"max_failures"`
 	// CatchUpWindowSeconds: 0 (the default) to wire.MaxCatchUpWindowSec.
 	CatchUpWindowSeconds *int `json:"catchup_window_seconds"`
+	// Retries: 0 (the default) to wire.MaxRetries; RetryDelaySeconds:
+	// wire.MinRetryDelaySec to wire.MaxRetryDelaySec (default 60).
+	Retries           *int `json:"retries"`
+	RetryDelaySeconds *int `json:"retry_delay_seconds"`
 	// Environment replaces the job's whole map when present ({} clears
 	// it); absent or null keeps it.
 	// A null value is refused, not read as "" (review).
@@ -84,7 +88,8 @@ func dstNotes(sched *schedule.Schedule, from time.Time) []dstNote {
 }
 
 // defaults of a new job.
-var newJobDefaults = store.JobFields{Timezone: "UTC", Enabled: true, TimeoutSeconds: 300, MaxMemoryMB: 256, MaxFailures: 5}
+var newJobDefaults = store.JobFields{Timezone: "UTC", Enabled: true, TimeoutSeconds: 300, MaxMemoryMB: 256, MaxFailures: 5,
+	RetryDelaySeconds: wire.DefaultRetryDelaySec}
 
 // apply overlays the request on base and validates the result.
 func (r jobRequest) apply(base store.JobFields) (store.JobFields, error) {
@@ -109,6 +114,8 @@ func (r jobRequest) apply(base store.JobFields) (store.JobFields, error) {
 	setInt(&spec.MaxMemoryMB, r.MaxMemoryMB)
 	setInt(&spec.MaxFailures, r.MaxFailures)
 	setInt(&spec.CatchUpWindowSeconds, r.CatchUpWindowSeconds)
+	setInt(&spec.Retries, r.Retries)
+	setInt(&spec.RetryDelaySeconds, r.RetryDelaySeconds)
 	if r.Enabled != nil {
 		spec.Enabled = *r.Enabled
 	}
@@ -170,6 +177,11 @@ func validateSpec(spec store.JobFields) error {
 		return invalid("max_failures", "must be between 0 (never auto-disable) and 1000")
 	case spec.CatchUpWindowSeconds < 0 || spec.CatchUpWindowSeconds > wire.MaxCatchUpWindowSec:
 		return invalid("catchup_window_seconds", "must be between 0 (a missed run never runs) and %d (a day)", wire.MaxCatchUpWindowSec)
+	case spec.Retries < 0 || spec.Retries > wire.MaxRetries:
+		return invalid("retries", "must be between 0 (a failed run is not retried) and %d", wire.MaxRetries)
+	case spec.RetryDelaySeconds < wire.MinRetryDelaySec || spec.RetryDelaySeconds > wire.MaxRetryDelaySec:
+		return invalid("retry_delay_seconds", "must be between %d and %d (the wait before the first retry; each later one waits twice as long)",
+			wire.MinRetryDelaySec, wire.MaxRetryDelaySec)
 	}
 	return nil
 }
@@ -269,7 +281,8 @@ func idempotencyKey(c echo.Context, f store.JobFields) (*store.IdempotencyKey, e
 	if len(key) != 1 || len(key[0]) < 1 || len(key[0]) > 128 || !printableASCII(key[0]) {
 		return nil, invalid("Idempotency-Key", "want 1 to 128 printable ASCII characters")
 	}
-	body, err := json.Marshal(idempotencyFields{JobFields: f, Name: f.Name, Environment: f.Environment})
+	body, err := json.Marshal(idempotencyFields{JobFields: f, Name: f.Name, Environment: f.Environment, Retries: f.Retries,
+		RetryDelaySeconds: retryDelayIdentity(f.RetryDelaySeconds)})
 	if err != nil {
 		return nil, fmt.Errorf("idempotency key: %w", err)
 	}
@@ -284,6 +297,19 @@ type idempotencyFields struct {
 	store.JobFields
 	Name        string            `json:"name,omitempty"`        // shadows JobFields.Name
 	Environment map[string]string `json:"environment,omitempty"` // shadows JobFields.Environment
+	// Retries and RetryDelaySeconds only when not the default: a create
+	// from before retries hashes as it did.
+	Retries           int `json:"retries,omitempty"`
+	RetryDelaySeconds int `json:"retry_delay_seconds,omitempty"`
+}
+
+// retryDelayIdentity is the delay as the create's identity holds it: 0
+// (left out) for the default.
+func retryDelayIdentity(sec int) int {
+	if sec == wire.DefaultRetryDelaySec {
+		return 0
+	}
+	return sec
 }
 
 func printableASCII(s string) bool {

@@ -81,6 +81,8 @@ func changedFields(before, after JobFields) []string {
 	add("max_failures", before.MaxFailures != after.MaxFailures)
 	add("environment", !maps.Equal(before.Environment, after.Environment))
 	add("catchup_window_seconds", before.CatchUpWindowSeconds != after.CatchUpWindowSeconds)
+	add("retries", before.Retries != after.Retries)
+	add("retry_delay_seconds", before.RetryDelaySeconds != after.RetryDelaySeconds)
 	return out
 }
 

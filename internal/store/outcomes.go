@@ -151,6 +151,9 @@ func (s *Store) RecordOutcome(ctx context.Context, node Node, jobID string, o Ou
 		if err := startSweepOnOutcome(ctx, tx, job, o); err != nil {
 			return err
 		}
+		if err := retryAfterRecord(ctx, tx, job, o, runID); err != nil {
+			return err
+		}
 		if job, err = noteLastRun(ctx, tx, job, LastRun{ID: runID, At: o.ScheduledAt, Result: o.Result, FailureReason: o.FailureReason}); err != nil {
 			return err
 		}
@@ -180,7 +183,7 @@ func startSweepOnOutcome(ctx context.Context, tx pgx.Tx, job CronJob, o Outcome)
 	if err := tx.QueryRow(ctx, `SELECT swept_until, now() FROM cron_jobs WHERE id = $1`, job.ID).Scan(&swept, &now); err != nil {
 		return fmt.Errorf("outcome: read sweep: %w", err)
 	}
-	from := sweepAfterOutcome(swept, o.Version, job.Version, o.ScheduledAt, now)
+	from := sweepAfterOutcome(swept, o.Version, job.Version, evidenceAt(o, now), now)
 	if from == swept {
 		return nil
 	}
@@ -328,16 +331,18 @@ func noteLastRun(ctx context.Context, tx pgx.Tx, job CronJob, run LastRun) (Cron
 }
 
 // recount recomputes the failure counter from the job's recent counted
-// results in slot order (runs before the last enable or retry excluded)
-// and applies the verdict: the counter, a trip or a lift.
+// results in slot order (runs before the last enable or retry excluded,
+// uncountedTriggers, and failed attempts a retry superseded: only a slot's
+// last attempt counts) and applies the verdict: the counter, a trip or a
+// lift.
 func recount(ctx context.Context, tx pgx.Tx, job CronJob, replaced bool) (CronJob, autoDisableStep, error) {
 	rows, err := tx.Query(ctx, `
 		SELECT result FROM (
 			SELECT result, scheduled_at, id FROM cron_job_runs
-			WHERE cron_job_id = $1 AND result = ANY($2)
+			WHERE cron_job_id = $1 AND result = ANY($2) AND trigger <> ALL($4) AND NOT superseded
 			  AND id > (SELECT failures_after_run FROM cron_jobs WHERE id = $1)
 			ORDER BY scheduled_at DESC, id DESC LIMIT $3) recent
-		ORDER BY scheduled_at, id`, job.ID, countedResults(), recentRuns)
+		ORDER BY scheduled_at, id`, job.ID, countedResults(), recentRuns, uncountedTriggers)
 	if err != nil {
 		return job, keepState, fmt.Errorf("recount failures: %w", err)
 	}
