@@ -2,7 +2,10 @@ package api
 
 import (
 	"encoding/json"
+	"net/url"
 	"testing"
+
+	"github.com/hostcron/hostcron/internal/runkey"
 )
 
 // retries (0 to 10) and retry_delay_seconds (1 to 3600) are validated on
@@ -48,5 +51,29 @@ func TestRetriesValidation(t *testing.T) {
 	created := v.createJob(`,"retries":3,"retry_delay_seconds":1`)
 	if created["retries"] != 3.0 || created["retry_delay_seconds"] != 1.0 {
 		t.Errorf("create: %v", created)
+	}
+}
+
+// The slots view shows a retried slot as its last attempt: the retry's
+// record, not the failed scheduled run's.
+func TestSlotsShowTheLastAttempt(t *testing.T) {
+	v := newEnv(t)
+	created := utc("2026-11-20T00:00:00Z")
+	id := v.slotsJob("0 * * * *", "UTC", created)
+	slot := "2026-11-21T10:00:00Z"
+	v.record(id, slot, "exit_code")
+	v.sql(`INSERT INTO cron_job_runs (run_key, cron_job_id, version, scheduled_at, result)
+		VALUES ($1, $2, 1, $3, 'success')`, runkey.Retry(id, utc(slot), 2), id, utc(slot))
+	code, ans, raw := v.slots(id, "?from="+slot+"&to=2026-11-21T10:01:00Z", v.key)
+	if code != 200 || len(ans.Slots) != 1 || ans.Slots[0].Run == nil || ans.Slots[0].Run.RunKey != runkey.Retry(id, utc(slot), 2) ||
+		ans.Slots[0].State != "ran" || ans.Slots[0].Run.Result != "success" {
+		t.Fatalf("slots %d %s, want the slot with its retry's success", code, raw)
+	}
+	var attempt struct {
+		Attempt int `json:"attempt"`
+	}
+	_, out := v.do("GET", "/api/v1/cron-jobs/"+id+"/runs/"+url.PathEscape(runkey.Retry(id, utc(slot), 2)), v.key, "")
+	if json.Unmarshal(out, &attempt) != nil || attempt.Attempt != 2 {
+		t.Errorf("the retry's record: %s, want attempt 2", out)
 	}
 }

@@ -210,3 +210,42 @@ func TestDelayedRetryDoesNotBlockTheJob(t *testing.T) {
 		t.Fatalf("claimed %+v once due, want the retry", tasks)
 	}
 }
+
+// The core dies (here: its statement fails) between recording a failed
+// attempt and queueing its retry: both are one transaction, so neither
+// stands, and the node's redelivery (its spool) records the failure and
+// queues the retry, once.
+func TestRetryIsQueuedWithItsFailureOrNotAtAll(t *testing.T) {
+	f := newFixture(t)
+	j := f.retryJob(2, 0)
+	slot := time.Now().UTC().Truncate(24 * time.Hour)
+	ctx := context.Background()
+	_, err := f.st.Pool().Exec(ctx, `
+		CREATE FUNCTION fail_retry_task() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'injected: the core died'; END $$;
+		CREATE TRIGGER fail_retry_task BEFORE INSERT ON cron_job_tasks
+			FOR EACH ROW WHEN (NEW.run_key LIKE '%#retry#%') EXECUTE FUNCTION fail_retry_task();`)
+	must(t, err)
+	now := time.Now().UTC()
+	o := store.Outcome{RunKey: runkey.Scheduled(j.ID, slot), Version: j.Version, ScheduledAt: slot, StartedAt: &now, FinishedAt: &now,
+		Result: wire.ResultExitCode}
+	if _, err := f.st.RecordOutcome(ctx, f.node, j.ID, o); err == nil {
+		t.Fatal("the injected failure did not fail the recording")
+	}
+	if n := f.count(`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1`, j.ID); n != 0 {
+		t.Fatalf("%d runs recorded without their retry", n)
+	}
+	_, err = f.st.Pool().Exec(ctx, `DROP TRIGGER fail_retry_task ON cron_job_tasks`)
+	must(t, err)
+	for range 2 { // the spool redelivers, twice
+		if _, err := f.st.RecordOutcome(ctx, f.node, j.ID, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if tasks := f.retryTasks(j.ID); len(tasks) != 1 {
+		t.Errorf("retry tasks %v, want one", tasks)
+	}
+	if n := f.count(`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1 AND superseded`, j.ID); n != 1 {
+		t.Errorf("%d superseded runs, want the failed attempt", n)
+	}
+}
