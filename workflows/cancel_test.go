@@ -171,3 +171,26 @@ func TestSendKeyed(t *testing.T) {
 		}
 	}
 }
+
+// A retry's task waits for its delay while later tasks of the job go out,
+// so it may come with a lower task id than the last handled: it is not a
+// redelivery for that. Any other change with such an id is.
+func TestAcceptTakesARetryOutOfOrder(t *testing.T) {
+	in := JobInput{LastTaskID: 40}
+	retry := Change{TaskID: 35, Action: wire.ActionRunNow, Version: 2, RunKey: runkey.Retry(jobID, time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC), 2)}
+	if ok := in.accept(retry); !ok || in.LastTaskID != 40 {
+		t.Errorf("a delayed retry after task 40: accepted %v, last %d; want accepted, last 40", ok, in.LastTaskID)
+	}
+	for _, c := range []Change{
+		{TaskID: 36, Action: wire.ActionRunNow},
+		{TaskID: 37, Action: wire.ActionRunNow, RunKey: runkey.Backfill(jobID, time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC), "37")},
+		{TaskID: 38, Action: wire.ActionDisable},
+	} {
+		if in.accept(c) {
+			t.Errorf("task %d (%s) below the last handled was accepted", c.TaskID, c.Action)
+		}
+	}
+	if !in.accept(Change{TaskID: 41, Action: wire.ActionDisable}) || in.LastTaskID != 41 {
+		t.Errorf("a new task: last %d", in.LastTaskID)
+	}
+}

@@ -175,9 +175,17 @@ func receiveBatch(ctx workflow.Context, changes workflow.ReceiveChannel, in *Job
 }
 
 // accept reports whether c is new, and remembers its task id. A change
-// without a task id (not from the outbox) is always new.
+// without a task id (not from the outbox) is always new. So is a retry:
+// its task waits in the outbox for its delay while the job's later tasks
+// go out (store.ClaimTasks), so it may come after higher task ids; a
+// redelivered retry asks the nodes again, where its request id, claimed
+// by the runner that ran it, runs nothing a second time.
 func (in *JobInput) accept(c Change) bool {
 	if c.TaskID == 0 {
+		return true
+	}
+	if isRetry(c) {
+		in.LastTaskID = max(in.LastTaskID, c.TaskID)
 		return true
 	}
 	if c.TaskID <= in.LastTaskID {
@@ -397,6 +405,12 @@ type keyedRun struct {
 	Req     wire.RunNowRequest
 	Version int64
 	Retry   bool
+}
+
+// isRetry reports whether c is a retry's run-now task.
+func isRetry(c Change) bool {
+	k, err := runkey.Parse(c.RunKey)
+	return c.Action == wire.ActionRunNow && err == nil && k.Trigger == wire.TriggerRetry
 }
 
 // keyedOf is the request of a run_now change with a run key: a backfill's
