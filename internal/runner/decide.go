@@ -132,9 +132,14 @@ func requested(now time.Time, sched *schedule.Schedule, spec jobspec.Spec, req *
 	}
 	d := decision{Trigger: wire.TriggerManual, Recorded: k.Trigger, Slot: k.Slot.UTC(), Request: req.ID, Key: k.String()}
 	if k.Trigger == wire.TriggerRetry {
-		if next := sched.Next(k.Slot); next.IsZero() || !now.Before(next) {
+		next := sched.Next(k.Slot)
+		switch {
+		case next.IsZero() || !now.Before(next):
 			d.Skip, d.Reason = KindLateFire, fmt.Sprintf("retry %d of slot %s: its next slot %s has come, a retry never runs past it",
 				k.Attempt, k.Slot.Format(time.RFC3339), next.UTC().Format(time.RFC3339))
+		case now.Sub(k.Slot) > wire.MaxRetryStart+RequestTTL:
+			d.Skip, d.Reason = KindLateFire, fmt.Sprintf("retry %d of slot %s: more than %s after its slot (its report would be refused as too old)",
+				k.Attempt, k.Slot.Format(time.RFC3339), wire.MaxRetryStart+RequestTTL)
 		}
 	}
 	return d

@@ -387,3 +387,28 @@ func TestDecideRetry(t *testing.T) {
 		t.Errorf("a retry key under another request id parsed: %+v", r)
 	}
 }
+
+// A retry of a weekly job's slot more than wire.MaxRetryStart (+ the
+// request TTL) after its slot runs nothing: its report would be refused
+// as too old.
+func TestDecideRetryTooOld(t *testing.T) {
+	sched, err := schedule.ParseWithSeconds("0 0 12 * * 1", "UTC") // Mondays at noon
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := jobspec.Spec{ID: id}
+	slot := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	key := runkey.Retry(id, slot, 2)
+	k, _ := runkey.Parse(key)
+	for _, tt := range []struct {
+		after time.Duration
+		runs  bool
+	}{{wire.MaxRetryStart, true}, {wire.MaxRetryStart + RequestTTL + time.Second, false}} {
+		now := slot.Add(tt.after)
+		req := parseRequest(k.RequestID() + "\n" + now.Add(-time.Second).Format(time.RFC3339) + "\n" + key + "\n")
+		d := decideSlot(now, sched, spec, Start{}, req)
+		if (d.Skip == "") != tt.runs || (tt.runs && d.Key != key) {
+			t.Errorf("%s after the slot: %+v, want runs=%v", tt.after, d, tt.runs)
+		}
+	}
+}

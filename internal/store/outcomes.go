@@ -98,6 +98,8 @@ type OutcomeResult struct {
 	// holds only the tombstone's id, tenant, name and version.
 	Deleted bool
 	Job     CronJob
+	// Retry is the key of the retry this outcome queued ("" none).
+	Retry string
 }
 
 // recentRuns bounds the history a recount reads: the counter saturates at
@@ -151,7 +153,7 @@ func (s *Store) RecordOutcome(ctx context.Context, node Node, jobID string, o Ou
 		if err := startSweepOnOutcome(ctx, tx, job, o); err != nil {
 			return err
 		}
-		if err := retryAfterRecord(ctx, tx, job, o, runID); err != nil {
+		if res.Retry, err = retryAfterRecord(ctx, tx, job, o, runID); err != nil {
 			return err
 		}
 		if job, err = noteLastRun(ctx, tx, job, LastRun{ID: runID, At: o.ScheduledAt, Result: o.Result, FailureReason: o.FailureReason}); err != nil {

@@ -59,7 +59,7 @@ type retryPlan struct {
 // is, while the job is enabled and still at the version the attempt ran
 // (a disable, delete or any change since makes no further attempt), and
 // attempts are left (1 + retries in all). The retry must start before the
-// slot's next fire time: one that would not (a long backoff, an outcome
+// slot's next fire time and within wire.MaxRetryStart of the slot: one that would not (a long backoff, an outcome
 // that arrives late after an outage) is not made, and the failure stands
 // as the slot's last attempt. why says why not, for the log.
 func decideRetry(in retryInput) (plan retryPlan, ok bool, why string) {
@@ -78,6 +78,8 @@ func decideRetry(in retryInput) (plan retryPlan, ok bool, why string) {
 		return plan, false, "the job was disabled or changed since the attempt"
 	case in.NextSlot.IsZero() || !due.Before(in.NextSlot):
 		return plan, false, fmt.Sprintf("the retry would start at %s, not before the next slot", due.UTC().Format(time.RFC3339))
+	case due.Sub(in.Key.Slot) > wire.MaxRetryStart:
+		return plan, false, fmt.Sprintf("the retry would start at %s, more than %s after its slot", due.UTC().Format(time.RFC3339), wire.MaxRetryStart)
 	}
 	return retryPlan{Key: runkey.Retry(in.Key.JobID, in.Key.Slot, attempt+1), Attempt: attempt + 1, Due: due}, true, ""
 }
@@ -95,22 +97,23 @@ func previousAttempt(k runkey.Key) string {
 // after the run is written, before the recount): a retry's real result
 // supersedes the attempt before it (that attempt counts no more), and a
 // failed attempt with attempts left queues the next one (decideRetry) and
-// is superseded by it. runID is the attempt's record.
-func retryAfterRecord(ctx context.Context, tx pgx.Tx, job CronJob, o Outcome, runID int64) error {
+// is superseded by it. runID is the attempt's record. It returns the
+// key of the retry it queued ("" none).
+func retryAfterRecord(ctx context.Context, tx pgx.Tx, job CronJob, o Outcome, runID int64) (string, error) {
 	key, err := runkey.Parse(o.RunKey)
 	if err != nil {
-		return nil // the API refuses such keys; nothing to retry
+		return "", nil // the API refuses such keys; nothing to retry
 	}
 	if key.Trigger == wire.TriggerRetry && !IsPlaceholder(o.Result) {
 		_, err := tx.Exec(ctx, `UPDATE cron_job_runs SET superseded = true, retry_due_at = NULL
 			WHERE run_key = $1 AND cron_job_id = $2`, previousAttempt(key), job.ID)
 		if err != nil {
-			return fmt.Errorf("retry: supersede the attempt before: %w", err)
+			return "", fmt.Errorf("retry: supersede the attempt before: %w", err)
 		}
 	}
 	in := retryInput{Key: key, Result: o.Result, Version: o.Version, Job: job}
 	if err := tx.QueryRow(ctx, `SELECT now(), superseded FROM cron_job_runs WHERE id = $1`, runID).Scan(&in.Now, &in.Superseded); err != nil {
-		return fmt.Errorf("retry: %w", err)
+		return "", fmt.Errorf("retry: %w", err)
 	}
 	if sched, err := schedule.Parse(job.Schedule, job.Timezone); err == nil {
 		in.NextSlot = sched.Next(key.Slot)
@@ -120,9 +123,9 @@ func retryAfterRecord(ctx context.Context, tx pgx.Tx, job CronJob, o Outcome, ru
 		if in.Result.IsFailure() && job.Retries > 0 && key.Trigger != wire.TriggerManual && key.Trigger != wire.TriggerBackfill {
 			slog.Info("failed attempt not retried", "cron_job_id", job.ID, "run_key", o.RunKey, "why", why)
 		}
-		return nil
+		return "", nil
 	}
-	return queueRetry(ctx, tx, job, runID, plan)
+	return plan.Key, queueRetry(ctx, tx, job, runID, plan)
 }
 
 // queueRetry queues plan's attempt as a delayed run-now task and marks the

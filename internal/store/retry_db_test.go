@@ -109,13 +109,22 @@ func TestRetriesFailTwiceThenSucceed(t *testing.T) {
 func TestOnlyTheLastAttemptCounts(t *testing.T) {
 	f := newFixture(t)
 	j := f.retryJob(1, 1)
+	f.target(f.tenant, nil, "run_failed", "auto_disabled")
 	slot := time.Now().UTC().Truncate(24 * time.Hour)
-	if res := f.attempt(j, runkey.Scheduled(j.ID, slot), slot, wire.ResultExitCode); res.AutoDisabled || res.Job.ConsecutiveFailures != 0 {
-		t.Fatalf("attempt 1 disabled the job: %+v", res.Job)
+	if res := f.attempt(j, runkey.Scheduled(j.ID, slot), slot, wire.ResultExitCode); res.AutoDisabled || res.Job.ConsecutiveFailures != 0 ||
+		res.Retry != runkey.Retry(j.ID, slot, 2) {
+		t.Fatalf("attempt 1 disabled the job or queued no retry: %+v", res)
+	}
+	// A failed attempt with a retry queued notifies nothing; the last does.
+	if n := f.count(`SELECT count(*) FROM notification_events WHERE cron_job_id = $1`, j.ID); n != 0 {
+		t.Errorf("attempt 1 emitted %d notification events", n)
 	}
 	res := f.attempt(j, runkey.Retry(j.ID, slot, 2), slot, wire.ResultExitCode)
-	if !res.AutoDisabled || res.Job.ConsecutiveFailures != 1 {
-		t.Fatalf("the last attempt's failure: %+v, want 1 failure and auto-disabled", res.Job)
+	if !res.AutoDisabled || res.Job.ConsecutiveFailures != 1 || res.Retry != "" {
+		t.Fatalf("the last attempt's failure: %+v, want 1 failure, auto-disabled, no retry", res)
+	}
+	if n := f.count(`SELECT count(*) FROM notification_events WHERE cron_job_id = $1 AND kind IN ('run_failed', 'auto_disabled')`, j.ID); n != 2 {
+		t.Errorf("the last attempt emitted %d run_failed/auto_disabled events, want 2", n)
 	}
 	if tasks := f.retryTasks(j.ID); len(tasks) != 1 {
 		t.Errorf("retry tasks %v: the last attempt queues none", tasks)

@@ -69,6 +69,14 @@ func TestDecideRetry(t *testing.T) {
 		{"due at the next slot", func(in *retryInput) { in.Now = next.Add(-time.Minute) }, "", time.Time{}},
 		{"a late outcome, after the next slot", func(in *retryInput) { in.Now = next.Add(time.Hour) }, "", time.Time{}},
 		{"no next slot", func(in *retryInput) { in.NextSlot = time.Time{} }, "", time.Time{}},
+		{"a weekly job, due over a day after its slot", func(in *retryInput) {
+			in.NextSlot = slot.Add(7 * 24 * time.Hour)
+			in.Now = slot.Add(wire.MaxRetryStart - 30*time.Second)
+		}, "", time.Time{}},
+		{"a weekly job, within a day of its slot", func(in *retryInput) {
+			in.NextSlot = slot.Add(7 * 24 * time.Hour)
+			in.Now = slot.Add(wire.MaxRetryStart - 2*time.Minute)
+		}, runkey.Retry(jobID, slot, 2), slot.Add(wire.MaxRetryStart - time.Minute)},
 	} {
 		in := base
 		tt.edit(&in)

@@ -146,6 +146,12 @@ const (
 	DefaultRetryDelaySec = 60
 )
 
+// MaxRetryStart is how long after its slot a retry may start: a day, so
+// that with the longest timeout (a day) it ends well inside the outcome
+// hook's MaxRunAge (72 h), which refuses older slots. A weekly job's
+// retries stop there, however many are left.
+const MaxRetryStart = 24 * time.Hour
+
 // Triggers are every trigger a run may have.
 var Triggers = []Trigger{TriggerScheduled, TriggerManual, TriggerCatchUp, TriggerBackfill, TriggerRetry}
 
