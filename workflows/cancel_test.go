@@ -116,3 +116,81 @@ func TestCancelAfterACutShortProvisioningProvisionsAgain(t *testing.T) {
 		t.Errorf("ApplyJobs ran %d times, want the cut-short round resumed by the cancel's batch (2)", applies)
 	}
 }
+
+// Backfill requests queued together each run (they name other slots, or
+// the same slot after another fix) and never take the place of a run-now
+// queued with them; a cancel of one goes after it.
+func TestBatchKeepsEachBackfill(t *testing.T) {
+	slot := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	b1, b2 := runkey.Backfill(jobID, slot, "20"), runkey.Backfill(jobID, slot.Add(-time.Hour), "22")
+	var b batch
+	for _, c := range []Change{
+		{TaskID: 20, Action: wire.ActionRunNow, RunKey: b1},
+		{TaskID: 21, Action: wire.ActionRunNow},
+		{TaskID: 22, Action: wire.ActionRunNow, RunKey: b2},
+		{TaskID: 23, Action: wire.ActionCancel, RunKey: b1},
+	} {
+		b.add(c)
+	}
+	want := []keyedRun{{Req: wire.RunNowRequest{Request: "20", RunKey: b1}}, {Req: wire.RunNowRequest{Request: "22", RunKey: b2}}}
+	if !reflect.DeepEqual(b.keyed, want) || b.runNow != "21" || !b.provision {
+		t.Fatalf("keyed %+v runNow %q provision %v: want both backfills and the run-now", b.keyed, b.runNow, b.provision)
+	}
+	if first, after := b.cancelsAround(jobID); len(first) != 0 || !reflect.DeepEqual(after, []string{b1}) {
+		t.Fatalf("first %q after %q: a backfill's cancel goes after it", first, after)
+	}
+}
+
+// A retry goes to the nodes under the request id of its slot and attempt
+// (the same for every delivery), and only while the job is enabled and at
+// the version it was queued at; a backfill goes whatever the job's state.
+func TestSendKeyed(t *testing.T) {
+	slot := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	retry := keyedOf(Change{TaskID: 30, Action: wire.ActionRunNow, Version: 4, RunKey: runkey.Retry(jobID, slot, 2)})
+	if k, _ := runkey.Parse(retry.Req.RunKey); !retry.Retry || retry.Req.Request != k.RequestID() || retry.Version != 4 {
+		t.Fatalf("keyedOf(retry) = %+v", retry)
+	}
+	backfill := keyedOf(Change{TaskID: 31, Action: wire.ActionRunNow, Version: 4, RunKey: runkey.Backfill(jobID, slot, "31")})
+	plan := func(enabled bool, version int64) JobPlan {
+		return JobPlan{Exists: true, Version: version, Job: wire.Job{Enabled: enabled}}
+	}
+	for _, tt := range []struct {
+		name string
+		r    keyedRun
+		plan JobPlan
+		want bool
+	}{
+		{"retry at its version", retry, plan(true, 4), true},
+		{"retry after a change", retry, plan(true, 5), false},
+		{"retry of a disabled job", retry, plan(false, 4), false},
+		{"retry of a deleting job", retry, JobPlan{Exists: true, Deleting: true, Version: 4, Job: wire.Job{Enabled: true}}, false},
+		{"backfill of a disabled, changed job", backfill, plan(false, 9), true},
+	} {
+		if got := sendKeyed(tt.r, tt.plan); got != tt.want {
+			t.Errorf("%s: sendKeyed = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// A retry's task waits for its delay while later tasks of the job go out,
+// so it may come with a lower task id than the last handled: it is not a
+// redelivery for that. Any other change with such an id is.
+func TestAcceptTakesARetryOutOfOrder(t *testing.T) {
+	in := JobInput{LastTaskID: 40}
+	retry := Change{TaskID: 35, Action: wire.ActionRunNow, Version: 2, RunKey: runkey.Retry(jobID, time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC), 2)}
+	if ok := in.accept(retry); !ok || in.LastTaskID != 40 {
+		t.Errorf("a delayed retry after task 40: accepted %v, last %d; want accepted, last 40", ok, in.LastTaskID)
+	}
+	for _, c := range []Change{
+		{TaskID: 36, Action: wire.ActionRunNow},
+		{TaskID: 37, Action: wire.ActionRunNow, RunKey: runkey.Backfill(jobID, time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC), "37")},
+		{TaskID: 38, Action: wire.ActionDisable},
+	} {
+		if in.accept(c) {
+			t.Errorf("task %d (%s) below the last handled was accepted", c.TaskID, c.Action)
+		}
+	}
+	if !in.accept(Change{TaskID: 41, Action: wire.ActionDisable}) || in.LastTaskID != 41 {
+		t.Errorf("a new task: last %d", in.LastTaskID)
+	}
+}

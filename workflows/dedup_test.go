@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/hostcron/hostcron/internal/runkey"
 	"github.com/hostcron/hostcron/internal/wire"
 )
 
@@ -109,5 +110,30 @@ func TestJobWorkflowRemembersAcrossContinueAsNew(t *testing.T) {
 	}
 	if *applies != 1 {
 		t.Errorf("ApplyJobs ran %d times after continue-as-new, want 1 (task 7 only)", *applies)
+	}
+}
+
+// A retry that comes after a later task of its job (it waited out its
+// delay) is still sent, under its slot-and-attempt request id; one queued
+// at a version the job has left (changed meanwhile) is not.
+func TestJobWorkflowSendsARetryOutOfOrder(t *testing.T) {
+	slot := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	current, stale := runkey.Retry(jobID, slot, 2), runkey.Retry(jobID, slot.Add(time.Hour), 2)
+	k, _ := runkey.Parse(current)
+	env := newEnv(t)
+	provisionCounter(env) // the job is at version 7
+	sent := map[string]int{}
+	env.OnActivity(node.RunNow, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, r wire.RunNowRequest) error { sent[r.Request+" "+r.RunKey]++; return nil })
+	signalAt(env, 0, Change{TaskID: 9, Action: wire.ActionRunNow})
+	signalAt(env, time.Minute, Change{TaskID: 5, Action: wire.ActionRunNow, Version: 7, RunKey: current},
+		Change{TaskID: 6, Action: wire.ActionRunNow, Version: 6, RunKey: stale})
+	env.ExecuteWorkflow(JobWorkflow, JobInput{JobID: jobID, NodeTimeout: time.Minute, IdleTimeout: 5 * time.Minute})
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"9 ": 1, k.RequestID() + " " + current: 1}
+	if len(sent) != len(want) || sent["9 "] != 1 || sent[k.RequestID()+" "+current] != 1 {
+		t.Errorf("RunNow sent %v, want %v (the stale retry not at all)", sent, want)
 	}
 }

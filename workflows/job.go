@@ -89,7 +89,10 @@ func JobWorkflow(ctx workflow.Context, in JobInput) error {
 		first, after := b.cancelsAround(in.JobID)
 		cancelRuns(ctx, in, first) // before the run-now, which may wait for the run they stop
 		if b.runNow != "" {
-			runOnce(ctx, in, b.runNow)
+			runOnce(ctx, in, b.runNow, "")
+		}
+		for _, r := range b.keyed {
+			runKeyed(ctx, in, r)
 		}
 		cancelRuns(ctx, in, after) // a cancel of the run-now stops it once it runs
 		if batch >= in.MaxBatches && changes.Len() == 0 {
@@ -102,13 +105,22 @@ func JobWorkflow(ctx workflow.Context, in JobInput) error {
 // id of the newest run-now among them, if any; cancels the run keys to
 // stop, in order.
 type batch struct {
-	runNow    string
+	runNow string
+	// keyed are the backfill and retry requests among them, in order:
+	// each is a run of its own (another slot or attempt, or the same slot
+	// backfilled after another fix), so they are never coalesced.
+	keyed     []keyedRun
 	cancels   []string
 	provision bool // a change other than a cancel: the nodes get the job's newest state
 }
 
 // add takes in one change's request.
 func (b *batch) add(c Change) {
+	if c.Action == wire.ActionRunNow && c.RunKey != "" {
+		b.keyed = append(b.keyed, keyedOf(c))
+		b.provision = true
+		return
+	}
 	b.runNow = runNowRequest(c, b.runNow)
 	if c.Action != wire.ActionCancel {
 		b.provision = true
@@ -121,12 +133,15 @@ func (b *batch) add(c Change) {
 // go first, and the one of the batch's own run-now, which can only stop
 // it once it has started.
 func (b batch) cancelsAround(jobID string) (first, after []string) {
-	own := ""
+	var own []string
 	if b.runNow != "" {
-		own = runkey.Manual(jobID, b.runNow)
+		own = append(own, runkey.Manual(jobID, b.runNow))
+	}
+	for _, r := range b.keyed {
+		own = append(own, r.Req.RunKey)
 	}
 	for _, k := range b.cancels {
-		if k == own {
+		if slices.Contains(own, k) {
 			after = append(after, k)
 		} else {
 			first = append(first, k)
@@ -160,9 +175,17 @@ func receiveBatch(ctx workflow.Context, changes workflow.ReceiveChannel, in *Job
 }
 
 // accept reports whether c is new, and remembers its task id. A change
-// without a task id (not from the outbox) is always new.
+// without a task id (not from the outbox) is always new. So is a retry:
+// its task waits in the outbox for its delay while the job's later tasks
+// go out (store.ClaimTasks), so it may come after higher task ids; a
+// redelivered retry asks the nodes again, where its request id, claimed
+// by the runner that ran it, runs nothing a second time.
 func (in *JobInput) accept(c Change) bool {
 	if c.TaskID == 0 {
+		return true
+	}
+	if isRetry(c) {
+		in.LastTaskID = max(in.LastTaskID, c.TaskID)
 		return true
 	}
 	if c.TaskID <= in.LastTaskID {
@@ -355,19 +378,77 @@ func runNowRequest(c Change, prev string) string {
 
 // runOnce starts one run on the first node that takes it; the request id
 // and the shared run-now stamp make it one run even if two nodes, or a
-// retried activity, started it.
-func runOnce(ctx workflow.Context, in JobInput, request string) {
+// retried activity, started it. runKey is a backfill's key ("" for a
+// run-now).
+func runOnce(ctx workflow.Context, in JobInput, request, runKey string) {
 	var plan JobPlan
 	if err := workflow.ExecuteActivity(coreCtx(ctx), core.LoadJob, in.JobID).Get(ctx, &plan); err != nil || !plan.Exists || plan.Deleting {
 		return
 	}
+	runOn(ctx, in, plan, request, runKey)
+}
+
+// runOn asks plan's nodes in turn until one takes the request.
+func runOn(ctx workflow.Context, in JobInput, plan JobPlan, request, runKey string) {
 	for _, n := range plan.Nodes {
-		err := workflow.ExecuteActivity(runNowCtx(ctx, n.ID, in.NodeTimeout/2), node.RunNow, wire.RunNowRequest{Unit: plan.Job.UnitName(), Request: request}).Get(ctx, nil)
+		err := workflow.ExecuteActivity(runNowCtx(ctx, n.ID, in.NodeTimeout/2), node.RunNow, wire.RunNowRequest{Unit: plan.Job.UnitName(), Request: request, RunKey: runKey}).Get(ctx, nil)
 		if err == nil {
 			return
 		}
 		workflow.GetLogger(ctx).Warn("run now failed on node, trying the next", "node", n.Name, "err", err)
 	}
+}
+
+// keyedRun is a backfill or retry request: what a node is asked, and the
+// job version it was queued at.
+type keyedRun struct {
+	Req     wire.RunNowRequest
+	Version int64
+	Retry   bool
+}
+
+// isRetry reports whether c is a retry's run-now task.
+func isRetry(c Change) bool {
+	k, err := runkey.Parse(c.RunKey)
+	return c.Action == wire.ActionRunNow && err == nil && k.Trigger == wire.TriggerRetry
+}
+
+// keyedOf is the request of a run_now change with a run key: a backfill's
+// request is its task id (the key names it), a retry's the id made of its
+// slot and attempt (the same for every delivery and node). A key that
+// does not parse is sent as it is: the node refuses it.
+func keyedOf(c Change) keyedRun {
+	r := keyedRun{Req: wire.RunNowRequest{Request: strconv.FormatInt(c.TaskID, 10), RunKey: c.RunKey}, Version: c.Version}
+	if k, err := runkey.Parse(c.RunKey); err == nil && k.Trigger == wire.TriggerRetry {
+		r.Req.Request, r.Retry = k.RequestID(), true
+	}
+	return r
+}
+
+// sendKeyed decides whether a keyed request still goes to the nodes: a
+// backfill always (as a run-now, it runs a disabled job too); a retry
+// only while the job is enabled and at the version its failed attempt ran
+// (the core queued it at that version): a disable, delete or any change
+// in between makes no further attempt.
+func sendKeyed(r keyedRun, plan JobPlan) bool {
+	if !r.Retry {
+		return true
+	}
+	return plan.Exists && !plan.Deleting && plan.Job.Enabled && plan.Version == r.Version
+}
+
+// runKeyed sends a backfill or retry as runOnce does a run-now, unless
+// sendKeyed says it no longer goes.
+func runKeyed(ctx workflow.Context, in JobInput, r keyedRun) {
+	var plan JobPlan
+	if err := workflow.ExecuteActivity(coreCtx(ctx), core.LoadJob, in.JobID).Get(ctx, &plan); err != nil || !plan.Exists || plan.Deleting {
+		return
+	}
+	if !sendKeyed(r, plan) {
+		workflow.GetLogger(ctx).Info("retry not sent: the job was disabled or changed since its failed attempt", "run_key", r.Req.RunKey)
+		return
+	}
+	runOn(ctx, in, plan, r.Req.Request, r.Req.RunKey)
 }
 
 // cancelRuns asks every node of the shard to stop each run; only the node

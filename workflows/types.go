@@ -36,7 +36,7 @@ type Change struct {
 	TaskID  int64       `json:"task_id"`
 	Action  wire.Action `json:"action"`
 	Version int64       `json:"version"`
-	RunKey  string      `json:"run_key,omitempty"` // a cancel's run
+	RunKey  string      `json:"run_key,omitempty"` // a cancel's run; a backfill's key (run_now)
 }
 
 // JobInput starts a job's workflow.

@@ -39,6 +39,10 @@ type jobRequest struct {
 	CatchUpWindowSeconds *int `json:"catchup_window_seconds"`
 	// OverlapPolicy: skip (the default), buffer_one or cancel_previous.
 	OverlapPolicy *string `json:"overlap_policy"`
+	// Retries: 0 (the default) to wire.MaxRetries; RetryDelaySeconds:
+	// wire.MinRetryDelaySec to wire.MaxRetryDelaySec (default 60).
+	Retries           *int `json:"retries"`
+	RetryDelaySeconds *int `json:"retry_delay_seconds"`
 	// Environment replaces the job's whole map when present ({} clears
 	// it); absent or null keeps it.
 	// A null value is refused, not read as "" (review).
@@ -87,7 +91,7 @@ func dstNotes(sched *schedule.Schedule, from time.Time) []dstNote {
 
 // defaults of a new job.
 var newJobDefaults = store.JobFields{Timezone: "UTC", Enabled: true, TimeoutSeconds: 300, MaxMemoryMB: 256, MaxFailures: 5,
-	OverlapPolicy: wire.OverlapSkip}
+	OverlapPolicy: wire.OverlapSkip, RetryDelaySeconds: wire.DefaultRetryDelaySec}
 
 // apply overlays the request on base and validates the result.
 func (r jobRequest) apply(base store.JobFields) (store.JobFields, error) {
@@ -115,6 +119,8 @@ func (r jobRequest) apply(base store.JobFields) (store.JobFields, error) {
 	if r.OverlapPolicy != nil {
 		spec.OverlapPolicy = wire.OverlapPolicy(*r.OverlapPolicy)
 	}
+	setInt(&spec.Retries, r.Retries)
+	setInt(&spec.RetryDelaySeconds, r.RetryDelaySeconds)
 	if r.Enabled != nil {
 		spec.Enabled = *r.Enabled
 	}
@@ -178,6 +184,11 @@ func validateSpec(spec store.JobFields) error {
 		return invalid("catchup_window_seconds", "must be between 0 (a missed run never runs) and %d (a day)", wire.MaxCatchUpWindowSec)
 	case spec.OverlapPolicy == "" || !spec.OverlapPolicy.Valid():
 		return invalid("overlap_policy", "must be one of skip (the default), buffer_one or cancel_previous")
+	case spec.Retries < 0 || spec.Retries > wire.MaxRetries:
+		return invalid("retries", "must be between 0 (a failed run is not retried) and %d", wire.MaxRetries)
+	case spec.RetryDelaySeconds < wire.MinRetryDelaySec || spec.RetryDelaySeconds > wire.MaxRetryDelaySec:
+		return invalid("retry_delay_seconds", "must be between %d and %d (the wait before the first retry; each later one waits twice as long)",
+			wire.MinRetryDelaySec, wire.MaxRetryDelaySec)
 	}
 	return nil
 }
@@ -277,7 +288,8 @@ func idempotencyKey(c echo.Context, f store.JobFields) (*store.IdempotencyKey, e
 	if len(key) != 1 || len(key[0]) < 1 || len(key[0]) > 128 || !printableASCII(key[0]) {
 		return nil, invalid("Idempotency-Key", "want 1 to 128 printable ASCII characters")
 	}
-	body, err := json.Marshal(idempotencyFields{JobFields: f, Name: f.Name, Environment: f.Environment})
+	body, err := json.Marshal(idempotencyFields{JobFields: f, Name: f.Name, Environment: f.Environment, Retries: f.Retries,
+		RetryDelaySeconds: retryDelayIdentity(f.RetryDelaySeconds)})
 	if err != nil {
 		return nil, fmt.Errorf("idempotency key: %w", err)
 	}
@@ -292,6 +304,19 @@ type idempotencyFields struct {
 	store.JobFields
 	Name        string            `json:"name,omitempty"`        // shadows JobFields.Name
 	Environment map[string]string `json:"environment,omitempty"` // shadows JobFields.Environment
+	// Retries and RetryDelaySeconds only when not the default: a create
+	// from before retries hashes as it did.
+	Retries           int `json:"retries,omitempty"`
+	RetryDelaySeconds int `json:"retry_delay_seconds,omitempty"`
+}
+
+// retryDelayIdentity is the delay as the create's identity holds it: 0
+// (left out) for the default.
+func retryDelayIdentity(sec int) int {
+	if sec == wire.DefaultRetryDelaySec {
+		return 0
+	}
+	return sec
 }
 
 func printableASCII(s string) bool {

@@ -90,7 +90,7 @@ func checkOutcome(jobID string, key runkey.Key, err error, req wire.Outcome, now
 		return invalid("run_key", "names job %s, not %s", key.JobID, jobID)
 	case !validTrigger(key.Trigger, req.Trigger):
 		return invalid("trigger", "%q does not go with a %s run key (only a scheduled run may say catchup)", req.Trigger, key.Trigger)
-	case key.Trigger == wire.TriggerScheduled && !key.Slot.Equal(req.ScheduledAt):
+	case !key.Slot.IsZero() && !key.Slot.Equal(req.ScheduledAt): // scheduled, backfill, retry
 		return invalid("scheduled_at", "does not match the run key's slot %s", key.Slot.Format(time.RFC3339))
 	case req.ScheduledAt.After(now.Add(outcomeSkew)):
 		return invalid("scheduled_at", "is in the future")

@@ -3,10 +3,12 @@ package api
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -151,10 +153,10 @@ func (s *Server) getRun(c echo.Context) error {
 		}
 		return c.JSON(http.StatusOK, rr)
 	}
-	if key.Trigger != wire.TriggerManual || deleted {
+	if !key.ByRequest() || deleted {
 		return err
 	}
-	at, known, qerr := s.store.RunNowRequested(ctx, jobID, key.Request)
+	at, known, qerr := s.store.RunNowRequested(ctx, jobID, key)
 	switch {
 	case qerr != nil:
 		return qerr
@@ -166,7 +168,7 @@ func (s *Server) getRun(c echo.Context) error {
 		return c.JSON(http.StatusOK, run)
 	}
 	return c.JSON(http.StatusOK, queuedRun{RunKey: key.String(), CronJobID: jobID, Result: "queued",
-		Trigger: wire.TriggerManual, Attempt: 1, RequestedAt: at})
+		Trigger: key.Trigger, Attempt: key.AttemptNumber(), RequestedAt: at})
 }
 
 // runningRun is the run in progress under key, if a node reported it.
@@ -215,18 +217,43 @@ type runNowResponse struct {
 	RunKey string `json:"run_key"`
 }
 
+// runNowRequest is the optional body of run-now: a past slot to re-run
+// (a backfill).
+type runNowRequest struct {
+	Slot *string `json:"slot"`
+}
+
 // runNow queues one run and answers 202 with its key and, as Location,
-// the run (queued until a node reports it).
+// the run (queued until a node reports it). With a slot it re-runs that
+// past slot of the schedule (trigger backfill).
 func (s *Server) runNow(c echo.Context) error {
 	j, ifVersion, err := s.jobToChange(c)
 	if err != nil {
 		return err
 	}
-	job, request, err := s.store.RunNow(c.Request().Context(), j.ID, ifVersion)
+	var req runNowRequest
+	if err := decodeOptional(c, &req); err != nil {
+		return err
+	}
+	var job store.CronJob
+	var key string
+	if req.Slot == nil {
+		var request string
+		job, request, err = s.store.RunNow(c.Request().Context(), j.ID, ifVersion)
+		key = runkey.Manual(job.ID, request)
+	} else {
+		slot, perr := time.Parse(time.RFC3339, *req.Slot)
+		if perr != nil {
+			return invalid("slot", "must be an RFC 3339 time, e.g. 2026-11-21T12:00:00Z")
+		}
+		job, key, err = s.store.Backfill(c.Request().Context(), j.ID, ifVersion, slot.UTC())
+	}
+	if errors.Is(err, store.ErrInvalidSlot) {
+		return invalid("slot", "%s", strings.TrimSuffix(err.Error(), ": "+store.ErrInvalidSlot.Error()))
+	}
 	if err != nil {
 		return jobError(err)
 	}
-	key := runkey.Manual(job.ID, request)
 	c.Response().Header().Set("Location", runPath(job.ID, key))
 	setETag(c, job)
 	return c.JSON(http.StatusAccepted, runNowResponse{jobResponse: s.withNext(job), RunKey: key})

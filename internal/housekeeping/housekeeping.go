@@ -154,6 +154,13 @@ func (h *Housekeeper) chores(ctx context.Context, c store.Chores, now time.Time)
 	if rep.Lost > 0 || len(rep.Skipped) > 0 {
 		h.Log.Warn("swept lost runs", "runs", rep.Lost, "skipped_jobs", len(rep.Skipped))
 	}
+	// A failed attempt whose retry never reported counts again: logged,
+	// not fatal, like the convergence check.
+	if n, err := c.ResolveDroppedRetries(ctx, now, store.RetryGrace); err != nil {
+		h.Log.Error("resolve dropped retries", "err", err)
+	} else if n > 0 {
+		h.Log.Warn("retries that never reported: their failed attempts count again", "runs", n)
+	}
 	// Once per window and shard at most: repeated checks add nothing to
 	// the window's event.
 	// A failed check is logged, not fatal: retention and pruning below

@@ -46,6 +46,9 @@ type Recorded struct {
 	Failures     int  // the counter after the recount
 	MaxFailures  int  // the job's threshold (0: never disables)
 	AutoDisabled bool // this outcome tripped the auto-disable
+	// Retried: the failure is an attempt the core queued a retry of; it
+	// notifies nothing (the slot's last attempt does).
+	Retried bool
 }
 
 // EventsFor is the kinds one recorded outcome emits, in a fixed order. A
@@ -54,7 +57,7 @@ type Recorded struct {
 // warning comes when the counter reaches max_failures-1 by a failure, so
 // a threshold of 1 (no room for a warning) or 0 (never disables) has none.
 func EventsFor(r Recorded) []Kind {
-	if r.Duplicate {
+	if r.Duplicate || (r.Failure && r.Retried) {
 		return nil
 	}
 	var out []Kind

@@ -35,6 +35,8 @@ func TestEventsFor(t *testing.T) {
 		{"platform error", Recorded{Result: wire.ResultPlatformError, PrevFailures: 1, Failures: 1, MaxFailures: 3}, nil},
 		{"overlap skipped", Recorded{Result: wire.ResultOverlapSkipped, PrevFailures: 1, Failures: 1, MaxFailures: 3}, nil},
 		{"lost outcome", Recorded{Result: wire.ResultLost, PrevFailures: 1, Failures: 1, MaxFailures: 3}, nil},
+		{"a failed attempt with a retry queued", Recorded{Result: wire.ResultExitCode, Failure: true, Retried: true, PrevFailures: 1, Failures: 1, MaxFailures: 3}, nil},
+		{"the last attempt's failure", fail(1, 2, 3, false), []Kind{RunFailed, DisableWarning}},
 	}
 	for _, c := range cases {
 		if got := EventsFor(c.r); !slices.Equal(got, c.want) {

@@ -260,12 +260,25 @@ func checkSuperseded(r runner.Record, want Expect) error {
 }
 
 // checkSlot accepts a slot within [now-MaxRunAge, now+FutureSkew] that the
-// key spells; a scheduled slot must also be a fire time of the schedule.
+// key spells; a scheduled slot (and a retry's) must also be a fire time of
+// the schedule. A
+// backfill's slot is the past slot its key names, up to
+// wire.MaxBackfillAge older (the core checked it against the schedule
+// when it took the request; the job may have changed its schedule since).
 func checkSlot(key runkey.Key, slot time.Time, fires func(time.Time) bool, now time.Time) error {
-	if slot.Before(now.Add(-MaxRunAge)) || slot.After(now.Add(FutureSkew)) {
+	oldest := now.Add(-MaxRunAge)
+	if key.Trigger == wire.TriggerBackfill {
+		oldest = oldest.Add(-wire.MaxBackfillAge)
+	}
+	if slot.Before(oldest) || slot.After(now.Add(FutureSkew)) {
 		return fmt.Errorf("slot %s too far from now", slot.UTC().Format(time.RFC3339))
 	}
-	if key.Trigger != wire.TriggerScheduled {
+	if key.Trigger == wire.TriggerBackfill && !key.Slot.Equal(slot) {
+		return fmt.Errorf("slot %s differs from the run key's", slot.UTC().Format(time.RFC3339))
+	}
+	// A retry is its slot's next attempt, at the version that ran the
+	// slot (the core sends none after a change): the slot is a fire time.
+	if key.Trigger != wire.TriggerScheduled && key.Trigger != wire.TriggerRetry {
 		return nil
 	}
 	if !key.Slot.Equal(slot) {

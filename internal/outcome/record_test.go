@@ -108,6 +108,40 @@ func TestValidateRecord(t *testing.T) {
 			r.Slot = now.Add(-time.Minute)
 			r.Trigger = "catchup"
 		}, false},
+		{"backfill of a past slot", func(r *runner.Record) {
+			r.Slot = r.Slot.Add(-3 * 24 * time.Hour)
+			r.RunKey = runkey.Backfill(jobA, r.Slot, "9")
+			r.Trigger = "backfill"
+		}, true},
+		{"backfill a week and the run age back", func(r *runner.Record) {
+			r.Slot = r.Slot.Add(-wire.MaxBackfillAge - MaxRunAge + time.Hour)
+			r.RunKey = runkey.Backfill(jobA, r.Slot, "9")
+		}, true},
+		{"backfill older than that", func(r *runner.Record) {
+			r.Slot = r.Slot.Add(-wire.MaxBackfillAge - MaxRunAge - time.Hour)
+			r.RunKey = runkey.Backfill(jobA, r.Slot, "9")
+		}, false},
+		{"backfill slot differs from its key", func(r *runner.Record) {
+			r.RunKey = runkey.Backfill(jobA, r.Slot.Add(-24*time.Hour), "9")
+		}, false},
+		{"backfill saying catchup", func(r *runner.Record) {
+			r.RunKey = runkey.Backfill(jobA, r.Slot, "9")
+			r.Trigger = "catchup"
+		}, false},
+		{"scheduled key saying backfill", func(r *runner.Record) { r.Trigger = "backfill" }, false},
+		{"retry of the slot", func(r *runner.Record) {
+			r.RunKey = runkey.Retry(jobA, r.Slot, 2)
+			r.Trigger = "retry"
+		}, true},
+		{"retry of another slot", func(r *runner.Record) { r.RunKey = runkey.Retry(jobA, r.Slot.Add(-5*time.Minute), 2) }, false},
+		{"retry of no fire time", func(r *runner.Record) {
+			r.Slot = r.Slot.Add(-time.Minute)
+			r.RunKey = runkey.Retry(jobA, r.Slot, 2)
+		}, false},
+		{"retry saying catchup", func(r *runner.Record) {
+			r.RunKey = runkey.Retry(jobA, r.Slot, 2)
+			r.Trigger = "catchup"
+		}, false},
 		{"NUL in warning", func(r *runner.Record) { r.Warning = "a\x00b" }, false},
 		{"another job's key", func(r *runner.Record) { r.RunKey = runkey.Scheduled(jobB, r.Slot) }, false},
 		{"key slot differs", func(r *runner.Record) { r.Slot = r.Slot.Add(-5 * time.Minute) }, false},

@@ -70,17 +70,24 @@ type Start struct {
 type Request struct {
 	ID string
 	At time.Time
+	// Key is the request's run key when it is not a plain run-now (a
+	// backfill: the slot it re-runs and the request id); nil for run-now.
+	Key *runkey.Key
 }
 
 // decision names the run one start is for, or why it runs nothing.
 type decision struct {
-	Trigger wire.Trigger // scheduled or manual: the kind of run key
+	Trigger wire.Trigger // scheduled or manual: how the run is elected (slot stamp, or request id)
+	// Recorded is the trigger the record says when it is not Trigger's
+	// (backfill: a request elected as run-now is, that stands for a past
+	// slot).
+	Recorded wire.Trigger
 	// CatchUp: a scheduled slot run late by the catch-up policy. Its key
 	// and election are the slot's own; only its recorded trigger is
 	// catchup. Wait is how long it waits before contending.
 	CatchUp bool
 	Wait    time.Duration
-	Slot    time.Time // scheduled: the slot; manual: the request time
+	Slot    time.Time // scheduled: the slot; manual: the request time; backfill: the slot it re-runs
 	Request string    // manual only
 	Key     string
 	Skip    string // a silent Kind: nothing to contend for
@@ -108,11 +115,41 @@ func decideSlot(now time.Time, sched *schedule.Schedule, spec jobspec.Spec, star
 	if req == nil || !req.At.Before(now.Add(MaxSkew)) || now.Sub(req.At) > RequestTTL {
 		return d
 	}
-	m := decision{Trigger: wire.TriggerManual, Slot: req.At.UTC(), Request: req.ID, Key: runkey.Manual(spec.ID, req.ID)}
+	m := requested(now, sched, spec, req)
+	if m.Skip != "" && d.Skip == "" && start.ByTimer {
+		return d // a retry too late to run: the timer's slot runs, with nothing to fall back to
+	}
 	if d.Skip != "" || !start.ByTimer {
 		return m
 	}
 	d.Fallback = &m
+	return d
+}
+
+// requested names the run of a pending request: a run-now keyed by its
+// request, a backfill keyed by the slot it re-runs and its request, or a
+// retry keyed by its slot and attempt. All are elected by the request id
+// (claimRequest), never by the slot stamp: neither a backfill nor a retry
+// is its slot's scheduled run. A retry never starts at or after its
+// slot's next fire time (the core queues none that would; a delivery
+// delayed past it is dropped here): it is a late fire, silent.
+func requested(now time.Time, sched *schedule.Schedule, spec jobspec.Spec, req *Request) decision {
+	k := req.Key
+	if k == nil || k.JobID != spec.ID || k.RequestID() != req.ID {
+		return decision{Trigger: wire.TriggerManual, Slot: req.At.UTC(), Request: req.ID, Key: runkey.Manual(spec.ID, req.ID)}
+	}
+	d := decision{Trigger: wire.TriggerManual, Recorded: k.Trigger, Slot: k.Slot.UTC(), Request: req.ID, Key: k.String()}
+	if k.Trigger == wire.TriggerRetry {
+		next := sched.Next(k.Slot)
+		switch {
+		case next.IsZero() || !now.Before(next):
+			d.Skip, d.Reason = KindLateFire, fmt.Sprintf("retry %d of slot %s: its next slot %s has come, a retry never runs past it",
+				k.Attempt, k.Slot.Format(time.RFC3339), next.UTC().Format(time.RFC3339))
+		case now.Sub(k.Slot) > wire.MaxRetryStart+RequestTTL:
+			d.Skip, d.Reason = KindLateFire, fmt.Sprintf("retry %d of slot %s: more than %s after its slot (its report would be refused as too old)",
+				k.Attempt, k.Slot.Format(time.RFC3339), wire.MaxRetryStart+RequestTTL)
+		}
+	}
 	return d
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hostcron/hostcron/internal/clockoffset"
 	"github.com/hostcron/hostcron/internal/jobspec"
+	"github.com/hostcron/hostcron/internal/runkey"
 	"github.com/hostcron/hostcron/internal/schedule"
 	"github.com/hostcron/hostcron/internal/wire"
 )
@@ -260,6 +261,154 @@ func TestClockForbidsRun(t *testing.T) {
 	} {
 		if got := clockForbidsRun(tt.reading, now, boot); (tt.why == "") != (got == "") || !strings.Contains(got, tt.why) {
 			t.Errorf("%s: %q, want %q", tt.name, got, tt.why)
+		}
+	}
+}
+
+// A backfill request runs its past slot as a request: its key and record
+// name the slot it re-runs (HOSTCRON_SLOT), its election is the request's
+// (never the slot stamp), and a request whose key is not this job's or
+// names another request is a plain run-now of its id at most.
+func TestDecideBackfill(t *testing.T) {
+	now := time.Date(2026, 11, 21, 14, 0, 1, 0, time.UTC)
+	past := time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC)
+	sched, err := schedule.ParseWithSeconds("0 0 12 * * *", "UTC")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := jobspec.Spec{ID: id, RandomizedDelaySec: 15}
+	backfill := runkey.Backfill(id, past, "7")
+	for _, tt := range []struct {
+		name        string
+		text        string
+		start       Start
+		wantKey     string
+		wantSlot    time.Time
+		wantRecord  wire.Trigger
+		wantFallbck bool
+	}{
+		{name: "backfill on the agent's start", text: "7\n2026-11-21T14:00:00Z\n" + backfill + "\n",
+			wantKey: backfill, wantSlot: past, wantRecord: wire.TriggerBackfill},
+		{name: "run-now stays run-now", text: "7\n2026-11-21T14:00:00Z\n",
+			wantKey: id + "#manual#7", wantSlot: time.Date(2026, 11, 21, 14, 0, 0, 0, time.UTC), wantRecord: wire.TriggerManual},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			req := parseRequest(tt.text)
+			if req == nil {
+				t.Fatalf("parseRequest(%q) = nil", tt.text)
+			}
+			d := decideSlot(now, sched, spec, tt.start, req)
+			rec := recordFor(Env{Node: "n1"}, spec, d)
+			if d.Skip != "" || d.Key != tt.wantKey || !d.Slot.Equal(tt.wantSlot) || rec.Trigger != string(tt.wantRecord) || d.Trigger != wire.TriggerManual {
+				t.Fatalf("decision %+v record %+v, want key %q slot %s trigger %s elected as a request", d, rec, tt.wantKey, tt.wantSlot, tt.wantRecord)
+			}
+			env := runEnv(spec, rec)
+			if !slices.Contains(env, "HOSTCRON_SLOT="+tt.wantSlot.Format(time.RFC3339)) || !slices.Contains(env, "HOSTCRON_TRIGGER="+string(tt.wantRecord)) {
+				t.Errorf("runEnv = %v", env)
+			}
+		})
+	}
+	other := "0b6f4c1e-8a53-4c8e-9d7e-3f1f0e2a9b11"
+	// A backfill of another job is not run as this job's backfill.
+	if d := decideSlot(now, sched, spec, Start{}, parseRequest("7\n2026-11-21T14:00:00Z\n"+runkey.Backfill(other, past, "7")+"\n")); d.Key == runkey.Backfill(other, past, "7") || d.Recorded == wire.TriggerBackfill {
+		t.Errorf("another job's backfill decided as this job's: %+v", d)
+	}
+}
+
+// Request files that do not parse are no request: a backfill's third line
+// must be a backfill key naming the same request.
+func TestParseRequest(t *testing.T) {
+	past := time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC)
+	for _, bad := range []string{
+		"", "7", "7\nyesterday\n", "a/b\n2026-11-21T14:00:00Z\n",
+		"7\n2026-11-21T14:00:00Z\n" + runkey.Backfill(id, past, "8") + "\n", // another request's key
+		"7\n2026-11-21T14:00:00Z\n" + runkey.Manual(id, "7") + "\n",         // not a backfill
+		"7\n2026-11-21T14:00:00Z\n" + runkey.Scheduled(id, past) + "\n",     // a slot's own key
+		"7\n2026-11-21T14:00:00Z\n" + runkey.Backfill(id, past, "7") + "\nx\n",
+	} {
+		if r := parseRequest(bad); r != nil {
+			t.Errorf("parseRequest(%q) = %+v, want none", bad, r)
+		}
+	}
+}
+
+// A retry request runs attempt n of its slot as a request (elected by the
+// id made of slot and attempt), with trigger retry and HOSTCRON_ATTEMPT n,
+// only before the slot's next fire time: later it is a silent late fire,
+// and a timer's fire that finds such a request runs its own slot without
+// falling back to it.
+func TestDecideRetry(t *testing.T) {
+	sched, err := schedule.ParseWithSeconds("0 */10 * * * *", "UTC")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := jobspec.Spec{ID: id, RandomizedDelaySec: 15}
+	slot := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	key := runkey.Retry(id, slot, 2)
+	k, _ := runkey.Parse(key)
+	at := func(m, s int) time.Time { return time.Date(2026, 11, 21, 12, m, s, 0, time.UTC) }
+	for _, tt := range []struct {
+		name     string
+		now      time.Time
+		start    Start
+		wantKey  string
+		wantSkip string
+	}{
+		{name: "before the next slot", now: at(1, 5), wantKey: key},
+		{name: "just before the next slot", now: at(9, 59), wantKey: key},
+		{name: "at the next slot", now: at(10, 0), wantSkip: KindLateFire},
+		{name: "after the next slot", now: at(12, 0), wantSkip: KindLateFire},
+		{name: "the next slot's fire finds a late retry", now: at(10, 3), start: Start{ByTimer: true}, wantKey: runkey.Scheduled(id, at(10, 0))},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			// The agent wrote the request a second ago.
+			text := k.RequestID() + "\n" + tt.now.Add(-time.Second).Format(time.RFC3339) + "\n" + key + "\n"
+			req := parseRequest(text)
+			if req == nil {
+				t.Fatalf("parseRequest(%q) = nil", text)
+			}
+			d := decideSlot(tt.now, sched, spec, tt.start, req)
+			if d.Skip != tt.wantSkip || (tt.wantSkip == "" && d.Key != tt.wantKey) || d.Fallback != nil {
+				t.Fatalf("decision %+v, want key %q skip %q and no fallback", d, tt.wantKey, tt.wantSkip)
+			}
+			if d.Skip != "" || d.Key != key {
+				return
+			}
+			rec := recordFor(Env{Node: "n1"}, spec, d)
+			env := runEnv(spec, rec)
+			if d.Trigger != wire.TriggerManual || d.Request != k.RequestID() || rec.Trigger != "retry" || !d.Slot.Equal(slot) ||
+				!slices.Contains(env, "HOSTCRON_ATTEMPT=2") || !slices.Contains(env, "HOSTCRON_SLOT=2026-11-21T12:00:00Z") {
+				t.Errorf("decision %+v record %+v env %v", d, rec, env)
+			}
+		})
+	}
+	// A retry key under another request id is no retry.
+	if r := parseRequest("retry-1-2\n2026-11-21T12:01:00Z\n" + key + "\n"); r != nil {
+		t.Errorf("a retry key under another request id parsed: %+v", r)
+	}
+}
+
+// A retry of a weekly job's slot more than wire.MaxRetryStart (+ the
+// request TTL) after its slot runs nothing: its report would be refused
+// as too old.
+func TestDecideRetryTooOld(t *testing.T) {
+	sched, err := schedule.ParseWithSeconds("0 0 12 * * 1", "UTC") // Mondays at noon
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := jobspec.Spec{ID: id}
+	slot := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	key := runkey.Retry(id, slot, 2)
+	k, _ := runkey.Parse(key)
+	for _, tt := range []struct {
+		after time.Duration
+		runs  bool
+	}{{wire.MaxRetryStart, true}, {wire.MaxRetryStart + RequestTTL + time.Second, false}} {
+		now := slot.Add(tt.after)
+		req := parseRequest(k.RequestID() + "\n" + now.Add(-time.Second).Format(time.RFC3339) + "\n" + key + "\n")
+		d := decideSlot(now, sched, spec, Start{}, req)
+		if (d.Skip == "") != tt.runs || (tt.runs && d.Key != key) {
+			t.Errorf("%s after the slot: %+v, want runs=%v", tt.after, d, tt.runs)
 		}
 	}
 }

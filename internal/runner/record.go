@@ -71,7 +71,7 @@ type Record struct {
 	OOMKilled  bool       `json:"oom_killed,omitempty"` // killed by the runner's memory watch
 	Reason     string     `json:"reason,omitempty"`
 	// Added fields; the ones above keep their names.
-	Trigger string `json:"trigger,omitempty"` // scheduled or manual
+	Trigger string `json:"trigger,omitempty"` // scheduled, manual, catchup or backfill
 	Node    string `json:"node,omitempty"`    // the node that wrote the record
 	Warning string `json:"warning,omitempty"` // e.g. a corrupt stamp that was overwritten
 	// What the command used (its rusage: user+system CPU, and the largest

@@ -21,6 +21,7 @@ import (
 
 	"github.com/hostcron/hostcron/internal/clockoffset"
 	"github.com/hostcron/hostcron/internal/jobspec"
+	"github.com/hostcron/hostcron/internal/runkey"
 	"github.com/hostcron/hostcron/internal/schedule"
 	"github.com/hostcron/hostcron/internal/wire"
 )
@@ -238,6 +239,9 @@ func (env Env) stopped() bool {
 
 func recordFor(env Env, spec jobspec.Spec, d decision) Record {
 	trigger := d.Trigger
+	if d.Recorded != "" {
+		trigger = d.Recorded
+	}
 	if d.CatchUp {
 		trigger = wire.TriggerCatchUp
 	}
@@ -1016,15 +1020,12 @@ func usage(ps *os.ProcessState) (cpuSeconds float64, peakBytes int64) {
 	return cpu.Seconds(), ru.Maxrss * 1024
 }
 
-// Attempt is the attempt number of every run: 1 until retries exist.
-const Attempt = 1
-
 // runEnv tells the command which run it is: a script can make itself
 // idempotent per run with HOSTCRON_RUN_KEY (or per slot with
 // HOSTCRON_SLOT, the fire time it stands for, which may lie a few seconds
 // before now, or up to the catch-up window for a catch-up; a run-now's
-// request time), HOSTCRON_TRIGGER says why it started (scheduled, manual,
-// catchup) and HOSTCRON_ATTEMPT which attempt it is;
+// request time; a backfill's past slot), HOSTCRON_TRIGGER says why it
+// started (scheduled, manual, catchup, backfill, retry) and HOSTCRON_ATTEMPT which attempt it is;
 // HOSTCRON_TENANT and HOSTCRON_CRON_JOB_ID name its job. Every value is
 // the runner's own (its spec's, its decision's), never the tenant's text.
 func runEnv(spec jobspec.Spec, rec Record) []string {
@@ -1034,8 +1035,18 @@ func runEnv(spec jobspec.Spec, rec Record) []string {
 		"HOSTCRON_RUN_KEY=" + rec.RunKey,
 		"HOSTCRON_SLOT=" + rec.Slot.UTC().Format(time.RFC3339),
 		"HOSTCRON_TRIGGER=" + rec.Trigger,
-		"HOSTCRON_ATTEMPT=" + strconv.Itoa(Attempt),
+		"HOSTCRON_ATTEMPT=" + strconv.Itoa(attemptOf(rec.RunKey)),
 	}
+}
+
+// attemptOf is the attempt of the run keyed runKey: a retry's, 1 for any
+// other run.
+func attemptOf(runKey string) int {
+	k, err := runkey.Parse(runKey)
+	if err != nil {
+		return 1
+	}
+	return k.AttemptNumber()
 }
 
 // childEnv is the inherited environment without hostcron's plumbing, and

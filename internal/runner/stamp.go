@@ -247,7 +247,12 @@ func cleanMarkers(dir, jobID string, slot, now time.Time) error {
 }
 
 // readRequest returns the pending run-now request for unit, if any: the
-// node agent writes "{request id}\n{request time RFC 3339}\n".
+// node agent writes "{request id}\n{request time RFC 3339}\n", and for a
+// backfill or retry a third line, its run key (whose RequestID is the
+// request id).
+// A request that does not parse is none: an older runner reads a
+// three-line request as none too, so it never runs a backfill as a
+// run-now.
 func readRequest(dir, unit string) *Request {
 	if dir == "" {
 		return nil
@@ -256,15 +261,28 @@ func readRequest(dir, unit string) *Request {
 	if err != nil {
 		return nil
 	}
-	lines := strings.Fields(string(b))
-	if len(lines) != 2 || !runkey.ValidRequest(lines[0]) {
+	return parseRequest(string(b))
+}
+
+// parseRequest reads a request file's text (readRequest).
+func parseRequest(text string) *Request {
+	lines := strings.Fields(text)
+	if (len(lines) != 2 && len(lines) != 3) || !runkey.ValidRequest(lines[0]) {
 		return nil
 	}
 	at, err := time.Parse(time.RFC3339, lines[1])
 	if err != nil {
 		return nil
 	}
-	return &Request{ID: lines[0], At: at}
+	req := &Request{ID: lines[0], At: at}
+	if len(lines) == 3 {
+		k, err := runkey.Parse(lines[2])
+		if err != nil || (k.Trigger != wire.TriggerBackfill && k.Trigger != wire.TriggerRetry) || k.RequestID() != req.ID {
+			return nil
+		}
+		req.Key = &k
+	}
+	return req
 }
 
 func truncate(s string, n int) string {

@@ -83,7 +83,7 @@ type Input struct {
 	Loc   *time.Location // the job's zone, for wall times
 	Fires []time.Time    // the current schedule's fire times in the range, ascending
 	Gaps  []schedule.Gap // its wall times in the range that did not exist
-	Runs  []Run          // scheduled runs recorded with a slot in the range
+	Runs  []Run          // scheduled runs (and retries) recorded with a slot in the range, by slot then record id
 	Spans []Span         // SpansOf; ascending
 	// SweptUntil is where the lost-run sweep stands (nil: not started).
 	SweptUntil *time.Time
@@ -109,7 +109,8 @@ const wallLayout = "2006-01-02T15:04:05"
 
 // Classify lists every fire time with its state, every recorded run whose
 // slot is not a fire time (so nothing recorded is hidden) and every DST
-// gap, in time order.
+// gap, in time order. Of several runs of one slot (its attempts) the last
+// in the input is the slot's: its last attempt.
 func Classify(in Input) []Slot {
 	byKey := make(map[int64]*Run, len(in.Runs))
 	for i := range in.Runs {

@@ -137,6 +137,17 @@ func TestClassifyWallTime(t *testing.T) {
 	}
 }
 
+// A slot with retries is read with each attempt, oldest record first: the
+// slot takes its last attempt's state and run.
+func TestClassifyTakesTheLastAttempt(t *testing.T) {
+	at := hour(3)
+	runs := []Run{{ID: 10, Slot: at, Result: wire.ResultExitCode}, {ID: 11, Slot: at, Result: wire.ResultTimeout}, {ID: 12, Slot: at, Result: wire.ResultSuccess}}
+	got := Classify(Input{Loc: time.UTC, Fires: []time.Time{at}, Runs: runs, Spans: active, Now: at.Add(time.Hour)})
+	if len(got) != 1 || got[0].Run == nil || got[0].Run.ID != 12 || got[0].State != Ran {
+		t.Fatalf("slots %+v, want the one slot with its last attempt (record 12)", got)
+	}
+}
+
 // ev builds an event at hour n.
 func ev(n int, action string, opts ...func(*Event)) Event {
 	e := Event{At: hour(n), Action: action}

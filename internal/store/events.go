@@ -82,6 +82,8 @@ func changedFields(before, after JobFields) []string {
 	add("environment", !maps.Equal(before.Environment, after.Environment))
 	add("catchup_window_seconds", before.CatchUpWindowSeconds != after.CatchUpWindowSeconds)
 	add("overlap_policy", before.OverlapPolicy != after.OverlapPolicy)
+	add("retries", before.Retries != after.Retries)
+	add("retry_delay_seconds", before.RetryDelaySeconds != after.RetryDelaySeconds)
 	return out
 }
 

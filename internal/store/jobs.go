@@ -69,6 +69,11 @@ type JobFields struct {
 	// OverlapPolicy is what a slot does while the previous run still
 	// runs (wire.OverlapPolicies; skip by default).
 	OverlapPolicy wire.OverlapPolicy `json:"overlap_policy"`
+	// Retries: how often a failed scheduled run is retried (0 to
+	// wire.MaxRetries); RetryDelaySeconds: the wait before the first retry,
+	// doubled for each later one (retryDelay).
+	Retries           int `json:"retries"`
+	RetryDelaySeconds int `json:"retry_delay_seconds"`
 	// Environment are the command's variables (jobspec.ValidateEnvironment),
 	// never nil once read ({} when none). Shown to the owning tenant only,
 	// as every field of its job is.
@@ -89,7 +94,7 @@ var (
 const jobColumns = `id, tenant_id, webroot_id, schedule, timezone, command, working_directory, enabled,
 	timeout_seconds, max_memory_mb, max_failures, consecutive_failures, status, status_message, version,
 	not_before, created_at, updated_at, name, disabled_reason, last_run_id, last_run_at, last_result,
-	last_failure_reason, last_success_at, environment, catchup_window_seconds, overlap_policy`
+	last_failure_reason, last_success_at, environment, catchup_window_seconds, overlap_policy, retries, retry_delay_seconds`
 
 func scanJob(row pgx.Row) (CronJob, error) {
 	var j CronJob
@@ -97,7 +102,7 @@ func scanJob(row pgx.Row) (CronJob, error) {
 		&j.Enabled, &j.TimeoutSeconds, &j.MaxMemoryMB, &j.MaxFailures, &j.ConsecutiveFailures, &j.Status,
 		&j.StatusMessage, &j.Version, &j.NotBefore, &j.CreatedAt, &j.UpdatedAt, &j.Name, &j.DisabledReason,
 		&j.lastRunID, &j.LastRunAt, &j.LastResult, &j.LastFailureReason, &j.LastSuccessAt, &j.Environment, &j.CatchUpWindowSeconds,
-		&j.OverlapPolicy)
+		&j.OverlapPolicy, &j.Retries, &j.RetryDelaySeconds)
 	if j.Environment == nil {
 		j.Environment = map[string]string{}
 	}
@@ -152,10 +157,10 @@ func (s *Store) CreateJob(ctx context.Context, tenantID string, f JobFields, ide
 		job, err = scanJob(tx.QueryRow(ctx, `
 			INSERT INTO cron_jobs (tenant_id, webroot_id, schedule, timezone, command, working_directory, enabled,
 			                       timeout_seconds, max_memory_mb, max_failures, name, environment, catchup_window_seconds,
-			                       overlap_policy)
+			                       overlap_policy, retries, retry_delay_seconds)
 			SELECT w.tenant_id, w.id, @schedule, @timezone, @command, @working_directory, @enabled,
 			       @timeout_seconds, @max_memory_mb, @max_failures, @name, @environment, @catchup_window_seconds,
-			       @overlap_policy
+			       @overlap_policy, @retries, @retry_delay_seconds
 			FROM webroots w WHERE w.id = @webroot_id AND w.tenant_id = @tenant_id
 			RETURNING `+jobColumns, fieldArgs(f, pgx.NamedArgs{"tenant_id": tenantID})))
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -259,6 +264,7 @@ func fieldArgs(f JobFields, extra pgx.NamedArgs) pgx.NamedArgs {
 		"max_memory_mb": f.MaxMemoryMB, "max_failures": f.MaxFailures, "name": f.Name,
 		"environment": envOrEmpty(f.Environment), "catchup_window_seconds": f.CatchUpWindowSeconds,
 		"overlap_policy": string(f.OverlapPolicy.OrSkip()),
+		"retries":        f.Retries, "retry_delay_seconds": retryDelayOrDefault(f.RetryDelaySeconds),
 	}
 	for k, v := range extra {
 		args[k] = v
@@ -388,6 +394,7 @@ func (s *Store) transition(ctx context.Context, id string, ifVersion int64,
 			       consecutive_failures = @consecutive_failures, status = @status, status_message = @status_message,
 			       name = @name, disabled_reason = @disabled_reason, environment = @environment,
 			       catchup_window_seconds = @catchup_window_seconds, overlap_policy = @overlap_policy,
+			       retries = @retries, retry_delay_seconds = @retry_delay_seconds,
 			       not_before = CASE WHEN @rearm THEN now() ELSE not_before END,
 			       swept_until = CASE WHEN @rearm THEN NULL ELSE swept_until END,
 			       failures_after_run = CASE WHEN @reset_failures
@@ -533,15 +540,8 @@ func (s *Store) RunNow(ctx context.Context, id string, ifVersion int64) (CronJob
 	ctx, woke := s.wakeAfterCommit(ctx)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
-		job, err = scanJob(tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM cron_jobs WHERE id = $1 FOR SHARE`, id))
-		if err != nil {
-			return notFound(err, "cron job")
-		}
-		if ifVersion != 0 && job.Version != ifVersion {
-			return fmt.Errorf("cron job is at version %d, not %d: %w", job.Version, ifVersion, ErrPreconditionFailed)
-		}
-		if job.Status != wire.StatusActive && job.Status != wire.StatusDisabled {
-			return conflict("cron job is %s; it can run now once it is provisioned (active or disabled)", job.Status)
+		if job, err = runnableJob(ctx, tx, id, ifVersion); err != nil {
+			return err
 		}
 		if request, err = queueTaskID(ctx, tx, id, wire.ActionRunNow, job.Version); err != nil {
 			return err
@@ -558,17 +558,41 @@ func (s *Store) RunNow(ctx context.Context, id string, ifVersion int64) (CronJob
 	return job, strconv.FormatInt(request, 10), nil
 }
 
-// RunNowRequested returns when a job's run-now request was made; false
-// when the job has no such request (never made, or its outbox row was
-// pruned, an hour after dispatch).
-func (s *Store) RunNowRequested(ctx context.Context, jobID, request string) (time.Time, bool, error) {
-	n, err := strconv.ParseInt(request, 10, 64)
-	if err != nil || n < 1 {
+// runnableJob reads a job a run-now or backfill may run, holding it (FOR
+// SHARE) against a change until the request is queued: it must be at
+// ifVersion (0: any) and provisioned (active or disabled).
+func runnableJob(ctx context.Context, tx pgx.Tx, id string, ifVersion int64) (CronJob, error) {
+	job, err := scanJob(tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM cron_jobs WHERE id = $1 FOR SHARE`, id))
+	if err != nil {
+		return job, notFound(err, "cron job")
+	}
+	if ifVersion != 0 && job.Version != ifVersion {
+		return job, fmt.Errorf("cron job is at version %d, not %d: %w", job.Version, ifVersion, ErrPreconditionFailed)
+	}
+	if job.Status != wire.StatusActive && job.Status != wire.StatusDisabled {
+		return job, conflict("cron job is %s; it can run now once it is provisioned (active or disabled)", job.Status)
+	}
+	return job, nil
+}
+
+// RunNowRequested returns when a job's run-now, backfill or retry request
+// was made (a retry's: when its failed attempt was recorded); false when the job has no such request (never made, or its outbox
+// row was pruned, an hour after dispatch). The task must be of the key's
+// kind: a run-now's has no run key, a backfill's the very key (the slot
+// included).
+func (s *Store) RunNowRequested(ctx context.Context, jobID string, key runkey.Key) (time.Time, bool, error) {
+	n := requestID(key) // 0 for a retry: its task is found by its key alone
+	if n < 1 && key.Trigger != wire.TriggerRetry {
 		return time.Time{}, false, nil
 	}
+	taskKey := ""
+	if key.Trigger != wire.TriggerManual {
+		taskKey = key.String()
+	}
 	var at time.Time
-	err = s.pool.QueryRow(ctx, `SELECT created_at FROM cron_job_tasks WHERE id = $1 AND cron_job_id = $2 AND action = $3`,
-		n, jobID, wire.ActionRunNow).Scan(&at)
+	err := s.pool.QueryRow(ctx, `SELECT created_at FROM cron_job_tasks
+		WHERE ($1 = 0 OR id = $1) AND cron_job_id = $2 AND action = $3 AND run_key = $4`,
+		n, jobID, wire.ActionRunNow, taskKey).Scan(&at)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return time.Time{}, false, nil
@@ -669,6 +693,15 @@ func sweepAfterProvisioning(swept *time.Time, status wire.Status, took int, now 
 	return &now
 }
 
+// retryDelayOrDefault is the delay as stored: a caller that does not set
+// it (0; the API always does) gets the default, as the column would.
+func retryDelayOrDefault(sec int) int {
+	if sec == 0 {
+		return wire.DefaultRetryDelaySec
+	}
+	return sec
+}
+
 // envOrEmpty is the environment as the NOT NULL column stores it: {} for
 // none (a nil map would encode as JSON null).
 func envOrEmpty(env map[string]string) map[string]string {
@@ -705,7 +738,8 @@ func (s *Store) CancelRun(ctx context.Context, jobID, runKey string) (CronJob, e
 		var pending int
 		err = tx.QueryRow(ctx, `SELECT (SELECT result FROM cron_job_runs WHERE run_key = $1), now(),
 			       EXISTS (SELECT 1 FROM cron_job_tasks WHERE id = $2 AND cron_job_id = $3 AND action = $4)
-			       OR EXISTS (SELECT 1 FROM cron_job_events WHERE cron_job_id = $3 AND action = $4 AND detail->>'request' = $5),
+			       OR EXISTS (SELECT 1 FROM cron_job_events WHERE cron_job_id = $3 AND action = $4 AND detail->>'request' = $5)
+			       OR EXISTS (SELECT 1 FROM cron_job_runs WHERE cron_job_id = $3 AND retry_key = $1),
 			       (SELECT count(*) FROM cron_job_tasks WHERE cron_job_id = $3 AND action = $6 AND dispatched_at IS NULL)`,
 			runKey, requestID(key), jobID, wire.ActionRunNow, key.Request, wire.ActionCancel).Scan(&result, &now, &requested, &pending)
 		if err != nil {
@@ -738,7 +772,7 @@ func (s *Store) CancelRun(ctx context.Context, jobID, runKey string) (CronJob, e
 // (no task) for anything else, and for a spelling the core never gives
 // ("012" is not request 12's key: the run would be recorded under "12").
 func requestID(k runkey.Key) int64 {
-	if k.Trigger != wire.TriggerManual {
+	if k.Trigger != wire.TriggerManual && k.Trigger != wire.TriggerBackfill {
 		return 0
 	}
 	n, err := strconv.ParseInt(k.Request, 10, 64)
@@ -773,7 +807,7 @@ func cancellable(k runkey.Key, recorded *string, requested bool, now time.Time, 
 		return conflict("slot %s is in the future: nothing runs yet", k.Slot.Format(time.RFC3339))
 	case k.Trigger == wire.TriggerScheduled && now.Sub(k.Slot) > time.Duration(timeoutSec)*time.Second+cancelReach:
 		return conflict("slot %s is older than the job's timeout: its run has ended", k.Slot.Format(time.RFC3339))
-	case k.Trigger == wire.TriggerManual && (!requested || requestID(k) == 0):
+	case k.ByRequest() && (!requested || (k.Trigger != wire.TriggerRetry && requestID(k) == 0)):
 		return fmt.Errorf("run-now request %s: %w", k.Request, ErrNotFound)
 	}
 	return nil

@@ -37,6 +37,7 @@ var released = []struct{ name, sha string }{
 	{"022_catchup.sql", "0643ca1df2452d98"},
 	{"023_validate_run_trigger.sql", "cdeb5bbf8df9fa0b"},
 	{"024_overlap_policy.sql", "72ace726b52e5d4d"},
+	{"025_retries.sql", "052827a250da9fa0"},
 }
 
 func TestReleasedMigrationsNeverChange(t *testing.T) {

@@ -160,7 +160,7 @@ func notifyOutcome(ctx context.Context, tx execer, before CronJob, res OutcomeRe
 	kinds := notify.EventsFor(notify.Recorded{
 		Result: result, Failure: IsFailure(result),
 		PrevFailures: before.ConsecutiveFailures, Failures: res.Job.ConsecutiveFailures,
-		MaxFailures: res.Job.MaxFailures, AutoDisabled: res.AutoDisabled,
+		MaxFailures: res.Job.MaxFailures, AutoDisabled: res.AutoDisabled, Retried: res.Retry != "",
 	})
 	if len(kinds) == 0 {
 		return nil

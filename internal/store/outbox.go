@@ -88,13 +88,18 @@ func taskQueued(ctx context.Context, tx pgx.Tx) error {
 // the oldest undispatched task of each job is eligible, and only once its
 // backoff has passed and no other dispatcher holds it, so two dispatchers
 // never send the same task at once and one job's tasks go out in id
-// order. The claim is one statement: SKIP LOCKED passes over rows another
+// order. A task whose not_before (a retry's delay) lies ahead is no
+// job's head meanwhile: it waits without holding up the job's later
+// changes, and goes out once due (by the dispatchers' poll: it is not
+// announced then), in id order with whatever is queued by that time. The claim is one statement: SKIP LOCKED passes over rows another
 // dispatcher is claiming, and the re-check of claimed_until on the locked
 // row passes over rows it claimed since our snapshot.
 func (s *Store) ClaimTasks(ctx context.Context, limit int, lease time.Duration) ([]Task, error) {
 	rows, err := s.pool.Query(ctx, `
 		WITH heads AS (
-			SELECT min(id) AS id FROM cron_job_tasks WHERE dispatched_at IS NULL GROUP BY cron_job_id
+			SELECT min(id) AS id FROM cron_job_tasks
+			WHERE dispatched_at IS NULL AND (not_before IS NULL OR not_before <= now())
+			GROUP BY cron_job_id
 		), due AS (
 			SELECT t.id FROM cron_job_tasks t JOIN heads h ON h.id = t.id
 			WHERE t.dispatched_at IS NULL AND t.next_attempt_at <= now()
@@ -153,11 +158,12 @@ func (c Chores) PruneDispatched(ctx context.Context, cutoff time.Time) (int64, e
 	return tag.RowsAffected(), nil
 }
 
-// OldestPendingTask is when the oldest undispatched task was written; ok
-// is false when none waits.
+// OldestPendingTask is when the oldest undispatched task was written (a
+// delayed one's, when it is due: it does not wait before); ok is false
+// when none waits.
 func (s *Store) OldestPendingTask(ctx context.Context) (at time.Time, ok bool, err error) {
 	var t *time.Time
-	if err := s.pool.QueryRow(ctx, `SELECT min(created_at) FROM cron_job_tasks WHERE dispatched_at IS NULL`).Scan(&t); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT min(greatest(created_at, not_before)) FROM cron_job_tasks WHERE dispatched_at IS NULL`).Scan(&t); err != nil {
 		return time.Time{}, false, fmt.Errorf("oldest pending task: %w", err)
 	}
 	if t == nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/hostcron/hostcron/internal/runkey"
 	"github.com/hostcron/hostcron/internal/wire"
 )
 
@@ -99,6 +100,8 @@ type OutcomeResult struct {
 	// holds only the tombstone's id, tenant, name and version.
 	Deleted bool
 	Job     CronJob
+	// Retry is the key of the retry this outcome queued ("" none).
+	Retry string
 }
 
 // recentRuns bounds the history a recount reads: the counter saturates at
@@ -171,10 +174,23 @@ func recordOneOutcome(ctx context.Context, tx pgx.Tx, node Node, jobID string, o
 		return res, nil
 	}
 	res.Replaced = step == replaceRun
-	sweep := sweepAfterOutcome(locked.swept, o.Version, job.Version, o.ScheduledAt, locked.now)
-	runID, results, err := writeOutcomeRun(ctx, tx, node, job, o, step, sweepChange(locked.swept, sweep))
+	sweep := sweepAfterOutcome(locked.swept, o.Version, job.Version, evidenceAt(o, locked.now), locked.now)
+	// An outcome retries touch (a job with retries, or a retry's own
+	// outcome) decides its retry between the run's write and the recount:
+	// the retry marks failed attempts superseded, which the recount leaves
+	// out. Others read the recount in the write's round trip.
+	retrying := mayRetry(job, o)
+	runID, results, err := writeOutcomeRun(ctx, tx, node, job, o, step, sweepChange(locked.swept, sweep), !retrying)
 	if err != nil {
 		return res, err
+	}
+	if retrying {
+		if res.Retry, err = retryAfterRecord(ctx, tx, job, o, runID); err != nil {
+			return res, err
+		}
+		if results, err = readRecount(ctx, tx, job.ID); err != nil {
+			return res, err
+		}
 	}
 	run := LastRun{ID: runID, At: o.ScheduledAt, Result: o.Result, FailureReason: o.FailureReason}
 	failures, st := decideRecount(job, results, res.Replaced)
@@ -268,8 +284,9 @@ func (r withExtra) Scan(dest ...any) error { return r.Row.Scan(append(dest, r.ex
 // writeOutcomeRun writes the run (inserted, or replacing its record), ends
 // its start, moves the sweep's start (sweep nil: unchanged) and reads the
 // job's recent counted results for the recount, in one round trip; it
-// returns the run's record id and those results, oldest slot first.
-func writeOutcomeRun(ctx context.Context, tx pgx.Tx, node Node, job CronJob, o Outcome, step recordStep, sweep *time.Time) (int64, []wire.Result, error) {
+// returns the run's record id and those results, oldest slot first
+// (none without withRecount: the caller reads them, readRecount).
+func writeOutcomeRun(ctx context.Context, tx pgx.Tx, node Node, job CronJob, o Outcome, step recordStep, sweep *time.Time, withRecount bool) (int64, []wire.Result, error) {
 	var runID int64
 	var results []wire.Result
 	pipe := &pgx.Batch{}
@@ -283,12 +300,36 @@ func writeOutcomeRun(ctx context.Context, tx pgx.Tx, node Node, job CronJob, o O
 	if sweep != nil {
 		pipe.Queue(`UPDATE cron_jobs SET swept_until = $2 WHERE id = $1`, job.ID, *sweep)
 	}
-	pipe.Queue(recountSQL, job.ID, countedResults(), recentRuns).Query(func(rows pgx.Rows) error {
-		var err error
-		results, err = pgx.CollectRows(rows, pgx.RowTo[wire.Result])
-		return wrap(err, "recount failures")
-	})
+	if withRecount {
+		pipe.Queue(recountSQL, job.ID, countedResults(), recentRuns, uncountedTriggers).Query(func(rows pgx.Rows) error {
+			var err error
+			results, err = pgx.CollectRows(rows, pgx.RowTo[wire.Result])
+			return wrap(err, "recount failures")
+		})
+	}
 	return runID, results, sendPipe(ctx, tx, pipe, "outcome: write run")
+}
+
+// readRecount reads a job's recent counted results (recountSQL) on their
+// own, after a retry decision changed which of them count.
+func readRecount(ctx context.Context, tx pgx.Tx, jobID string) ([]wire.Result, error) {
+	rows, err := tx.Query(ctx, recountSQL, jobID, countedResults(), recentRuns, uncountedTriggers)
+	if err != nil {
+		return nil, fmt.Errorf("recount failures: %w", err)
+	}
+	results, err := pgx.CollectRows(rows, pgx.RowTo[wire.Result])
+	return results, wrap(err, "recount failures")
+}
+
+// mayRetry tells whether recording o may queue or end a retry: its job
+// retries failed runs, or o is a retry's outcome (whose job may have
+// stopped retrying since).
+func mayRetry(job CronJob, o Outcome) bool {
+	if job.Retries > 0 {
+		return true
+	}
+	k, err := runkey.Parse(o.RunKey)
+	return err == nil && k.Trigger == wire.TriggerRetry
 }
 
 // sweepChange is the sweep start to write, nil when it stays.
@@ -469,12 +510,14 @@ func noteLastRun(ctx context.Context, tx execer, job CronJob, run LastRun) (Cron
 }
 
 // recountSQL reads a job's ($1) recent counted results ($2, at most $3)
-// in slot order, runs before the last enable or retry excluded: what the
-// failure counter is recomputed from.
+// in slot order, runs before the last enable or retry excluded, and runs
+// of uncounted triggers ($4, backfills) and failed attempts a retry
+// superseded (only a slot's last attempt counts): what the failure
+// counter is recomputed from.
 const recountSQL = `
 		SELECT result FROM (
 			SELECT result, scheduled_at, id FROM cron_job_runs
-			WHERE cron_job_id = $1 AND result = ANY($2)
+			WHERE cron_job_id = $1 AND result = ANY($2) AND trigger <> ALL($4) AND NOT superseded
 			  AND id > (SELECT failures_after_run FROM cron_jobs WHERE id = $1)
 			ORDER BY scheduled_at DESC, id DESC LIMIT $3) recent
 		ORDER BY scheduled_at, id`

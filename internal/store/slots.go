@@ -45,13 +45,15 @@ func (s *Store) SlotRecords(ctx context.Context, jobID string, from, to time.Tim
 	return rec, wrap(err, "slot records")
 }
 
-// slotRuns reads the scheduled runs (catch-ups included: same key) with a
-// slot in [from, to), oldest first, served by the (job, trigger, slot, id)
-// index.
+// slotRuns reads the scheduled runs (catch-ups included: same key) and
+// their retries with a slot in [from, to), oldest first, then by record
+// id, served by the (job, trigger, slot, id) index. A retry is recorded
+// after the attempt it follows (a higher id), so the last run read of a
+// slot is its last attempt, which slots.Classify takes as the slot's.
 func slotRuns(ctx context.Context, tx pgx.Tx, jobID string, from, to time.Time, limit int) ([]Run, bool, error) {
 	rows, err := tx.Query(ctx, `SELECT `+runColumns+` FROM cron_job_runs
 		WHERE cron_job_id = $1 AND trigger = ANY($2::text[]) AND scheduled_at >= $3 AND scheduled_at < $4
-		ORDER BY scheduled_at, id LIMIT $5`, jobID, []wire.Trigger{wire.TriggerScheduled, wire.TriggerCatchUp}, from, to, limit+1)
+		ORDER BY scheduled_at, id LIMIT $5`, jobID, []wire.Trigger{wire.TriggerScheduled, wire.TriggerCatchUp, wire.TriggerRetry}, from, to, limit+1)
 	if err != nil {
 		return nil, false, fmt.Errorf("runs: %w", err)
 	}

@@ -77,8 +77,8 @@ func (s *Store) RunningRuns(ctx context.Context, jobID string) ([]RunningRun, er
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (RunningRun, error) {
 		var rr RunningRun
 		err := r.Scan(&rr.RunKey, &rr.CronJobID, &rr.NodeID, &rr.ScheduledAt, &rr.StartedAt, &rr.InvocationID)
-		rr.Result, rr.Attempt = ResultRunning, 1
-		rr.Trigger = triggerOfKey(rr.RunKey)
+		rr.Result = ResultRunning
+		rr.Trigger, rr.Attempt = triggerOfKey(rr.RunKey)
 		return rr, err
 	})
 	if err != nil {
@@ -139,13 +139,14 @@ func (c Chores) PruneStarts(ctx context.Context, cutoff time.Time) (int64, error
 	return tag.RowsAffected(), nil
 }
 
-// triggerOfKey is the trigger a run key spells (scheduled for anything
-// that does not parse: the key was checked when the start was noted).
-func triggerOfKey(key string) wire.Trigger {
+// triggerOfKey is the trigger and attempt a run key spells (scheduled,
+// 1 for anything that does not parse: the key was checked when the start
+// was noted).
+func triggerOfKey(key string) (wire.Trigger, int) {
 	if k, err := runkey.Parse(key); err == nil {
-		return k.Trigger
+		return k.Trigger, k.AttemptNumber()
 	}
-	return wire.TriggerScheduled
+	return wire.TriggerScheduled, 1
 }
 
 // WantsRunning reports whether a run in progress of trigger and slot

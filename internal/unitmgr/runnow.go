@@ -101,12 +101,34 @@ func (m *Manager) RunNow(ctx context.Context, req wire.RunNowRequest) error {
 	if err := os.MkdirAll(h.dir, 0o755); err != nil {
 		return fmt.Errorf("run now: %w", err)
 	}
+	keyLine, err := requestKeyLine(req, spec.ID)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", wire.ErrRunNowNotHere, unit, err)
+	}
 	at := m.now().UTC().Truncate(time.Second)
-	body := req.Request + "\n" + at.Format(time.RFC3339) + "\n"
+	body := req.Request + "\n" + at.Format(time.RFC3339) + "\n" + keyLine
 	if _, err := writeIfChanged(filepath.Join(h.dir, unit), []byte(body), 0o644); err != nil {
 		return fmt.Errorf("run now: %w", err)
 	}
 	return m.serveRequest(ctx, h, unit+extService, spec, owner, req.Request, at)
+}
+
+// requestKeyLine is the request file's third line for a request with a
+// run key (a backfill or retry of this job whose request id is this very
+// request), "" for a plain run-now. Any other key is refused: the runner
+// would run it as nothing, and the core should ask no node.
+func requestKeyLine(req wire.RunNowRequest, jobID string) (string, error) {
+	if req.RunKey == "" {
+		return "", nil
+	}
+	k, err := runkey.Parse(req.RunKey)
+	switch {
+	case err != nil:
+		return "", err
+	case (k.Trigger != wire.TriggerBackfill && k.Trigger != wire.TriggerRetry) || k.JobID != jobID || k.RequestID() != req.Request:
+		return "", fmt.Errorf("run key %q is not a backfill or retry of job %s under request %q", req.RunKey, jobID, req.Request)
+	}
+	return req.RunKey + "\n", nil
 }
 
 // serveRequest starts the service until a runner took the request.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hostcron/hostcron/internal/jobspec"
+	"github.com/hostcron/hostcron/internal/runkey"
 	"github.com/hostcron/hostcron/internal/runner"
 	"github.com/hostcron/hostcron/internal/units"
 	"github.com/hostcron/hostcron/internal/wire"
@@ -279,5 +280,78 @@ func TestRunNowOwnerFromTheUnit(t *testing.T) {
 	}
 	if err := m.RunNow(context.Background(), wire.RunNowRequest{Unit: unit, Request: "4"}); !errors.Is(err, wire.ErrRunNowNotHere) {
 		t.Fatalf("unit without User=: %v", err)
+	}
+}
+
+// A backfill request runs the past slot its key names, once: the command
+// sees the key, the backfilled slot and trigger backfill, and a second
+// delivery of the same request (a retried activity, another node) runs
+// nothing. A key that is not a backfill of this job under this request is
+// refused on the node (ErrRunNowNotHere) and runs nothing.
+func TestRunNowBackfill(t *testing.T) {
+	f := &fakeService{active: "inactive"}
+	m, spec, _ := runNowNode(t, f)
+	spec.Command = `echo "$HOSTCRON_RUN_KEY $HOSTCRON_SLOT $HOSTCRON_TRIGGER" >> ran`
+	b, _ := spec.Marshal()
+	unit := wire.UnitName(spec.Tenant, spec.ID)
+	if err := os.WriteFile(m.layout.specPath(unit), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	slot := time.Now().UTC().Add(-26 * time.Hour).Truncate(time.Minute)
+	key := runkey.Backfill(runNowJob, slot, "31")
+	for _, bad := range []wire.RunNowRequest{
+		{Unit: unit, Request: "32", RunKey: key}, // another request's key
+		{Unit: unit, Request: "31", RunKey: runkey.Backfill("0b6f1d7c-3c8e-4a57-9e0a-000000000000", slot, "31")}, // another job's
+		{Unit: unit, Request: "31", RunKey: runkey.Scheduled(runNowJob, slot)},                                   // a slot's own key
+	} {
+		if err := m.RunNow(context.Background(), bad); !errors.Is(err, wire.ErrRunNowNotHere) {
+			t.Errorf("RunNow(%+v) = %v, want ErrRunNowNotHere", bad, err)
+		}
+	}
+	for range 2 {
+		if err := m.RunNow(context.Background(), wire.RunNowRequest{Unit: unit, Request: "31", RunKey: key}); err != nil {
+			t.Fatal(err)
+		}
+		f.wg.Wait()
+	}
+	got, _ := os.ReadFile(filepath.Join(spec.Webroot, "ran"))
+	want := key + " " + slot.Format(time.RFC3339) + " backfill\n"
+	if string(got) != want {
+		t.Fatalf("ran %q, want once %q", got, want)
+	}
+}
+
+// A retry delivered twice (a redelivered task, a retried activity, the
+// next node asked) runs once: every delivery carries the same request id,
+// made of slot and attempt, which the shared run-now stamp holds once
+// taken. The command sees trigger retry and its attempt.
+func TestRunNowRetryRunsOnce(t *testing.T) {
+	f := &fakeService{active: "inactive"}
+	m, spec, _ := runNowNode(t, f)
+	spec.Schedule = "0 0 0 * * *" // daily: the slot's next fire time is a day on
+	spec.Command = `echo "$HOSTCRON_RUN_KEY $HOSTCRON_SLOT $HOSTCRON_TRIGGER $HOSTCRON_ATTEMPT" >> ran`
+	b, _ := spec.Marshal()
+	unit := wire.UnitName(spec.Tenant, spec.ID)
+	if err := os.WriteFile(m.layout.specPath(unit), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	slot := time.Now().UTC().Truncate(24 * time.Hour)
+	if time.Until(slot.Add(24*time.Hour)) < time.Minute {
+		t.Skip("too close to the next slot, where the runner refuses the retry")
+	}
+	key := runkey.Retry(runNowJob, slot, 2)
+	k, _ := runkey.Parse(key)
+	if err := m.RunNow(context.Background(), wire.RunNowRequest{Unit: unit, Request: "77", RunKey: key}); !errors.Is(err, wire.ErrRunNowNotHere) {
+		t.Errorf("a retry under another request id: %v, want ErrRunNowNotHere", err)
+	}
+	for range 2 {
+		if err := m.RunNow(context.Background(), wire.RunNowRequest{Unit: unit, Request: k.RequestID(), RunKey: key}); err != nil {
+			t.Fatal(err)
+		}
+		f.wg.Wait()
+	}
+	got, _ := os.ReadFile(filepath.Join(spec.Webroot, "ran"))
+	if want := key + " " + slot.Format(time.RFC3339) + " retry 2\n"; string(got) != want {
+		t.Fatalf("ran %q, want once %q", got, want)
 	}
 }

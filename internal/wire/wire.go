@@ -123,10 +123,44 @@ const (
 	// (catchup_window_seconds). It is the same run as the slot's on-time
 	// run, under the same scheduled run key; only the trigger differs.
 	TriggerCatchUp Trigger = "catchup"
+	// TriggerBackfill is a run-now request that re-runs a past slot of
+	// the schedule (its key names the slot and the request). It is never
+	// the slot's scheduled run: the slot stamp and the slots view ignore
+	// it, and a slot can be backfilled again by another request.
+	TriggerBackfill Trigger = "backfill"
+	// TriggerRetry is attempt 2 or later of a scheduled slot whose last
+	// attempt failed (the job's retries); its key names the slot and the
+	// attempt, and it is elected by a request id made of them.
+	TriggerRetry Trigger = "retry"
 )
 
+// Retries of a failed scheduled run: a job's retries (0 to MaxRetries)
+// and retry_delay_seconds (MinRetryDelaySec to MaxRetryDelaySec), the
+// delay before the first retry; each later retry waits twice as long as
+// the one before, at most MaxRetryBackoffSec.
+const (
+	MaxRetries         = 10
+	MinRetryDelaySec   = 1
+	MaxRetryDelaySec   = 3600
+	MaxRetryBackoffSec = 6 * 3600
+	// DefaultRetryDelaySec is a new job's retry_delay_seconds.
+	DefaultRetryDelaySec = 60
+)
+
+// MaxRetryStart is how long after its slot a retry may start: a day, so
+// that with the longest timeout (a day) it ends well inside the outcome
+// hook's MaxRunAge (72 h), which refuses older slots. A weekly job's
+// retries stop there, however many are left.
+const MaxRetryStart = 24 * time.Hour
+
 // Triggers are every trigger a run may have.
-var Triggers = []Trigger{TriggerScheduled, TriggerManual, TriggerCatchUp}
+var Triggers = []Trigger{TriggerScheduled, TriggerManual, TriggerCatchUp, TriggerBackfill, TriggerRetry}
+
+// MaxBackfillAge bounds how far back a backfill may reach: a week of
+// slots. The outcome hook accepts a backfill's report for as long after
+// that as any run's (MaxRunAge), so a backfill of the oldest slot allowed
+// still reports after the longest timeout.
+const MaxBackfillAge = 7 * 24 * time.Hour
 
 // RecordedTrigger is the trigger to record for a run whose key has
 // keyTrigger when its node says reported ("" when it says nothing, as
@@ -405,6 +439,12 @@ func SkipMarkerPrefix(jobID string) string { return UnitPrefix + jobID + ".skip.
 type RunNowRequest struct {
 	Unit    string `json:"unit"`
 	Request string `json:"request"`
+	// RunKey is the key of a request that is not a plain run-now (a
+	// backfill: runkey.Backfill(job, slot, Request); a retry:
+	// runkey.Retry(job, slot, attempt), Request its RequestID); empty for
+	// run-now. An older node agent ignores it and runs the request as a
+	// run-now of Request.
+	RunKey string `json:"run_key,omitempty"`
 }
 
 // ErrRunNowNotTaken: no start on the node took a run-now request in time;

@@ -1,0 +1,260 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/hostcron/hostcron/internal/runkey"
+	"github.com/hostcron/hostcron/internal/store"
+	"github.com/hostcron/hostcron/internal/wire"
+)
+
+// retryJob creates an active daily job (midnight UTC) with retries and
+// maxFailures: its slot today is always a day from the next.
+func (f *fixture) retryJob(retries, maxFailures int) store.CronJob {
+	f.t.Helper()
+	j, _, err := f.st.CreateJob(context.Background(), f.tenant, store.JobFields{WebrootID: f.webroot, Schedule: "0 0 * * *", Timezone: "UTC",
+		Command: "false", Enabled: true, TimeoutSeconds: 60, MaxMemoryMB: 64, MaxFailures: maxFailures,
+		Retries: retries, RetryDelaySeconds: 30}, nil)
+	must(f.t, err)
+	f.activate(j.ID)
+	return f.get(j.ID)
+}
+
+// attempt records the outcome of a run of j under key at slot.
+func (f *fixture) attempt(j store.CronJob, key string, slot time.Time, r wire.Result) store.OutcomeResult {
+	f.t.Helper()
+	now := time.Now().UTC()
+	started, finished := now.Add(-2*time.Second), now.Add(-time.Second)
+	res, err := f.st.RecordOutcome(context.Background(), f.node, j.ID, store.Outcome{
+		RunKey: key, Version: j.Version, ScheduledAt: slot, StartedAt: &started, FinishedAt: &finished, Result: r,
+	})
+	must(f.t, err)
+	return res
+}
+
+// retryTasks are the job's queued retries: key to not_before.
+func (f *fixture) retryTasks(id string) map[string]time.Time {
+	f.t.Helper()
+	rows, err := f.st.Pool().Query(context.Background(), `SELECT run_key, not_before FROM cron_job_tasks
+		WHERE cron_job_id = $1 AND action = 'run_now' AND run_key LIKE '%#retry#%'`, id)
+	must(f.t, err)
+	defer rows.Close()
+	out := map[string]time.Time{}
+	for rows.Next() {
+		var k string
+		var at time.Time
+		must(f.t, rows.Scan(&k, &at))
+		out[k] = at
+	}
+	must(f.t, rows.Err())
+	return out
+}
+
+// A slot that fails twice and then succeeds with retries=3: attempts 1, 2
+// and 3 are runs of their own with the same slot, each failure queues the
+// next attempt once (a redelivered outcome queues nothing more), with the
+// delay doubled, and no failure counts: the slot's last attempt succeeded.
+func TestRetriesFailTwiceThenSucceed(t *testing.T) {
+	f := newFixture(t)
+	j := f.retryJob(3, 2)
+	slot := time.Now().UTC().Truncate(24 * time.Hour)
+	before := time.Now()
+
+	if res := f.attempt(j, runkey.Scheduled(j.ID, slot), slot, wire.ResultExitCode); res.Job.ConsecutiveFailures != 0 || res.AutoDisabled {
+		t.Fatalf("attempt 1 with a retry queued counted: %+v", res.Job)
+	}
+	if res := f.attempt(j, runkey.Scheduled(j.ID, slot), slot, wire.ResultExitCode); !res.Duplicate {
+		t.Fatalf("redelivered attempt 1: %+v", res)
+	}
+	tasks := f.retryTasks(j.ID)
+	due2, ok := tasks[runkey.Retry(j.ID, slot, 2)]
+	if len(tasks) != 1 || !ok || due2.Before(before.Add(30*time.Second)) || due2.After(time.Now().Add(31*time.Second)) {
+		t.Fatalf("retry tasks %v: want attempt 2, due 30 s after the failure", tasks)
+	}
+	before = time.Now()
+	if res := f.attempt(j, runkey.Retry(j.ID, slot, 2), slot, wire.ResultTimeout); res.Job.ConsecutiveFailures != 0 || res.AutoDisabled {
+		t.Fatalf("attempt 2 with a retry queued counted: %+v", res.Job)
+	}
+	tasks = f.retryTasks(j.ID)
+	due3, ok := tasks[runkey.Retry(j.ID, slot, 3)]
+	if len(tasks) != 2 || !ok || due3.Before(before.Add(time.Minute)) || due3.After(time.Now().Add(61*time.Second)) {
+		t.Fatalf("retry tasks %v: want attempt 3, due 60 s after attempt 2's failure", tasks)
+	}
+	res := f.attempt(j, runkey.Retry(j.ID, slot, 3), slot, wire.ResultSuccess)
+	if res.Job.ConsecutiveFailures != 0 || len(f.retryTasks(j.ID)) != 2 {
+		t.Fatalf("after the success: %+v, tasks %v", res.Job, f.retryTasks(j.ID))
+	}
+	rows, err := f.st.Pool().Query(context.Background(), `SELECT attempt, trigger, result FROM cron_job_runs
+		WHERE cron_job_id = $1 AND scheduled_at = $2 ORDER BY attempt`, j.ID, slot)
+	must(t, err)
+	var got []string
+	for rows.Next() {
+		var a int
+		var trig, result string
+		must(t, rows.Scan(&a, &trig, &result))
+		got = append(got, trig+"/"+result+"/"+string(rune('0'+a)))
+	}
+	rows.Close()
+	want := []string{"scheduled/exit_code/1", "retry/timeout/2", "retry/success/3"}
+	if len(got) != 3 || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+		t.Errorf("runs of the slot %v, want %v", got, want)
+	}
+}
+
+// Only the last attempt counts: a slot whose every attempt failed counts
+// once, so max_failures 1 disables the job at the last attempt, not at
+// the first (which would stop its retries).
+func TestOnlyTheLastAttemptCounts(t *testing.T) {
+	f := newFixture(t)
+	j := f.retryJob(1, 1)
+	f.target(f.tenant, nil, "run_failed", "auto_disabled")
+	slot := time.Now().UTC().Truncate(24 * time.Hour)
+	if res := f.attempt(j, runkey.Scheduled(j.ID, slot), slot, wire.ResultExitCode); res.AutoDisabled || res.Job.ConsecutiveFailures != 0 ||
+		res.Retry != runkey.Retry(j.ID, slot, 2) {
+		t.Fatalf("attempt 1 disabled the job or queued no retry: %+v", res)
+	}
+	// A failed attempt with a retry queued notifies nothing; the last does.
+	if n := f.count(`SELECT count(*) FROM notification_events WHERE cron_job_id = $1`, j.ID); n != 0 {
+		t.Errorf("attempt 1 emitted %d notification events", n)
+	}
+	res := f.attempt(j, runkey.Retry(j.ID, slot, 2), slot, wire.ResultExitCode)
+	if !res.AutoDisabled || res.Job.ConsecutiveFailures != 1 || res.Retry != "" {
+		t.Fatalf("the last attempt's failure: %+v, want 1 failure, auto-disabled, no retry", res)
+	}
+	if n := f.count(`SELECT count(*) FROM notification_events WHERE cron_job_id = $1 AND kind IN ('run_failed', 'auto_disabled')`, j.ID); n != 2 {
+		t.Errorf("the last attempt emitted %d run_failed/auto_disabled events, want 2", n)
+	}
+	if tasks := f.retryTasks(j.ID); len(tasks) != 1 {
+		t.Errorf("retry tasks %v: the last attempt queues none", tasks)
+	}
+}
+
+// No retry is made: for a platform error (never the tenant's), a run-now,
+// a failure whose retry would start after the next slot (an outcome that
+// arrives late), or an attempt of a version the job has left.
+func TestNoRetry(t *testing.T) {
+	f := newFixture(t)
+	j := f.retryJob(3, 0)
+	slot := time.Now().UTC().Truncate(24 * time.Hour)
+	f.attempt(j, runkey.Scheduled(j.ID, slot), slot, wire.ResultPlatformError)
+	f.attempt(j, runkey.Manual(j.ID, "5"), time.Now().UTC(), wire.ResultExitCode)
+	old := slot.Add(-24 * time.Hour) // yesterday's: its next slot (today's) has come
+	if res := f.attempt(j, runkey.Scheduled(j.ID, old), old, wire.ResultExitCode); res.Job.ConsecutiveFailures != 2 {
+		t.Errorf("a late failure not retried must count: %+v", res.Job) // the run-now's and this one
+	}
+	changed, err := f.st.UpdateJob(context.Background(), j.ID, 0, func(fl store.JobFields) (store.JobFields, error) {
+		fl.Command = "true"
+		return fl, nil
+	})
+	must(t, err)
+	f.activate(j.ID)
+	// Today's slot, run by the old version on a node that had not yet
+	// taken the change: its failure replaces the other node's platform
+	// error, and is not retried.
+	if res := f.attempt(j, runkey.Scheduled(j.ID, slot), slot, wire.ResultExitCode); !res.Replaced {
+		t.Fatalf("the old version's failure: %+v, want it to replace the platform error", res)
+	}
+	if changed.Version == j.Version {
+		t.Fatal("the update kept the version")
+	}
+	if tasks := f.retryTasks(j.ID); len(tasks) != 0 {
+		t.Errorf("retry tasks %v, want none", tasks)
+	}
+}
+
+// A retry that never reports (its job changed before it was sent, the
+// runner refused it past the next slot, its node died) leaves its failed
+// attempt as the slot's last: the sweep makes it count again once the
+// retry was due + timeout + grace ago, and a later report of the retry
+// supersedes it after all.
+func TestDroppedRetryCountsAgain(t *testing.T) {
+	f := newFixture(t)
+	j := f.retryJob(2, 0)
+	slot := time.Now().UTC().Truncate(24 * time.Hour)
+	f.attempt(j, runkey.Scheduled(j.ID, slot), slot, wire.ResultExitCode)
+	ctx := context.Background()
+	if n, err := f.st.ResolveDroppedRetries(ctx, time.Now(), store.RetryGrace); err != nil || n != 0 {
+		t.Fatalf("resolved %d (%v) before the retry was due", n, err)
+	}
+	n, err := f.st.ResolveDroppedRetries(ctx, time.Now().Add(time.Minute+store.RetryGrace+2*time.Minute), store.RetryGrace)
+	if err != nil || n != 1 {
+		t.Fatalf("resolved %d (%v), want the one dropped retry", n, err)
+	}
+	next := slot.Add(-24 * time.Hour) // an older slot's report recounts
+	if res := f.attempt(j, runkey.Scheduled(j.ID, next), next, wire.ResultSuccess); res.Job.ConsecutiveFailures != 1 {
+		t.Errorf("after the resolve: %d failures, want the dropped retry's failed attempt", res.Job.ConsecutiveFailures)
+	}
+	// The retry reports after all, late: the attempt before is superseded.
+	if res := f.attempt(j, runkey.Retry(j.ID, slot, 2), slot, wire.ResultSuccess); res.Job.ConsecutiveFailures != 0 {
+		t.Errorf("after the late retry's success: %d failures, want 0", res.Job.ConsecutiveFailures)
+	}
+}
+
+// A delayed retry waits in the outbox without holding up the job's later
+// changes: a disable queued after it goes out first; the retry goes once
+// due.
+func TestDelayedRetryDoesNotBlockTheJob(t *testing.T) {
+	f := newFixture(t)
+	j := f.retryJob(1, 0)
+	slot := time.Now().UTC().Truncate(24 * time.Hour)
+	ctx := context.Background()
+	_, err := f.st.Pool().Exec(ctx, `UPDATE cron_job_tasks SET dispatched_at = now() WHERE cron_job_id = $1`, j.ID)
+	must(t, err)
+	f.attempt(j, runkey.Scheduled(j.ID, slot), slot, wire.ResultExitCode)
+	_, err = f.st.DisableJob(ctx, j.ID, 0)
+	must(t, err)
+	tasks, err := f.st.ClaimTasks(ctx, 100, time.Minute)
+	must(t, err)
+	if len(tasks) != 1 || tasks[0].Action != wire.ActionDisable {
+		t.Fatalf("claimed %+v, want the disable alone", tasks)
+	}
+	must(t, f.st.MarkDispatched(ctx, tasks[0].ID))
+	_, err = f.st.Pool().Exec(ctx, `UPDATE cron_job_tasks SET not_before = now() - interval '1 second' WHERE cron_job_id = $1 AND run_key <> ''`, j.ID)
+	must(t, err)
+	tasks, err = f.st.ClaimTasks(ctx, 100, time.Minute)
+	must(t, err)
+	if len(tasks) != 1 || tasks[0].RunKey != runkey.Retry(j.ID, slot, 2) {
+		t.Fatalf("claimed %+v once due, want the retry", tasks)
+	}
+}
+
+// The core dies (here: its statement fails) between recording a failed
+// attempt and queueing its retry: both are one transaction, so neither
+// stands, and the node's redelivery (its spool) records the failure and
+// queues the retry, once.
+func TestRetryIsQueuedWithItsFailureOrNotAtAll(t *testing.T) {
+	f := newFixture(t)
+	j := f.retryJob(2, 0)
+	slot := time.Now().UTC().Truncate(24 * time.Hour)
+	ctx := context.Background()
+	_, err := f.st.Pool().Exec(ctx, `
+		CREATE FUNCTION fail_retry_task() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'injected: the core died'; END $$;
+		CREATE TRIGGER fail_retry_task BEFORE INSERT ON cron_job_tasks
+			FOR EACH ROW WHEN (NEW.run_key LIKE '%#retry#%') EXECUTE FUNCTION fail_retry_task();`)
+	must(t, err)
+	now := time.Now().UTC()
+	o := store.Outcome{RunKey: runkey.Scheduled(j.ID, slot), Version: j.Version, ScheduledAt: slot, StartedAt: &now, FinishedAt: &now,
+		Result: wire.ResultExitCode}
+	if _, err := f.st.RecordOutcome(ctx, f.node, j.ID, o); err == nil {
+		t.Fatal("the injected failure did not fail the recording")
+	}
+	if n := f.count(`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1`, j.ID); n != 0 {
+		t.Fatalf("%d runs recorded without their retry", n)
+	}
+	_, err = f.st.Pool().Exec(ctx, `DROP TRIGGER fail_retry_task ON cron_job_tasks`)
+	must(t, err)
+	for range 2 { // the spool redelivers, twice
+		if _, err := f.st.RecordOutcome(ctx, f.node, j.ID, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if tasks := f.retryTasks(j.ID); len(tasks) != 1 {
+		t.Errorf("retry tasks %v, want one", tasks)
+	}
+	if n := f.count(`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1 AND superseded`, j.ID); n != 1 {
+		t.Errorf("%d superseded runs, want the failed attempt", n)
+	}
+}
