@@ -146,7 +146,7 @@ func startNodeWorker(ctx context.Context, cfg nodeconf.Config, nm *metrics.Node,
 	m.SetObserver(nm)
 	warnControlPlane(ctx, cfg, log)
 	go startsLoop(ctx, cfg, m, log.With("component", "starts"))
-	w := worker.New(tc, workflows.NodeTaskQueue(cfg.NodeID), worker.Options{MaxConcurrentActivityExecutionSize: 4})
+	w := worker.New(tc, workflows.NodeTaskQueue(cfg.NodeID), worker.Options{MaxConcurrentActivityExecutionSize: activitySlots})
 	// A converge hands this node a reference; it reads its desired set
 	// from the core API in pages, as this node (its credential).
 	desiredSets := desiredset.Client{BaseURL: cfg.APIURL, Credential: cfg.Credential,
@@ -160,6 +160,15 @@ func startNodeWorker(ctx context.Context, cfg nodeconf.Config, nm *metrics.Node,
 	}
 	return func() { w.Stop(); closeConn(); tc.Close() }, nil
 }
+
+// activitySlots is how many activities the agent runs at once. The core
+// sends each job change as its own activity, and the unit manager's apply
+// queue merges those that wait while an apply runs into one plan and one
+// daemon-reload (issue 16): the slots bound the batch, so with 4 a burst
+// of 1,000 changes cost 250 reloads. A waiting change is a goroutine and
+// leaves when its deadline passes (Temporal retries it), so many slots
+// cost little, and leave room for a run-now or cancel during a burst.
+const activitySlots = 64
 
 // announce tells the core this node is up, so it converges the node; it
 // retries until the core answers.
