@@ -22,9 +22,10 @@ import (
 type burstReport struct {
 	Changes     int      `json:"changes"`
 	Concurrency int      `json:"concurrency"`
-	Plans       int      `json:"plans"`   // plan+apply runs: batches of the apply queue
-	Reloads     int      `json:"reloads"` // daemon-reloads they issued
-	TookMS      int64    `json:"took_ms"` // first change queued to last one applied
+	Plans       int      `json:"plans"`     // plan+apply runs: batches of the apply queue
+	Reloads     int      `json:"reloads"`   // daemon-reloads they issued
+	ReloadMS    int64    `json:"reload_ms"` // the reloads' time, summed
+	TookMS      int64    `json:"took_ms"`   // first change queued to last one applied
 	ReconcileMS int64    `json:"reconcile_ms,omitempty"`
 	Failed      []string `json:"failed,omitempty"`
 	// VmHWMKB is this process's peak resident memory (VmHWM) at the end:
@@ -36,6 +37,7 @@ type burstReport struct {
 type countingObserver struct {
 	mu             sync.Mutex
 	plans, reloads int
+	reloadTime     time.Duration
 }
 
 func (o *countingObserver) Applied(string, bool, time.Duration, map[string]int, error, time.Time) {
@@ -44,10 +46,11 @@ func (o *countingObserver) Applied(string, bool, time.Duration, map[string]int, 
 	o.plans++
 }
 
-func (o *countingObserver) Reloaded(time.Duration) {
+func (o *countingObserver) Reloaded(took time.Duration) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.reloads++
+	o.reloadTime += took
 }
 
 // burstCmd applies each job as its own Apply call, at most concurrency at
@@ -99,7 +102,7 @@ func burst(ctx context.Context, m *unitmgr.Manager, jobs []wire.Job, setPath str
 		out.ReconcileMS = time.Since(start).Milliseconds()
 	}
 	obs.mu.Lock()
-	obs.plans, obs.reloads = 0, 0 // the burst's only
+	obs.plans, obs.reloads, obs.reloadTime = 0, 0, 0 // the burst's only
 	obs.mu.Unlock()
 	var mu sync.Mutex
 	slots := make(chan struct{}, concurrency)
@@ -122,7 +125,7 @@ func burst(ctx context.Context, m *unitmgr.Manager, jobs []wire.Job, setPath str
 	wg.Wait()
 	out.TookMS = time.Since(start).Milliseconds()
 	obs.mu.Lock()
-	out.Plans, out.Reloads = obs.plans, obs.reloads
+	out.Plans, out.Reloads, out.ReloadMS = obs.plans, obs.reloads, obs.reloadTime.Milliseconds()
 	obs.mu.Unlock()
 	out.VmHWMKB = peakRSSKB()
 	return out, nil
