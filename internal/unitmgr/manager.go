@@ -1,7 +1,8 @@
 // Package unitmgr keeps a node's cron units in a desired state through
 // systemd: it observes the unit files, specs and systemd's view, makes a
 // plan (MakePlan, pure) of ordered steps with reasons, and applies it
-// through the Systemd interface. One plan+apply runs at a time.
+// through the Systemd interface. One plan+apply runs at a time; changes
+// that wait for it are merged into one plan (the apply queue, queue.go).
 // It knows nothing of Temporal.
 package unitmgr
 

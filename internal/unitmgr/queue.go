@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -130,6 +131,19 @@ func (m *Manager) runBatch(batch []*queued) {
 	}
 	ctx, stop := untilAllDone(ctxs)
 	defer stop()
+	delivered := false
+	defer func() {
+		// A panic here would end the agent, not one activity as it did
+		// when each ran its own apply (the worker recovers those): each
+		// caller gets it as an error, Temporal retries, and the dirty
+		// marker makes the retry reload whatever the batch had written.
+		if r := recover(); r != nil && !delivered {
+			m.log.Error("apply queue: a batch panicked", "panic", r, "stack", string(debug.Stack()))
+			for _, q := range batch {
+				q.done <- result{err: fmt.Errorf("apply of %d queued changes panicked: %v", len(batch), r)}
+			}
+		}
+	}()
 	req := mergeBatch(reqs)
 	if len(batch) > 1 {
 		m.log.Debug("apply queue: one plan for several changes", "changes", len(batch), "jobs", len(req.Jobs), "removals", len(req.Names))
@@ -141,11 +155,12 @@ func (m *Manager) runBatch(batch []*queued) {
 	if m.obs != nil {
 		m.obs.Applied(string(req.Op), req.Operator, time.Since(start), e.steps, err, m.now())
 	}
-	if len(batch) == 1 {
-		batch[0].done <- result{rep, err}
-		return
+	results := []result{{rep, err}}
+	if len(batch) > 1 {
+		results = splitResult(reqs, req, rep, err)
 	}
-	for i, r := range splitResult(reqs, req, rep, err) {
+	delivered = true
+	for i, r := range results {
 		batch[i].done <- r
 	}
 }

@@ -505,3 +505,28 @@ func TestBatchPlanEndsEachJobsCatchUp(t *testing.T) {
 		t.Errorf("catch-ups ended %q, want %q (plan %v)", ended, want, summary(p))
 	}
 }
+
+// A batch that panics (here in its daemon-reload) fails its callers with
+// an error instead of ending the agent, and the node goes on applying.
+func TestBatchPanicFailsItsCallers(t *testing.T) {
+	m, f, release := blockedNode(t)
+	f.setOnReload(func() {
+		if countOf(f.Calls(), "reload") == 2 {
+			panic("boom")
+		}
+	})
+	results := queueCalls(t, m, []func() (wire.NodeReport, error){
+		func() (wire.NodeReport, error) { return m.Apply(context.Background(), []wire.Job{job(idA)}) },
+		func() (wire.NodeReport, error) { return m.Apply(context.Background(), []wire.Job{job(idB)}) },
+	})
+	release()
+	for i, ch := range results {
+		if r := <-ch; r.err == nil || !strings.Contains(r.err.Error(), "panicked") {
+			t.Errorf("caller %d: %v, want the panic as an error", i, r.err)
+		}
+	}
+	rep, err := m.Apply(context.Background(), []wire.Job{job(idA), job(idB)})
+	if err != nil || rep.Reloads != 1 {
+		t.Errorf("apply after the panic: %+v %v, want a reload (the dirty marker)", rep, err)
+	}
+}
