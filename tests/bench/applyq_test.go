@@ -7,10 +7,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/hostcron/hostcron/internal/store"
 	"github.com/hostcron/hostcron/internal/wire"
 )
 
@@ -95,4 +99,64 @@ func envStr(name, def string) string {
 		return v
 	}
 	return def
+}
+
+// TestElectionDuringBurst (issue 16): every node of the shard holds
+// BENCH_BURST_ELECTION_TIMERS cron timers and takes a burst of
+// BENCH_BURST_CHANGES schedule changes at once (as 1,000 job changes
+// reach each node of a 3-node shard), while a 10-second job runs on all
+// three: the election latency (first node's timer start to the elected
+// run's start) of the slots during the bursts.
+func TestElectionDuringBurst(t *testing.T) {
+	timers := envInt("BENCH_BURST_ELECTION_TIMERS", 1000)
+	changes := min(envInt("BENCH_BURST_CHANGES", 1000), timers)
+	set := jobs(timers)
+	eachNode(t, func(n string) { c.Agent(t, n, set, nil, "reconcile") })
+	j := c.NewJob(t, "acme", "*/10 * * * * *", "true", 30, 64, 0)
+	eachNode(t, func(n string) { c.Agent(t, n, []wire.Job{j}, nil, "apply") })
+	start := time.Now()
+	reloads := make(map[string]burstOut)
+	var mu sync.Mutex
+	eachNode(t, func(n string) {
+		var b burstOut
+		c.Agent(t, n, withSchedule(set[:changes], 2, "0 4 * * *"), &b, "burst")
+		mu.Lock()
+		reloads[n] = b
+		mu.Unlock()
+	})
+	end := time.Now()
+	runs := c.WaitRuns(t, j.ID, 2*time.Minute+end.Sub(start), func(r []store.Run) bool {
+		return len(r) > 0 && r[0].ScheduledAt.After(end.Add(10*time.Second)) // newest first
+	})
+	eachNode(t, func(n string) { c.Agent(t, n, []wire.Job{}, nil, "reconcile") })
+	var lat []time.Duration
+	for slot, d := range electionLatencies(t, j, runs) {
+		if !slot.Before(start) && slot.Before(end) {
+			lat = append(lat, d)
+		}
+	}
+	if len(lat) == 0 {
+		t.Fatal("no slot during the bursts")
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	var per []string
+	for _, n := range c.Nodes {
+		b := reloads[n]
+		per = append(per, fmt.Sprintf("%s:%d/%.0fs", n, b.Reloads, float64(b.TookMS)/1000))
+	}
+	fmt.Printf("BENCH election_during_burst timers=%d changes=%d burst_s=%.1f slots=%d p50_ms=%.1f p99_ms=%.1f max_ms=%.1f reloads=%s\n",
+		timers, changes, end.Sub(start).Seconds(), len(lat), ms(lat[len(lat)/2]), ms(lat[len(lat)*99/100]), ms(lat[len(lat)-1]), strings.Join(per, ","))
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// eachNode runs fn for every node at once and waits for all.
+func eachNode(t *testing.T, fn func(node string)) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for _, n := range c.Nodes {
+		wg.Add(1)
+		go func() { defer wg.Done(); fn(n) }()
+	}
+	wg.Wait()
 }
