@@ -184,5 +184,5 @@ func unitsCmds(configPath *string, log *slog.Logger) []*cobra.Command {
 			return map[string]bool{"stopped": stopped}, err
 		}),
 	}
-	return []*cobra.Command{reconcile, planCmd(configPath, log), apply, remove, state, runNow, cancel}
+	return []*cobra.Command{reconcile, planCmd(configPath, log), apply, burstCmd(configPath, log), remove, state, runNow, cancel}
 }

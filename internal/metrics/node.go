@@ -24,7 +24,7 @@ func NewNode(reg prometheus.Registerer) *Node {
 	m := &Node{
 		ApplyDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "hostcron_node_apply_duration_seconds",
-			Help:    "Plan and apply of the node's cron units, by operation (apply, reconcile, remove) and result (ok, error).",
+			Help:    "Plan and apply of the node's cron units, by operation (apply, reconcile, remove; batch: applies and removals the apply queue merged) and result (ok, error).",
 			Buckets: []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120},
 		}, []string{"op", "result"}),
 		ReloadDuration: prometheus.NewHistogram(prometheus.HistogramOpts{

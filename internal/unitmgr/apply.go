@@ -56,12 +56,26 @@ func (e *executor) count(k Kind, n int) {
 	}
 }
 
+// unitError is the failure of one unit's own step (a stop, an end of a
+// catch-up, a start): in a batch of several callers' changes it is the
+// error of the caller that asked for that unit only (splitResult).
+type unitError struct {
+	unit string
+	err  error
+}
+
+func (e *unitError) Error() string { return e.err.Error() }
+func (e *unitError) Unwrap() error { return e.err }
+
 // run executes p and reports as the workflows expect. A step of a unit
 // whose earlier step failed is skipped, except stop and disable: they
 // only take the unit towards "not running", which is always safe, and a
 // disabled job must stop even when its files cannot be written. A failed
-// systemd call (other than a stop) ends the run with an error, since what
-// follows depends on it; failed stops are returned after the rest ran.
+// node-wide systemd call (enable, disable, reload) or removal ends the
+// run with an error, since what follows depends on it; a unit's failed
+// stop or start (each touches that unit alone) is returned, as a
+// unitError, after the rest ran, so one job's broken timer does not leave
+// the other jobs of a batch unstarted.
 func (e *executor) run(ctx context.Context, p Plan) (wire.NodeReport, error) {
 	rep := wire.NodeReport{Failed: append([]string(nil), p.Failed...), Kept: append([]string(nil), p.Kept...),
 		Stale: append([]string(nil), p.Stale...)}
@@ -72,7 +86,7 @@ func (e *executor) run(ctx context.Context, p Plan) (wire.NodeReport, error) {
 			deleting[s.Unit] = true
 		}
 	}
-	var stopErrs []error
+	var unitErrs []error
 	marked := false
 	keepTombs := false // an unreadable tombstone file could not be set aside
 	for i := 0; i < len(p.Steps); i++ {
@@ -96,12 +110,12 @@ func (e *executor) run(ctx context.Context, p Plan) (wire.NodeReport, error) {
 			}
 		case KindStop:
 			if err := e.sys.StopUnit(ctx, s.Target); err != nil {
-				stopErrs = append(stopErrs, fmt.Errorf("stop %s: %w", s.Target, err))
+				unitErrs = append(unitErrs, &unitError{s.Unit, fmt.Errorf("stop %s: %w", s.Target, err)})
 			}
 		case KindEndCatchUp:
 			if e.endCatchUp != nil {
 				if err := e.endCatchUp(ctx, s.Unit); err != nil {
-					stopErrs = append(stopErrs, fmt.Errorf("end catch-up of %s: %w", s.Target, err))
+					unitErrs = append(unitErrs, &unitError{s.Unit, fmt.Errorf("end catch-up of %s: %w", s.Target, err)})
 				}
 			}
 		case KindDisable, KindEnable:
@@ -112,7 +126,7 @@ func (e *executor) run(ctx context.Context, p Plan) (wire.NodeReport, error) {
 			}
 			e.count(s.Kind, len(batch))
 			if err := e.setEnablement(ctx, s.Kind, batch, deleting, &rep); err != nil {
-				return rep, errors.Join(append(stopErrs, err)...)
+				return rep, errors.Join(append(unitErrs, err)...)
 			}
 		case KindLockDir:
 			if err := e.ensureLockDir(s); err != nil {
@@ -125,7 +139,7 @@ func (e *executor) run(ctx context.Context, p Plan) (wire.NodeReport, error) {
 			}
 			if err := e.fileStep(s, &rep); err != nil {
 				if s.Kind == KindRemove {
-					return rep, errors.Join(append(stopErrs, err)...)
+					return rep, errors.Join(append(unitErrs, err)...)
 				}
 				e.fail(&rep, failed, s, err)
 			}
@@ -136,17 +150,17 @@ func (e *executor) run(ctx context.Context, p Plan) (wire.NodeReport, error) {
 				e.obs.Reloaded(time.Since(start))
 			}
 			if err != nil {
-				return rep, errors.Join(append(stopErrs, fmt.Errorf("daemon-reload: %w", err))...)
+				return rep, errors.Join(append(unitErrs, fmt.Errorf("daemon-reload: %w", err))...)
 			}
 			rep.Reloads = 1
 			e.unmark()
 		case KindStart, KindRestart:
 			if err := e.activate(ctx, s); err != nil {
-				return rep, errors.Join(append(stopErrs, err)...)
+				unitErrs = append(unitErrs, &unitError{s.Unit, err})
 			}
 		}
 	}
-	return rep, errors.Join(stopErrs...)
+	return rep, errors.Join(unitErrs...)
 }
 
 func (e *executor) fail(rep *wire.NodeReport, failed map[string]bool, s Step, err error) {

@@ -25,8 +25,10 @@ type fakeSystemd struct {
 	calls     []string
 	active    map[string]bool // unit file name → active
 	failStart error
+	failUnit  string // when set, only this unit's start fails with failStart
 	failRload error
 	inReload  chan struct{} // when set, Reload blocks until it is closed
+	onReload  func()        // when set, called in every Reload (before inReload)
 	needRload map[string]bool
 	wantsDir  string // enable and disable make and remove links here, as systemd does
 }
@@ -49,6 +51,12 @@ func (f *fakeSystemd) Calls() []string {
 
 func (f *fakeSystemd) Reload(context.Context) error {
 	f.record("reload")
+	f.mu.Lock()
+	onReload := f.onReload
+	f.mu.Unlock()
+	if onReload != nil {
+		onReload()
+	}
 	if f.inReload != nil {
 		<-f.inReload
 	}
@@ -72,9 +80,12 @@ func (f *fakeSystemd) DisableUnitFiles(_ context.Context, files []string) error 
 	}
 	return nil
 }
-func (f *fakeSystemd) StartUnit(_ context.Context, n string) error {
+func (f *fakeSystemd) StartUnit(ctx context.Context, n string) error {
 	f.record("start %s", n)
-	if f.failStart != nil {
+	if err := ctx.Err(); err != nil {
+		return err // as a D-Bus call on an ended context
+	}
+	if f.failStart != nil && (f.failUnit == "" || f.failUnit == n) {
 		return f.failStart
 	}
 	f.mu.Lock()

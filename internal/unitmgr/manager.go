@@ -1,7 +1,8 @@
 // Package unitmgr keeps a node's cron units in a desired state through
 // systemd: it observes the unit files, specs and systemd's view, makes a
 // plan (MakePlan, pure) of ordered steps with reasons, and applies it
-// through the Systemd interface. One plan+apply runs at a time.
+// through the Systemd interface. One plan+apply runs at a time; changes
+// that wait for it are merged into one plan (the apply queue, queue.go).
 // It knows nothing of Temporal.
 package unitmgr
 
@@ -40,6 +41,7 @@ type Manager struct {
 	runNow    runNowHooks // zero: the node's (see runNowHooks)
 	cancel    cancelPaths // zero: the node's (see cancelPaths)
 	obs       Observer    // nil: nothing observes
+	q         applyQueue  // Apply, Delete, Reconcile and Remove wait here (queue.go)
 }
 
 // Observer is told what each plan+apply did, for the agent's metrics
@@ -143,23 +145,6 @@ func (m *Manager) plan(ctx context.Context, req Request) (Plan, error) {
 		return Plan{}, err
 	}
 	return MakePlan(m.layout, req, obs)
-}
-
-// do plans and applies req under the manager's lock.
-func (m *Manager) do(ctx context.Context, req Request) (wire.NodeReport, error) {
-	release, err := m.acquire(ctx)
-	if err != nil {
-		return wire.NodeReport{}, err
-	}
-	defer release()
-	start := time.Now()
-	e := executor{sys: m.sys, layout: m.layout, log: m.log, lockDir: m.lockDir, obs: m.obs, steps: map[string]int{},
-		endCatchUp: m.endCatchUp}
-	rep, err := m.planAndRun(ctx, req, &e)
-	if m.obs != nil {
-		m.obs.Applied(string(req.Op), req.Operator, time.Since(start), e.steps, err, m.now())
-	}
-	return rep, err
 }
 
 func (m *Manager) planAndRun(ctx context.Context, req Request, e *executor) (wire.NodeReport, error) {

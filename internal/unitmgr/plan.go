@@ -23,6 +23,11 @@ const (
 	OpApply     Op = "apply"     // add or update these jobs, leave others alone
 	OpReconcile Op = "reconcile" // exactly these jobs: orphans go
 	OpRemove    Op = "remove"    // remove these unit names
+	// OpBatch is what the apply queue makes of the core's applies and
+	// deletes of different jobs that waited together (mergeBatch): add or
+	// update Jobs, remove Names each at its own version (Versions), leave
+	// others alone.
+	OpBatch Op = "batch"
 )
 
 // Request is one operation on the node's cron units.
@@ -45,6 +50,9 @@ type Request struct {
 	// did not say, a task from before versions were sent; the tombstone
 	// refuses every version, since a deleted job's id never comes back).
 	Version int64
+	// Versions (OpBatch) is the delete version of each of Names, as
+	// Version is for an OpRemove of them alone.
+	Versions map[string]int64
 	// Operator marks an operator's command (the node-agent CLI), not the
 	// core's: a reconcile's set is complete (every unit not in it goes,
 	// whatever the snapshot), tombstones never refuse its jobs (it lifts
@@ -215,7 +223,7 @@ func intentsFor(l Layout, req Request, obs Observed, p *Plan) ([]intent, []strin
 	byName := map[string]intent{}
 	var lift []string
 	switch req.Op {
-	case OpApply, OpReconcile:
+	case OpApply, OpReconcile, OpBatch:
 		for i := range req.Jobs {
 			j := req.Jobs[i]
 			if t, ok := obs.Tombstones[j.UnitName()]; ok && t.Refuses(j, req.Now) {
@@ -238,6 +246,11 @@ func intentsFor(l Layout, req Request, obs Observed, p *Plan) ([]intent, []strin
 		if req.Op == OpReconcile {
 			addOrphans(byName, req, obs, p)
 		}
+		if req.Op == OpBatch {
+			if err := addRemovals(byName, req, obs); err != nil {
+				return nil, nil, err
+			}
+		}
 	case OpRemove:
 		for _, n := range req.Names {
 			if !validUnitName(n) {
@@ -254,6 +267,19 @@ func intentsFor(l Layout, req Request, obs Observed, p *Plan) ([]intent, []strin
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
 	return out, lift, nil
+}
+
+// addRemovals adds a batch's deletes, each with its own version: the
+// intent an OpRemove of that name alone at that version would have.
+func addRemovals(byName map[string]intent, req Request, obs Observed) error {
+	for _, n := range req.Names {
+		if !validUnitName(n) {
+			return fmt.Errorf("remove: %q is not a cron unit name", n)
+		}
+		alone := Request{Op: OpRemove, Version: req.Versions[n], Operator: req.Operator, Now: req.Now}
+		byName[n] = removeIntent(n, alone, obs)
+	}
+	return nil
 }
 
 // lifts reports whether req installs a job whose tombstone t refuses it,

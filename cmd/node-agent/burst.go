@@ -1,0 +1,149 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hostcron/hostcron/internal/unitmgr"
+	"github.com/hostcron/hostcron/internal/wire"
+)
+
+// burstReport is what `node-agent burst` measured.
+type burstReport struct {
+	Changes     int      `json:"changes"`
+	Concurrency int      `json:"concurrency"`
+	Plans       int      `json:"plans"`     // plan+apply runs: batches of the apply queue
+	Reloads     int      `json:"reloads"`   // daemon-reloads they issued
+	ReloadMS    int64    `json:"reload_ms"` // the reloads' time, summed
+	TookMS      int64    `json:"took_ms"`   // first change queued to last one applied
+	ReconcileMS int64    `json:"reconcile_ms,omitempty"`
+	Failed      []string `json:"failed,omitempty"`
+	// VmHWMKB is this process's peak resident memory (VmHWM) at the end:
+	// with --set, that of an agent that converged the set, then took the burst.
+	VmHWMKB int64 `json:"vm_hwm_kb"`
+}
+
+// countingObserver counts the manager's plan+apply runs and reloads.
+type countingObserver struct {
+	mu             sync.Mutex
+	plans, reloads int
+	reloadTime     time.Duration
+}
+
+func (o *countingObserver) Applied(string, bool, time.Duration, map[string]int, error, time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.plans++
+}
+
+func (o *countingObserver) Reloaded(took time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.reloads++
+	o.reloadTime += took
+}
+
+// burstCmd applies each job as its own Apply call, at most concurrency at
+// once, as the core's job workflows send them to the daemon (one activity
+// per change, activitySlots at once): the apply queue's batching, for
+// tests and benchmarks. --concurrency 1 is the one-by-one baseline.
+func burstCmd(configPath *string, log *slog.Logger) *cobra.Command {
+	var file, set string
+	var concurrency int
+	cmd := &cobra.Command{
+		Use:   "burst --file JOBS.json [--set ALL.json] [--concurrency N]",
+		Short: "Apply each job as its own concurrent change, as the daemon's activities do, and print reloads, time and peak memory",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			jobs, err := readJobs(file)
+			if err != nil {
+				return err
+			}
+			return useManager(cmd.Context(), *configPath, log, func(m *unitmgr.Manager) error {
+				rep, err := burst(cmd.Context(), m, jobs, set, max(1, concurrency))
+				if err != nil {
+					return err
+				}
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(rep)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&file, "file", "-", "JSON array of jobs, each applied as its own change (- for stdin)")
+	cmd.Flags().StringVar(&set, "set", "", "JSON array of jobs to reconcile the node to first (exactly; not counted)")
+	cmd.Flags().IntVar(&concurrency, "concurrency", activitySlots, "changes in flight at once (the daemon's activity slots)")
+	return cmd
+}
+
+func burst(ctx context.Context, m *unitmgr.Manager, jobs []wire.Job, setPath string, concurrency int) (burstReport, error) {
+	out := burstReport{Changes: len(jobs), Concurrency: concurrency}
+	obs := &countingObserver{}
+	m.SetObserver(obs)
+	if setPath != "" {
+		all, err := readJobs(setPath)
+		if err != nil {
+			return out, err
+		}
+		start := time.Now()
+		if _, err := m.ReconcileExactly(ctx, all); err != nil {
+			return out, fmt.Errorf("reconcile the set first: %w", err)
+		}
+		out.ReconcileMS = time.Since(start).Milliseconds()
+	}
+	obs.mu.Lock()
+	obs.plans, obs.reloads, obs.reloadTime = 0, 0, 0 // the burst's only
+	obs.mu.Unlock()
+	var mu sync.Mutex
+	slots := make(chan struct{}, concurrency)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for _, j := range jobs {
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			rep, err := m.Apply(ctx, []wire.Job{j})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				out.Failed = append(out.Failed, fmt.Sprintf("%s: %v", j.UnitName(), err))
+			}
+			out.Failed = append(out.Failed, rep.Failed...)
+		}()
+	}
+	wg.Wait()
+	out.TookMS = time.Since(start).Milliseconds()
+	obs.mu.Lock()
+	out.Plans, out.Reloads, out.ReloadMS = obs.plans, obs.reloads, obs.reloadTime.Milliseconds()
+	obs.mu.Unlock()
+	out.VmHWMKB = peakRSSKB()
+	return out, nil
+}
+
+// peakRSSKB reads VmHWM from /proc/self/status (0 if it cannot).
+func peakRSSKB() int64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
