@@ -161,6 +161,11 @@ func (s *Server) started(c echo.Context) error {
 // are held to (the same job, slot, clock bounds and invocation format).
 func checkStart(jobID string, st wire.RunStart, now time.Time) error {
 	key, err := runkey.Parse(st.RunKey)
+	if err == nil {
+		if _, ok := wire.RecordedTrigger(key.Trigger, st.Trigger); !ok {
+			return invalid("trigger", "differs from the run key's (only a scheduled key may say catchup)")
+		}
+	}
 	started := st.StartedAt
 	return checkOutcome(jobID, key, err, wire.Outcome{RunKey: st.RunKey, Version: st.Version, ScheduledAt: st.ScheduledAt,
 		StartedAt: &started, Result: wire.ResultSuccess, InvocationID: st.InvocationID}, now)

@@ -581,3 +581,41 @@ func TestRunningRuns(t *testing.T) {
 		t.Errorf("a late start of a recorded run: %d %s, want noted false", code, out)
 	}
 }
+
+// TestRunningCatchUpSaysCatchup: a catch-up runs under its slot's
+// scheduled key, so only the node's start report tells it apart: a run in
+// progress it reports as catchup lists and reads as catchup, and the
+// trigger=catchup filter finds it. A start that claims catchup for a
+// manual key is refused and shows nothing.
+func TestRunningCatchUpSaysCatchup(t *testing.T) {
+	v := newEnv(t)
+	id := v.createJob(`,"catchup_window_seconds":600`)["id"].(string)
+	v.activate(id)
+	slot := time.Now().UTC().Add(-2 * time.Minute).Truncate(time.Minute)
+	key := id + "#scheduled#" + slot.Format(time.RFC3339)
+	start := func(runKey, trigger string) (int, []byte) {
+		b, _ := json.Marshal(map[string]any{"run_key": runKey, "version": 1, "scheduled_at": slot, "started_at": slot.Add(40 * time.Second),
+			"invocation_id": "0123456789abcdef0123456789abcdef", "trigger": trigger})
+		return v.do("POST", "/internal/v1/cron-jobs/"+id+"/started", v.node, string(b))
+	}
+	if code, out := start(id+"#manual#7", "catchup"); code != 400 || !strings.Contains(string(out), "trigger") {
+		t.Errorf("a manual key's start claiming catchup: %d %s, want 400 naming trigger", code, out)
+	}
+	if n := v.count(`SELECT count(*) FROM cron_job_run_starts`); n != 0 {
+		t.Fatalf("a refused start left %d rows", n)
+	}
+	if code, out := start(key, "catchup"); code != 200 || !strings.Contains(string(out), `"noted":true`) {
+		t.Fatalf("catch-up start: %d %s", code, out)
+	}
+	r := v.mustJSON("GET", "/api/v1/cron-jobs/"+id+"/runs/"+url.PathEscape(key), v.key, "", 200)
+	if r["result"] != "running" || r["trigger"] != "catchup" {
+		t.Errorf("the catch-up in progress reads %v / %v, want running / catchup", r["result"], r["trigger"])
+	}
+	only := v.mustJSON("GET", "/api/v1/cron-jobs/"+id+"/runs?trigger=catchup", v.key, "", 200)["runs"].([]any)
+	if len(only) != 1 || only[0].(map[string]any)["trigger"] != "catchup" {
+		t.Errorf("trigger=catchup lists %v, want the catch-up in progress", only)
+	}
+	if none := v.mustJSON("GET", "/api/v1/cron-jobs/"+id+"/runs?trigger=scheduled", v.key, "", 200)["runs"].([]any); len(none) != 0 {
+		t.Errorf("trigger=scheduled lists the catch-up in progress: %v", none)
+	}
+}

@@ -38,6 +38,7 @@ var released = []struct{ name, sha string }{
 	{"023_validate_run_trigger.sql", "cdeb5bbf8df9fa0b"},
 	{"024_overlap_policy.sql", "72ace726b52e5d4d"},
 	{"025_retries.sql", "052827a250da9fa0"},
+	{"026_run_start_trigger.sql", "dcc99c930a339865"},
 }
 
 func TestReleasedMigrationsNeverChange(t *testing.T) {

@@ -42,15 +42,15 @@ const placeholderResults = `('overlap_skipped', 'platform_error', 'lost')`
 // reports whether the start was noted (new or replacing another run).
 func (s *Store) RecordStart(ctx context.Context, node Node, jobID string, st wire.RunStart) (bool, error) {
 	tag, err := s.pool.Exec(ctx, `
-		INSERT INTO cron_job_run_starts (cron_job_id, node_id, run_key, scheduled_at, started_at, invocation_id)
-		SELECT j.id, $3, $1, $4, $5, $6 FROM cron_jobs j
+		INSERT INTO cron_job_run_starts (cron_job_id, node_id, run_key, scheduled_at, started_at, invocation_id, trigger)
+		SELECT j.id, $3, $1, $4, $5, $6, $8 FROM cron_jobs j
 		WHERE j.id = $2 AND j.tenant_id IN (SELECT id FROM tenants WHERE shard_id = $7)
 		  AND NOT EXISTS (SELECT 1 FROM cron_job_runs r WHERE r.run_key = $1 AND r.result NOT IN `+placeholderResults+`)
 		ON CONFLICT (cron_job_id, node_id) DO UPDATE
 		SET run_key = EXCLUDED.run_key, scheduled_at = EXCLUDED.scheduled_at, started_at = EXCLUDED.started_at,
-		    invocation_id = EXCLUDED.invocation_id, received_at = now()
+		    invocation_id = EXCLUDED.invocation_id, trigger = EXCLUDED.trigger, received_at = now()
 		WHERE cron_job_run_starts.run_key <> EXCLUDED.run_key`,
-		st.RunKey, jobID, node.ID, st.ScheduledAt, st.StartedAt, st.InvocationID, node.ShardID)
+		st.RunKey, jobID, node.ID, st.ScheduledAt, st.StartedAt, st.InvocationID, node.ShardID, string(st.Trigger))
 	if err != nil {
 		return false, fmt.Errorf("record start: %w", err)
 	}
@@ -68,7 +68,7 @@ const runningWhere = `NOT EXISTS (SELECT 1 FROM cron_job_runs r WHERE r.run_key 
 // RunningRuns are a job's runs in progress, newest slot first (at most
 // one per node).
 func (s *Store) RunningRuns(ctx context.Context, jobID string) ([]RunningRun, error) {
-	rows, err := s.pool.Query(ctx, `SELECT s.run_key, s.cron_job_id, s.node_id, s.scheduled_at, s.started_at, s.invocation_id
+	rows, err := s.pool.Query(ctx, `SELECT s.run_key, s.cron_job_id, s.node_id, s.scheduled_at, s.started_at, s.invocation_id, s.trigger
 		FROM cron_job_run_starts s JOIN cron_jobs j ON j.id = s.cron_job_id
 		WHERE s.cron_job_id = $1 AND `+runningWhere+` ORDER BY s.scheduled_at DESC, s.run_key`, jobID)
 	if err != nil {
@@ -76,9 +76,10 @@ func (s *Store) RunningRuns(ctx context.Context, jobID string) ([]RunningRun, er
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (RunningRun, error) {
 		var rr RunningRun
-		err := r.Scan(&rr.RunKey, &rr.CronJobID, &rr.NodeID, &rr.ScheduledAt, &rr.StartedAt, &rr.InvocationID)
+		var reported string
+		err := r.Scan(&rr.RunKey, &rr.CronJobID, &rr.NodeID, &rr.ScheduledAt, &rr.StartedAt, &rr.InvocationID, &reported)
 		rr.Result = ResultRunning
-		rr.Trigger, rr.Attempt = triggerOfKey(rr.RunKey)
+		rr.Trigger, rr.Attempt = startedTrigger(rr.RunKey, wire.Trigger(reported))
 		return rr, err
 	})
 	if err != nil {
@@ -139,14 +140,19 @@ func (c Chores) PruneStarts(ctx context.Context, cutoff time.Time) (int64, error
 	return tag.RowsAffected(), nil
 }
 
-// triggerOfKey is the trigger and attempt a run key spells (scheduled,
-// 1 for anything that does not parse: the key was checked when the start
-// was noted).
-func triggerOfKey(key string) (wire.Trigger, int) {
-	if k, err := runkey.Parse(key); err == nil {
-		return k.Trigger, k.AttemptNumber()
+// startedTrigger is the trigger and attempt a run in progress shows: the
+// trigger its node reported where the key allows it (a catch-up's
+// scheduled key), else the key's; the key's attempt (scheduled, 1 for a
+// key that does not parse: it was checked when the start was noted).
+func startedTrigger(key string, reported wire.Trigger) (wire.Trigger, int) {
+	k, err := runkey.Parse(key)
+	if err != nil {
+		return wire.TriggerScheduled, 1
 	}
-	return wire.TriggerScheduled, 1
+	if t, ok := wire.RecordedTrigger(k.Trigger, reported); ok {
+		return t, k.AttemptNumber()
+	}
+	return k.Trigger, k.AttemptNumber()
 }
 
 // WantsRunning reports whether a run in progress of trigger and slot

@@ -257,7 +257,7 @@ func TestRunningListsRunsThatRan(t *testing.T) {
 		f.active[unit+".service"] = true
 		rt := filepath.Join(m.cancel.runtimeRoot, unit)
 		started := time.Date(2026, 11, 22, 12, 0, 1, 0, time.UTC)
-		if err := runner.WriteRecord(rt, runner.Record{Kind: tc.kind, RunKey: key, Version: 3, StartedAt: &started}); err != nil {
+		if err := runner.WriteRecord(rt, runner.Record{Kind: tc.kind, RunKey: key, Version: 3, StartedAt: &started, Trigger: string(wire.TriggerCatchUp)}); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.Chown(filepath.Join(rt, runner.RecordFile), recordOwner, recordOwner); err != nil {
@@ -270,7 +270,7 @@ func TestRunningListsRunsThatRan(t *testing.T) {
 		if len(got) != tc.want {
 			t.Fatalf("%s: %d running, want %d", tc.kind, len(got), tc.want)
 		}
-		if tc.want == 1 && (got[0].JobID != idA || got[0].RunKey != key || got[0].Version != 3 || !got[0].StartedAt.Equal(started) || got[0].InvocationID != "abcd01") {
+		if tc.want == 1 && (got[0].JobID != idA || got[0].RunKey != key || got[0].Version != 3 || !got[0].StartedAt.Equal(started) || got[0].InvocationID != "abcd01" || got[0].Trigger != wire.TriggerCatchUp) {
 			t.Errorf("running %+v", got[0])
 		}
 	}

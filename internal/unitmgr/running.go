@@ -71,7 +71,7 @@ func (m *Manager) runningOf(ctx context.Context, service string, known func(stri
 		return Started{}, false
 	}
 	return Started{JobID: jobID, RunStart: wire.RunStart{RunKey: rec.RunKey, Version: rec.Version,
-		ScheduledAt: rec.Slot, StartedAt: *rec.StartedAt, InvocationID: inv}}, true
+		ScheduledAt: rec.Slot, StartedAt: *rec.StartedAt, InvocationID: inv, Trigger: wire.Trigger(rec.Trigger)}}, true
 }
 
 // invocationOf is the service's InvocationID in hex ("" before its

@@ -400,6 +400,9 @@ type RunStart struct {
 	ScheduledAt  time.Time `json:"scheduled_at"`
 	StartedAt    time.Time `json:"started_at"`
 	InvocationID string    `json:"invocation_id,omitempty"`
+	// Trigger is the run's trigger when it is not the run key's: catchup
+	// for a scheduled key (RecordedTrigger); omitted otherwise.
+	Trigger Trigger `json:"trigger,omitempty"`
 }
 
 // Loki stream labels of cron output. The API's log queries select by the
