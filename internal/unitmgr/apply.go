@@ -75,8 +75,20 @@ func (e *executor) run(ctx context.Context, p Plan) (wire.NodeReport, error) {
 	var stopErrs []error
 	marked := false
 	keepTombs := false // an unreadable tombstone file could not be set aside
+	t := newPhaseTimer()
+	var cur Kind // the kind of step whose time is running
+	defer func() {
+		if cur != "" {
+			t.lap(string(cur))
+		}
+		e.logPhases(t, len(p.Steps))
+	}()
 	for i := 0; i < len(p.Steps); i++ {
 		s := p.Steps[i]
+		if cur != "" {
+			t.lap(string(cur))
+		}
+		cur = s.Kind
 		if failed[s.Unit] && s.Kind != KindStop && s.Kind != KindDisable {
 			continue
 		}

@@ -20,10 +20,13 @@ import (
 // file leftovers and the jobs' lock directories.
 func (m *Manager) observe(ctx context.Context, req Request) (Observed, error) {
 	obs := Observed{Disk: map[string]OnDisk{}, NeedReload: map[string]bool{}, LockDirOK: map[string]bool{}}
+	t := newPhaseTimer()
+	defer func() { m.logPhases(req, "observed", t, "units", len(obs.Disk)) }()
 	names, err := m.scope(req)
 	if err != nil {
 		return obs, err
 	}
+	t.lap("scope")
 	for _, n := range names {
 		d, err := m.readUnit(n)
 		if err != nil {
@@ -33,14 +36,18 @@ func (m *Manager) observe(ctx context.Context, req Request) (Observed, error) {
 			obs.Disk[n] = d
 		}
 	}
+	t.lap("read")
 	if obs.Enabled, err = m.enabledTimers(); err != nil {
 		return obs, err
 	}
+	t.lap("enabled")
 	if obs.Loaded, err = m.loadedUnits(ctx); err != nil {
 		return obs, err
 	}
+	t.lap("list_units")
 	if req.Op != OpReconcile {
 		m.probeNeedReload(ctx, names, &obs)
+		t.lap("need_reload")
 	}
 	if _, err := os.Stat(m.layout.Marker()); err == nil {
 		obs.Dirty = true
@@ -49,11 +56,13 @@ func (m *Manager) observe(ctx context.Context, req Request) (Observed, error) {
 	if obs.Temps, err = m.temps(); err != nil {
 		return obs, err
 	}
+	t.lap("temps")
 	for _, j := range req.Jobs {
 		if _, seen := obs.LockDirOK[j.LockDir()]; !seen { // one per tenant: see executor.lockDirs
 			obs.LockDirOK[j.LockDir()] = m.lockDirOK(j.LockDir(), j.User, j.Group)
 		}
 	}
+	t.lap("lock_dirs")
 	return obs, nil
 }
 

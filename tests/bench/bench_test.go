@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -39,21 +40,93 @@ func jobs(n int) []wire.Job {
 }
 
 func timed(t *testing.T, node string, js []wire.Job, args ...string) (time.Duration, wire.NodeReport) {
-	var rep wire.NodeReport
+	return timedWith(t, agentBin, node, js, args...)
+}
+
+// agentBin is the node agent the benchmarks time: the one the nodes
+// have installed from this tree's package.
+const agentBin = "/usr/local/bin/node-agent"
+
+// baseBin is where a baseline agent goes in each node (BENCH_BASE_AGENT,
+// a host path): timing it beside agentBin in the same run and cluster
+// gives before/after numbers under the same load.
+const baseBin = "/usr/local/bin/node-agent-base"
+
+// agents are the agents to time: this tree's, and the baseline if given.
+func agents(t *testing.T) map[string]string {
+	out := map[string]string{"new": agentBin}
+	src := os.Getenv("BENCH_BASE_AGENT")
+	if src == "" {
+		return out
+	}
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatalf("BENCH_BASE_AGENT: %v", err)
+	}
+	for _, n := range c.Nodes {
+		if err := os.WriteFile(filepath.Join(c.Root(n), baseBin), b, 0o755); err != nil {
+			t.Fatalf("install the baseline agent in %s: %v", n, err)
+		}
+	}
+	out["base"] = baseBin
+	return out
+}
+
+// timedWith runs agent (a path in the node) with js and prints the
+// phase lines (observed, applied) it logged, prefixed by PHASES.
+func timedWith(t *testing.T, agent, node string, js []wire.Job, args ...string) (time.Duration, wire.NodeReport) {
+	t.Helper()
+	stdin, _ := json.Marshal(js)
 	start := time.Now()
-	c.Agent(t, node, js, &rep, args...)
-	return time.Since(start), rep
+	out, err := c.Exec(node, stdin, append([]string{agent}, args...)...)
+	took := time.Since(start)
+	if err != nil {
+		t.Fatalf("%s: %s %v: %v\n%s", node, agent, args, err, out)
+	}
+	var rep wire.NodeReport
+	dec := json.NewDecoder(strings.NewReader(out[max(strings.IndexByte(out, '{'), 0):]))
+	for {
+		var v map[string]json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			break
+		}
+		var msg string
+		_ = json.Unmarshal(v["msg"], &msg)
+		switch {
+		case msg == "observed" || msg == "applied":
+			line, _ := json.Marshal(v)
+			fmt.Printf("PHASES agent=%s jobs=%d %s\n", filepath.Base(agent), len(js), line)
+		case v["msg"] == nil:
+			b, _ := json.Marshal(v)
+			_ = json.Unmarshal(b, &rep)
+		}
+	}
+	return took, rep
 }
 
 // TestConvergeVsNaive: 1,000 jobs onto an empty node with one reconcile,
 // against the naive loop of write + daemon-reload + enable --now per job.
 func TestConvergeVsNaive(t *testing.T) {
 	n := envInt("BENCH_JOBS", 1000)
-	d, rep := timed(t, "node1", jobs(n), "reconcile")
-	if rep.Reloads != 1 || len(rep.Enabled) != n {
-		t.Fatalf("reconcile report: %d enabled, %d reloads", len(rep.Enabled), rep.Reloads)
+	var d time.Duration
+	ag := agents(t)
+	for _, name := range []string{"base", "new"} {
+		bin, ok := ag[name]
+		if !ok {
+			continue
+		}
+		took, rep := timedWith(t, bin, "node1", jobs(n), "reconcile")
+		if rep.Reloads != 1 || len(rep.Enabled) != n {
+			t.Fatalf("reconcile report: %d enabled, %d reloads", len(rep.Enabled), rep.Reloads)
+		}
+		checkEnabled(t, "node1", n)
+		timedWith(t, bin, "node1", []wire.Job{}, "reconcile")
+		fmt.Printf("BENCH agent=%s converge_jobs=%d reconcile_s=%.2f\n", name, n, took.Seconds())
+		d = took
 	}
-	timed(t, "node1", []wire.Job{}, "reconcile")
+	if os.Getenv("BENCH_NAIVE") == "0" {
+		return
+	}
 	// The naive loop, as a shell script inside the node: one unit pair,
 	// one daemon-reload and one enable --now per job.
 	script := fmt.Sprintf(`set -e
@@ -77,18 +150,44 @@ done`, n)
 func TestNoopReconcileAt10k(t *testing.T) {
 	n := envInt("BENCH_TIMERS", 10000)
 	js := jobs(n)
-	first, _ := timed(t, "node2", js, "reconcile")
-	var runs []time.Duration
-	for i := 0; i < 3; i++ {
-		d, rep := timed(t, "node2", js, "reconcile")
-		if rep.Changed() || rep.Reloads != 0 {
-			t.Fatalf("no-op reconcile changed something: %+v", rep)
+	ag := agents(t)
+	for _, name := range []string{"base", "new"} {
+		bin, ok := ag[name]
+		if !ok {
+			continue
 		}
-		runs = append(runs, d)
+		first, rep := timedWith(t, bin, "node2", js, "reconcile")
+		if len(rep.Enabled) != n {
+			t.Fatalf("first reconcile enabled %d timers, want %d", len(rep.Enabled), n)
+		}
+		checkEnabled(t, "node2", n)
+		var runs []time.Duration
+		for i := 0; i < 3; i++ {
+			d, rep := timedWith(t, bin, "node2", js, "reconcile")
+			if rep.Changed() || rep.Reloads != 0 {
+				t.Fatalf("no-op reconcile changed something: %+v", rep)
+			}
+			runs = append(runs, d)
+		}
+		sort.Slice(runs, func(i, j int) bool { return runs[i] < runs[j] })
+		removal, _ := timedWith(t, bin, "node2", []wire.Job{}, "reconcile")
+		fmt.Printf("BENCH agent=%s noop_reconcile timers=%d first_s=%.2f noop_median_s=%.2f remove_all_s=%.2f\n", name, n,
+			first.Seconds(), runs[1].Seconds(), removal.Seconds())
 	}
-	sort.Slice(runs, func(i, j int) bool { return runs[i] < runs[j] })
-	timed(t, "node2", []wire.Job{}, "reconcile")
-	fmt.Printf("BENCH noop_reconcile timers=%d first_s=%.2f noop_median_s=%.2f\n", n, first.Seconds(), runs[1].Seconds())
+}
+
+// checkEnabled fails unless n cron timers are enabled and active on node,
+// as systemd itself says.
+func checkEnabled(t *testing.T, node string, n int) {
+	t.Helper()
+	out, err := c.Exec(node, nil, "sh", "-c",
+		"ls /etc/systemd/system/timers.target.wants | grep -c '^cron-.*\\.timer$'; systemctl list-units --no-legend --state=active 'cron-*.timer' | wc -l")
+	if err != nil {
+		t.Fatalf("count timers on %s: %v %s", node, err, out)
+	}
+	if f := strings.Fields(out); len(f) != 2 || f[0] != strconv.Itoa(n) || f[1] != strconv.Itoa(n) {
+		t.Fatalf("%s: enabled and active cron timers %q, want %d each", node, out, n)
+	}
 }
 
 // TestElectionLatency: for each slot of a 10-second job on three nodes,
