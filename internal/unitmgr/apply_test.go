@@ -136,9 +136,17 @@ func TestApplyCreateOrderAndOneReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, b, c := job(idA).UnitName()+".timer", job(idB).UnitName()+".timer", job(idC).UnitName()+".timer"
-	want := []string{"enable " + a + "," + b + "," + c, "reload", "start " + a, "start " + b, "start " + c}
+	want := []string{"reload", "start " + a, "start " + b, "start " + c}
 	if got := f.Calls(); !reflect.DeepEqual(got, want) {
 		t.Errorf("calls\n got %q\nwant %q", got, want)
+	}
+	// Enabled as systemctl enable does (WantedBy=timers.target), by the
+	// agent itself: a link to each timer's file in timers.target.wants.
+	for _, timer := range []string{a, b, c} {
+		link, err := os.Readlink(filepath.Join(m.layout.UnitDir, "timers.target.wants", timer))
+		if want := filepath.Join(m.layout.UnitDir, timer); err != nil || link != want {
+			t.Errorf("enable link of %s: %q %v, want %q", timer, link, err, want)
+		}
 	}
 	if len(rep.Written) != 6 || len(rep.Specs) != 3 || len(rep.Enabled) != 3 || rep.Reloads != 1 || len(rep.Failed) != 0 {
 		t.Errorf("report %+v", rep)
