@@ -79,7 +79,10 @@ func (e *executor) run(ctx context.Context, p Plan) (wire.NodeReport, error) {
 		}
 	}
 	var stopErrs []error
-	marked := false
+	// The dirty marker is for plans that reload: a plan without a reload
+	// writes only files of units systemd does not hold (reloadStep), which
+	// a crash leaves for systemd to load when the next plan starts them.
+	marked := !hasReload(p.Steps)
 	keepTombs := false // an unreadable tombstone file could not be set aside
 	t := newPhaseTimer()
 	var cur Kind // the kind of step whose time is running
@@ -186,6 +189,15 @@ func (e *executor) fail(rep *wire.NodeReport, failed map[string]bool, s Step, er
 	failed[s.Unit] = true
 	rep.Failed = append(rep.Failed, fmt.Sprintf("%s: %v", s.Unit, err))
 	e.log.Error("apply cron job", "unit", s.Unit, "step", s.Kind, "err", err)
+}
+
+func hasReload(steps []Step) bool {
+	for _, s := range steps {
+		if s.Kind == KindReload {
+			return true
+		}
+	}
+	return false
 }
 
 // batched kinds run as one batch per run of consecutive steps of the

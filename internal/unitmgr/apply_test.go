@@ -28,7 +28,21 @@ type fakeSystemd struct {
 	failRload error
 	inReload  chan struct{} // when set, Reload blocks until it is closed
 	needRload map[string]bool
-	wantsDir  string // enable and disable make and remove links here, as systemd does
+	wantsDir  string          // enable and disable make and remove links here, as systemd does
+	held      map[string]bool // unit files systemd holds in memory (loaded, inactive) besides the active ones
+}
+
+// hold makes systemd hold jobs' unit files in memory (as after an
+// earlier load), so that writing them needs a daemon-reload.
+func (f *fakeSystemd) hold(jobs ...wire.Job) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.held == nil {
+		f.held = map[string]bool{}
+	}
+	for _, j := range jobs {
+		f.held[j.UnitName()+".timer"], f.held[j.UnitName()+".service"] = true, true
+	}
 }
 
 func newFake() *fakeSystemd {
@@ -102,6 +116,11 @@ func (f *fakeSystemd) ListUnits(_ context.Context, _, _ []string) ([]LoadedUnit,
 			out = append(out, LoadedUnit{Name: n, LoadState: "loaded", ActiveState: "active"})
 		}
 	}
+	for n := range f.held {
+		if !f.active[n] {
+			out = append(out, LoadedUnit{Name: n, LoadState: "loaded", ActiveState: "inactive"})
+		}
+	}
 	return out, nil
 }
 func (f *fakeSystemd) UnitProperty(_ context.Context, unit, _, name string) (any, error) {
@@ -129,8 +148,11 @@ func testManager(t *testing.T) (*Manager, *fakeSystemd) {
 	return m, f
 }
 
+// Units systemd holds (B, C: loaded earlier) get one reload for all;
+// units it has never seen (A) need none, it loads them at their start.
 func TestApplyCreateOrderAndOneReload(t *testing.T) {
 	m, f := testManager(t)
+	f.hold(job(idB), job(idC))
 	rep, err := m.Apply(context.Background(), []wire.Job{job(idA), job(idB), job(idC)})
 	if err != nil {
 		t.Fatal(err)
@@ -245,6 +267,7 @@ func TestApplyFailingWriteStillStopsDisabledTimer(t *testing.T) {
 // though every file is as wanted, and that reload clears the marker.
 func TestCrashBeforeReloadIsRepaired(t *testing.T) {
 	m, f := testManager(t)
+	f.hold(job(idA))
 	ctx := context.Background()
 	f.failRload = errors.New("connection reset")
 	if _, err := m.Apply(ctx, []wire.Job{job(idA)}); err == nil {
@@ -311,6 +334,7 @@ func TestRemoveStopsDisablesDeletesAndReloads(t *testing.T) {
 // waits for the first one's apply.
 func TestOneApplyAtATime(t *testing.T) {
 	m, f := testManager(t)
+	f.hold(job(idA))
 	f.inReload = make(chan struct{})
 	ctx := context.Background()
 	done := make(chan error, 2)
@@ -368,6 +392,7 @@ func TestApplyReloadsOnNeedDaemonReload(t *testing.T) {
 // plan nobody waits for.
 func TestCallGivesUpWaitingForTheLock(t *testing.T) {
 	m, f := testManager(t)
+	f.hold(job(idA))
 	f.inReload = make(chan struct{})
 	first := make(chan error, 1)
 	go func() {

@@ -83,6 +83,7 @@ func TestCrashAtEveryPointOfAnApply(t *testing.T) {
 		crashed := tree(t, dir)
 		checkCrashState(t, n, point, before, crashed, want, reloaded)
 		recover, f := managerAt(t, dir)
+		f.runs(crashBefore...)                                                   // systemd after the crash: crashBefore's timers may still run
 		recover.now = func() time.Time { return time.Now().Add(2 * TempMaxAge) } // the crash's temp files are old now
 		rep, err := recover.ReconcileExactly(context.Background(), crashAfter)
 		if err != nil {
@@ -112,7 +113,8 @@ func TestCrashAtEveryPointOfAnApply(t *testing.T) {
 // its at-th operation, printing each operation's name first.
 func crashChild(t *testing.T, at string) {
 	n, _ := strconv.Atoi(at)
-	m, _ := managerAt(t, os.Getenv("HOSTCRON_TEST_CRASH_DIR"))
+	m, f := managerAt(t, os.Getenv("HOSTCRON_TEST_CRASH_DIR"))
+	f.runs(crashBefore...) // systemd as the earlier apply left it
 	count := 0
 	afterIO = func(what string) {
 		count++
@@ -200,6 +202,15 @@ func tree(t *testing.T, dir string) map[string]string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// runs makes jobs' timers active, as systemd has them after their apply.
+func (f *fakeSystemd) runs(jobs ...wire.Job) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, j := range jobs {
+		f.active[j.UnitName()+".timer"] = true
+	}
 }
 
 // lastPoint is the last operation a crash child printed.
