@@ -159,7 +159,11 @@ func TestApplyCreateOrderAndOneReload(t *testing.T) {
 	}
 	a, b, c := job(idA).UnitName()+".timer", job(idB).UnitName()+".timer", job(idC).UnitName()+".timer"
 	want := []string{"reload", "start " + a, "start " + b, "start " + c}
-	if got := f.Calls(); !reflect.DeepEqual(got, want) {
+	got := f.Calls()
+	if len(got) > 1 {
+		slices.Sort(got[1:]) // the starts are in flight together, in any order
+	}
+	if !reflect.DeepEqual(got, want) {
 		t.Errorf("calls\n got %q\nwant %q", got, want)
 	}
 	// Enabled as systemctl enable does (WantedBy=timers.target), by the

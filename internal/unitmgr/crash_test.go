@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -116,7 +117,10 @@ func crashChild(t *testing.T, at string) {
 	m, f := managerAt(t, os.Getenv("HOSTCRON_TEST_CRASH_DIR"))
 	f.runs(crashBefore...) // systemd as the earlier apply left it
 	count := 0
+	var mu sync.Mutex
 	afterIO = func(what string) {
+		mu.Lock()
+		defer mu.Unlock()
 		count++
 		os.Stdout.WriteString("\n" + what + "\n")
 		if count == n {
