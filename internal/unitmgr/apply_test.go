@@ -437,3 +437,29 @@ func TestCallGivesUpWaitingForTheLock(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Enabling makes the link systemctl enable makes, replaces a wrong one
+// in its place and leaves a right one alone.
+func TestEnableLinks(t *testing.T) {
+	m, _ := testManager(t)
+	e := executor{layout: m.layout, log: m.log}
+	wants := filepath.Join(m.layout.UnitDir, "timers.target.wants")
+	if err := os.Symlink("/elsewhere/b.timer", filepath.Join(wants, "b.timer")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(m.layout.UnitDir, "c.timer"), filepath.Join(wants, "c.timer")); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.enableLinks([]string{"a.timer", "b.timer", "c.timer"}); err != nil {
+		t.Fatal(err)
+	}
+	entries, _ := os.ReadDir(wants)
+	if len(entries) != 3 {
+		t.Errorf("%d entries in timers.target.wants, want 3 (no temp link left)", len(entries))
+	}
+	for _, n := range []string{"a.timer", "b.timer", "c.timer"} {
+		if got, err := os.Readlink(filepath.Join(wants, n)); err != nil || got != filepath.Join(m.layout.UnitDir, n) {
+			t.Errorf("%s links to %q (%v)", n, got, err)
+		}
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hostcron/hostcron/internal/desired"
@@ -216,6 +218,7 @@ func intentsFor(l Layout, req Request, obs Observed, p *Plan) ([]intent, []strin
 	var lift []string
 	switch req.Op {
 	case OpApply, OpReconcile:
+		rendered := renderAll(l, req.Jobs, obs)
 		for i := range req.Jobs {
 			j := req.Jobs[i]
 			if t, ok := obs.Tombstones[j.UnitName()]; ok && t.Refuses(j, req.Now) {
@@ -225,7 +228,8 @@ func intentsFor(l Layout, req Request, obs Observed, p *Plan) ([]intent, []strin
 				}
 				lift = append(lift, j.UnitName())
 			}
-			in, kept, err := jobIntent(l, j, obs)
+			r := rendered[i]
+			in, kept, err := r.in, r.kept, r.err
 			switch {
 			case kept:
 				p.Kept = append(p.Kept, j.UnitName())
@@ -316,6 +320,37 @@ func removeIntent(name string, req Request, obs Observed) intent {
 
 func validUnitName(n string) bool {
 	return strings.HasPrefix(n, wire.UnitPrefix) && !strings.ContainsAny(n, "/\x00") && len(n) > len(wire.UnitPrefix)
+}
+
+type renderedJob struct {
+	in   intent
+	kept bool
+	err  error
+}
+
+// renderers is how many jobs a plan renders at once.
+const renderers = 8
+
+// renderAll is jobIntent of every job, several at once: rendering (the
+// job's translation and its two unit templates) is most of a no-op
+// converge's planning, 10,000 jobs a time. Each result depends on its
+// job alone, so the plan is the same as rendered one by one.
+func renderAll(l Layout, jobs []wire.Job, obs Observed) []renderedJob {
+	out := make([]renderedJob, len(jobs))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < min(renderers, len(jobs)); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1)) - 1; i < len(jobs); i = int(next.Add(1)) - 1 {
+				r := &out[i]
+				r.in, r.kept, r.err = jobIntent(l, jobs[i], obs)
+			}
+		}()
+	}
+	wg.Wait()
+	return out
 }
 
 // jobIntent renders a job. A job older than the spec the node has (a
