@@ -400,7 +400,9 @@ func (e *executor) enableLinks(files []string) error {
 		} else if !errors.Is(err, os.ErrExist) {
 			return err
 		}
-		tmp := filepath.Join(wants, atomicfile.TempPrefix+f)
+		// Not a unit name systemd would take from a .wants directory (no
+		// unit type ends in .link~): a crash leaves nothing it starts.
+		tmp := filepath.Join(wants, atomicfile.TempPrefix+f+".link~")
 		_ = os.Remove(tmp)
 		if err := os.Symlink(target, tmp); err != nil {
 			return err
@@ -442,7 +444,7 @@ func activations(steps []Step) int {
 // Each is a D-Bus round trip that queues a job in systemd: one at a time,
 // 10,000 timers waited 13 s on round trips (issue 16); in flight together,
 // systemd works through them while the next are on their way.
-const starters = 8
+const starters = 4
 
 // activateAll starts or restarts the timers of steps (skipping failed
 // units), several calls in flight. A failure stops issuing new calls, as
