@@ -307,29 +307,36 @@ func (e *executor) writeBatch(steps []Step, failed map[string]bool, rep *wire.No
 	}
 	afterIO("sync")
 	t.lap("write_sync")
-	for k, s := range steps {
-		if idx[k] < 0 || failed[s.Unit] {
-			continue
+	// Specs first, made durable before any unit file is renamed: after a
+	// power loss a new timer never comes back with the old spec (the
+	// order a write per file with its own directory fsync kept).
+	for _, units := range []bool{false, true} {
+		for k, s := range steps {
+			if idx[k] < 0 || failed[s.Unit] || isUnitFile(s.Target) != units {
+				continue
+			}
+			if err := b.Rename(idx[k]); err != nil {
+				e.fail(rep, failed, s, err)
+				continue
+			}
+			afterIO("rename " + s.Target)
+			if units {
+				rep.Written = append(rep.Written, filepath.Base(s.Target))
+			} else {
+				rep.Specs = append(rep.Specs, s.Unit)
+			}
 		}
-		if err := b.Rename(idx[k]); err != nil {
-			e.fail(rep, failed, s, err)
-			continue
+		t.lap("write_rename")
+		if err := b.SyncDirs(); err != nil {
+			// The files are in place and systemd will read them; only
+			// their survival of a power loss is in doubt, which the next
+			// converge repairs (it finds them old or missing and writes
+			// them again).
+			e.log.Warn("sync unit and spec directories after writing", "err", err)
 		}
-		afterIO("rename " + s.Target)
-		if isUnitFile(s.Target) {
-			rep.Written = append(rep.Written, filepath.Base(s.Target))
-		} else {
-			rep.Specs = append(rep.Specs, s.Unit)
-		}
+		afterIO("dirsync")
+		t.lap("write_dirsync")
 	}
-	t.lap("write_rename")
-	if err := b.SyncDirs(); err != nil {
-		// The files are in place and systemd will read them; only their
-		// survival of a power loss is in doubt, which the next converge
-		// repairs (it finds them old or missing and writes them again).
-		e.log.Warn("sync unit and spec directories after writing", "err", err)
-	}
-	t.lap("write_dirsync")
 }
 
 // mkdirOnce creates a file's directory once per batch.
