@@ -81,9 +81,8 @@ func (e *executor) run(ctx context.Context, p Plan) (wire.NodeReport, error) {
 		}
 	}
 	var stopErrs []error
-	// The dirty marker is for plans that reload: a plan without a reload
-	// writes only files of units systemd does not hold (reloadStep), which
-	// a crash leaves for systemd to load when the next plan starts them.
+	// The dirty marker is for plans that reload (every plan that writes
+	// or removes a unit file does: reloadStep).
 	marked := !hasReload(p.Steps)
 	keepTombs := false // an unreadable tombstone file could not be set aside
 	t := newPhaseTimer()
