@@ -447,10 +447,11 @@ func activations(steps []Step) int {
 }
 
 // starters is how many start and restart calls are in flight at once.
-// Each is a D-Bus round trip that queues a job in systemd: one at a time,
-// 10,000 timers waited 13 s on round trips (issue 16); in flight together,
-// systemd works through them while the next are on their way.
-const starters = 4
+// One: with 4 in flight, 10,000 starts took 11.8 s against 9.8 s one at a
+// time in the same bench run, and 0.80 s against 0.92 s for 1,000 (issue
+// 16, docs/benchmarks.md); PID 1 does the work either way, and one at a
+// time keeps the calls in plan order. Raise it only with a measurement.
+const starters = 1
 
 // activateAll starts or restarts the timers of steps (skipping failed
 // units), several calls in flight. A failure stops issuing new calls, as
