@@ -4,9 +4,12 @@
 package atomicfile
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"golang.org/x/sys/unix"
 )
 
 // TempPrefix starts the name of every temporary file Write creates
@@ -43,6 +46,160 @@ func Write(path string, data []byte, mode os.FileMode) error {
 	if d, err := os.Open(dir); err == nil { // make the rename itself durable
 		_ = d.Sync()
 		d.Close()
+	}
+	return nil
+}
+
+// Batch replaces many files all at once as Write does each, with one
+// sync of each filesystem instead of two fsyncs per file (issue 16: at
+// 10,000 jobs those were 60,000 journal commits). Use: Add every file
+// (written under a temporary name, not synced), Sync, then Rename each
+// (in the order the caller needs), SyncDirs, Close.
+//
+// Why a crash at any point leaves every path with its old content or its
+// whole new content, never a part: a path changes only by a rename, and
+// Rename refuses to run before Sync has made every added file's data and
+// inode durable (syncfs(2) of each filesystem involved: all dirty data and
+// metadata, then one journal commit). A power loss before Sync returned
+// leaves temporary files of any length under names nobody reads (the
+// TempPrefix leftovers a cleaner removes) and every path untouched; one
+// after it leaves each renamed path pointing at a complete file, and each
+// rename that did not reach the disk leaves the old file. SyncDirs makes
+// the renames themselves durable (one fsync per directory).
+type Batch struct {
+	files  []batchFile
+	fs     map[uint64]*os.File // per filesystem (st_dev): a directory opened before its first file was written
+	dirs   map[string]bool     // directories a rename changed
+	synced bool
+}
+
+type batchFile struct {
+	path, tmp string
+	renamed   bool
+}
+
+// Add writes data with mode to a new temporary file beside path (created
+// exclusively, so a planted symlink is never followed) and returns its
+// index for Rename. Nothing is synced yet and path is not touched.
+func (b *Batch) Add(path string, data []byte, mode os.FileMode) (int, error) {
+	if b.synced {
+		return 0, fmt.Errorf("write %s: batch already synced", path)
+	}
+	dir := filepath.Dir(path)
+	if err := b.watchFS(dir); err != nil {
+		return 0, fmt.Errorf("write %s: %w", path, err)
+	}
+	tmp, err := os.CreateTemp(dir, TempPrefix+filepath.Base(path)+"-*")
+	if err != nil {
+		return 0, fmt.Errorf("write %s: %w", path, err)
+	}
+	_, err = tmp.Write(data)
+	if err == nil {
+		err = tmp.Chmod(mode)
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		return 0, fmt.Errorf("write %s: %w", path, err)
+	}
+	b.files = append(b.files, batchFile{path: path, tmp: tmp.Name()})
+	return len(b.files) - 1, nil
+}
+
+// watchFS opens dir once per filesystem before anything is written there:
+// syncfs(2) reports a writeback error (an EIO, a full thin volume) only to
+// a descriptor opened before the error happened (Linux 5.8 and later).
+func (b *Batch) watchFS(dir string) error {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return err
+	}
+	if _, ok := b.fs[st.Dev]; ok {
+		return nil
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	if b.fs == nil {
+		b.fs = map[uint64]*os.File{}
+	}
+	b.fs[st.Dev] = d
+	return nil
+}
+
+// syncfs is unix.Syncfs on d; tests replace it to fail or to see what
+// is on disk at the moment of the sync.
+var syncfs = func(d *os.File) error { return unix.Syncfs(int(d.Fd())) }
+
+// Sync makes every added file durable: one syncfs(2) per filesystem.
+// After an error no file may be renamed (Close removes them all).
+func (b *Batch) Sync() error {
+	for _, d := range b.fs {
+		if err := syncfs(d); err != nil {
+			return fmt.Errorf("sync the filesystem of %s: %w", d.Name(), err)
+		}
+	}
+	b.synced = true
+	return nil
+}
+
+// Rename puts added file i in place of its path. It fails before a
+// successful Sync: the rename would then publish a file whose content a
+// power loss can still lose.
+func (b *Batch) Rename(i int) error {
+	f := &b.files[i]
+	if !b.synced {
+		return fmt.Errorf("write %s: not synced", f.path)
+	}
+	if err := os.Rename(f.tmp, f.path); err != nil {
+		return fmt.Errorf("write %s: %w", f.path, err)
+	}
+	f.renamed = true
+	if b.dirs == nil {
+		b.dirs = map[string]bool{}
+	}
+	b.dirs[filepath.Dir(f.path)] = true
+	return nil
+}
+
+// SyncDirs makes the renames done so far durable: one fsync per directory.
+func (b *Batch) SyncDirs() error {
+	var errs []error
+	for dir := range b.dirs {
+		if err := SyncDir(dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Close removes the temporary files that were not renamed and releases
+// the batch.
+func (b *Batch) Close() {
+	for _, f := range b.files {
+		if !f.renamed {
+			os.Remove(f.tmp)
+		}
+	}
+	for _, d := range b.fs {
+		d.Close()
+	}
+	*b = Batch{}
+}
+
+// SyncDir fsyncs a directory, making the renames, creations and removals
+// of names in it durable.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
 	}
 	return nil
 }

@@ -1,8 +1,11 @@
 package atomicfile
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -40,6 +43,190 @@ func TestWriteDoesNotFollowASymlink(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(target); string(b) != "keep" {
 		t.Errorf("the symlink's target was written: %q", b)
+	}
+	if fi, _ := os.Lstat(p); fi.Mode()&os.ModeSymlink != 0 {
+		t.Error("path is still the symlink")
+	}
+}
+
+// batchOf adds files named by contents' keys to a new batch in dir.
+func batchOf(t *testing.T, dir string, contents map[string]string) (*Batch, map[string]int) {
+	t.Helper()
+	b := &Batch{}
+	idx := map[string]int{}
+	for name, c := range contents {
+		i, err := b.Add(filepath.Join(dir, name), []byte(c), 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idx[name] = i
+	}
+	return b, idx
+}
+
+func files(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[e.Name()] = string(b)
+	}
+	return out
+}
+
+func TestBatchReplacesAllAndLeavesNoTemp(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "a"), []byte("old a"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b, idx := batchOf(t, dir, map[string]string{"a": "new a", "b": "new b"})
+	if err := b.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"a", "b"} {
+		if err := b.Rename(idx[name]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.SyncDirs(); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	if got := files(t, dir); len(got) != 2 || got["a"] != "new a" || got["b"] != "new b" {
+		t.Errorf("directory holds %v", got)
+	}
+	if fi, _ := os.Stat(filepath.Join(dir, "b")); fi.Mode().Perm() != 0o644 {
+		t.Errorf("mode %v", fi.Mode().Perm())
+	}
+}
+
+// TestBatchSyncsBeforeAnyRename is the power-loss argument: at the one
+// sync, every file is written in full under its temporary name and no
+// path has changed yet; no rename is possible before it.
+func TestBatchSyncsBeforeAnyRename(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "a"), []byte("old a"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b, idx := batchOf(t, dir, map[string]string{"a": "new a", "b": "new b"})
+	defer b.Close()
+	if err := b.Rename(idx["a"]); err == nil {
+		t.Fatal("a rename before the sync was allowed")
+	}
+	syncs := 0
+	defer func(orig func(*os.File) error) { syncfs = orig }(syncfs)
+	syncfs = func(d *os.File) error {
+		syncs++
+		got := files(t, dir)
+		if got["a"] != "old a" || got["b"] != "" {
+			t.Errorf("at the sync the paths hold %v, want them untouched", got)
+		}
+		temps := 0
+		for name, c := range got {
+			if strings.HasPrefix(name, TempPrefix) {
+				temps++
+				if c != "new a" && c != "new b" {
+					t.Errorf("temporary file %s holds %q at the sync", name, c)
+				}
+			}
+		}
+		if temps != 2 {
+			t.Errorf("%d temporary files at the sync, want 2", temps)
+		}
+		return nil
+	}
+	if err := b.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if syncs != 1 {
+		t.Errorf("%d syncs for one filesystem, want 1", syncs)
+	}
+	if _, err := b.Add(filepath.Join(dir, "c"), nil, 0o600); err == nil {
+		t.Error("a file added after the sync was accepted")
+	}
+}
+
+// TestBatchSyncFailurePublishesNothing: a failed sync (a writeback error)
+// leaves every path as it was and removes the temporary files.
+func TestBatchSyncFailurePublishesNothing(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "a"), []byte("old a"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	defer func(orig func(*os.File) error) { syncfs = orig }(syncfs)
+	syncfs = func(*os.File) error { return syscall.EIO }
+	b, idx := batchOf(t, dir, map[string]string{"a": "new a"})
+	if err := b.Sync(); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("sync: %v, want EIO", err)
+	}
+	if err := b.Rename(idx["a"]); err == nil {
+		t.Error("a rename after a failed sync was allowed")
+	}
+	b.Close()
+	if got := files(t, dir); len(got) != 1 || got["a"] != "old a" {
+		t.Errorf("directory holds %v, want only the old a", got)
+	}
+}
+
+// TestBatchKilledHalfwayLeavesWholeFiles: a process killed after some
+// renames (no Close) leaves each path old or new in full, and the rest
+// as TempPrefix leftovers.
+func TestBatchKilledHalfwayLeavesWholeFiles(t *testing.T) {
+	dir := t.TempDir()
+	for _, n := range []string{"a", "b"} {
+		if err := os.WriteFile(filepath.Join(dir, n), []byte("old "+n), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, idx := batchOf(t, dir, map[string]string{"a": "new a", "b": "new b"})
+	if err := b.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Rename(idx["a"]); err != nil {
+		t.Fatal(err)
+	}
+	// killed here: no further rename, no Close
+	got := files(t, dir)
+	if got["a"] != "new a" || got["b"] != "old b" {
+		t.Errorf("paths hold a=%q b=%q, want the new a and the old b", got["a"], got["b"])
+	}
+	for name, c := range got {
+		if name != "a" && name != "b" && (!strings.HasPrefix(name, TempPrefix+"b-") || c != "new b") {
+			t.Errorf("unexpected leftover %s = %q", name, c)
+		}
+	}
+	if len(got) != 3 {
+		t.Errorf("%d entries, want a, b and b's temporary file", len(got))
+	}
+}
+
+func TestBatchDoesNotFollowASymlink(t *testing.T) {
+	dir, elsewhere := t.TempDir(), t.TempDir()
+	target := filepath.Join(elsewhere, "victim")
+	if err := os.WriteFile(target, []byte("keep"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, "f")
+	if err := os.Symlink(target, p); err != nil {
+		t.Fatal(err)
+	}
+	b, idx := batchOf(t, dir, map[string]string{"f": "new"})
+	defer b.Close()
+	if err := b.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Rename(idx["f"]); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := os.ReadFile(target); string(c) != "keep" {
+		t.Errorf("the symlink's target was written: %q", c)
 	}
 	if fi, _ := os.Lstat(p); fi.Mode()&os.ModeSymlink != 0 {
 		t.Error("path is still the symlink")

@@ -30,7 +30,21 @@ type fakeSystemd struct {
 	inReload  chan struct{} // when set, Reload blocks until it is closed
 	onReload  func()        // when set, called in every Reload (before inReload)
 	needRload map[string]bool
-	wantsDir  string // enable and disable make and remove links here, as systemd does
+	wantsDir  string          // enable and disable make and remove links here, as systemd does
+	held      map[string]bool // unit files systemd holds in memory (loaded, inactive) besides the active ones
+}
+
+// hold makes systemd hold jobs' unit files in memory (as after an
+// earlier load), so that writing them needs a daemon-reload.
+func (f *fakeSystemd) hold(jobs ...wire.Job) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.held == nil {
+		f.held = map[string]bool{}
+	}
+	for _, j := range jobs {
+		f.held[j.UnitName()+".timer"], f.held[j.UnitName()+".service"] = true, true
+	}
 }
 
 func newFake() *fakeSystemd {
@@ -113,6 +127,11 @@ func (f *fakeSystemd) ListUnits(_ context.Context, _, _ []string) ([]LoadedUnit,
 			out = append(out, LoadedUnit{Name: n, LoadState: "loaded", ActiveState: "active"})
 		}
 	}
+	for n := range f.held {
+		if !f.active[n] {
+			out = append(out, LoadedUnit{Name: n, LoadState: "loaded", ActiveState: "inactive"})
+		}
+	}
 	return out, nil
 }
 func (f *fakeSystemd) UnitProperty(_ context.Context, unit, _, name string) (any, error) {
@@ -147,9 +166,21 @@ func TestApplyCreateOrderAndOneReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, b, c := job(idA).UnitName()+".timer", job(idB).UnitName()+".timer", job(idC).UnitName()+".timer"
-	want := []string{"enable " + a + "," + b + "," + c, "reload", "start " + a, "start " + b, "start " + c}
-	if got := f.Calls(); !reflect.DeepEqual(got, want) {
+	want := []string{"reload", "start " + a, "start " + b, "start " + c}
+	got := f.Calls()
+	if len(got) > 1 {
+		slices.Sort(got[1:]) // the starts are in flight together, in any order
+	}
+	if !reflect.DeepEqual(got, want) {
 		t.Errorf("calls\n got %q\nwant %q", got, want)
+	}
+	// Enabled as systemctl enable does (WantedBy=timers.target), by the
+	// agent itself: a link to each timer's file in timers.target.wants.
+	for _, timer := range []string{a, b, c} {
+		link, err := os.Readlink(filepath.Join(m.layout.UnitDir, "timers.target.wants", timer))
+		if want := filepath.Join(m.layout.UnitDir, timer); err != nil || link != want {
+			t.Errorf("enable link of %s: %q %v, want %q", timer, link, err, want)
+		}
 	}
 	if len(rep.Written) != 6 || len(rep.Specs) != 3 || len(rep.Enabled) != 3 || rep.Reloads != 1 || len(rep.Failed) != 0 {
 		t.Errorf("report %+v", rep)
@@ -248,6 +279,7 @@ func TestApplyFailingWriteStillStopsDisabledTimer(t *testing.T) {
 // though every file is as wanted, and that reload clears the marker.
 func TestCrashBeforeReloadIsRepaired(t *testing.T) {
 	m, f := testManager(t)
+	f.hold(job(idA))
 	ctx := context.Background()
 	f.failRload = errors.New("connection reset")
 	if _, err := m.Apply(ctx, []wire.Job{job(idA)}); err == nil {
@@ -314,6 +346,7 @@ func TestRemoveStopsDisablesDeletesAndReloads(t *testing.T) {
 // waits for the first one's apply.
 func TestOneApplyAtATime(t *testing.T) {
 	m, f := testManager(t)
+	f.hold(job(idA))
 	f.inReload = make(chan struct{})
 	ctx := context.Background()
 	done := make(chan error, 2)
@@ -371,6 +404,7 @@ func TestApplyReloadsOnNeedDaemonReload(t *testing.T) {
 // plan nobody waits for.
 func TestCallGivesUpWaitingForTheLock(t *testing.T) {
 	m, f := testManager(t)
+	f.hold(job(idA))
 	f.inReload = make(chan struct{})
 	first := make(chan error, 1)
 	go func() {
@@ -409,5 +443,31 @@ func TestCallGivesUpWaitingForTheLock(t *testing.T) {
 	// The lock is free again.
 	if _, err := m.Apply(context.Background(), []wire.Job{job(idB)}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Enabling makes the link systemctl enable makes, replaces a wrong one
+// in its place and leaves a right one alone.
+func TestEnableLinks(t *testing.T) {
+	m, _ := testManager(t)
+	e := executor{layout: m.layout, log: m.log}
+	wants := filepath.Join(m.layout.UnitDir, "timers.target.wants")
+	if err := os.Symlink("/elsewhere/b.timer", filepath.Join(wants, "b.timer")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(m.layout.UnitDir, "c.timer"), filepath.Join(wants, "c.timer")); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.enableLinks([]string{"a.timer", "b.timer", "c.timer"}); err != nil {
+		t.Fatal(err)
+	}
+	entries, _ := os.ReadDir(wants)
+	if len(entries) != 3 {
+		t.Errorf("%d entries in timers.target.wants, want 3 (no temp link left)", len(entries))
+	}
+	for _, n := range []string{"a.timer", "b.timer", "c.timer"} {
+		if got, err := os.Readlink(filepath.Join(wants, n)); err != nil || got != filepath.Join(m.layout.UnitDir, n) {
+			t.Errorf("%s links to %q (%v)", n, got, err)
+		}
 	}
 }

@@ -27,7 +27,8 @@ func sampleCount(t *testing.T, o prometheus.Observer) uint64 {
 // time only on a successful reconcile to the core's set (not an apply,
 // not an operator's reconcile). CountTimers sees the timers it left.
 func TestApplyFeedsTheNodeMetrics(t *testing.T) {
-	m, _ := testManager(t)
+	m, f := testManager(t)
+	f.hold(job(idA)) // loaded before: its new files need a reload
 	nm := metrics.NewNode(nil)
 	m.SetObserver(nm)
 	ctx := context.Background()

@@ -114,6 +114,10 @@ func TestMakePlan(t *testing.T) {
 		{"create", apply(a), empty(), []string{
 			"lockdir .locks", "write " + idA + ".json", "write " + idA + ".service", "write " + idA + ".timer",
 			"enable " + idA + ".timer", "reload", "start " + idA + ".timer"}, 0, 0},
+		{"a unit systemd holds as not found though its file is there: reload, start",
+			apply(a), with(installed(t, a), func(o *Observed) {
+				o.Loaded[a.UnitName()+".timer"] = LoadedUnit{Name: a.UnitName() + ".timer", LoadState: "not-found", ActiveState: "inactive"}
+			}), []string{"reload", "start " + idA + ".timer"}, 0, 0},
 		{"unchanged: nothing", apply(a), installed(t, a), nil, 0, 0},
 		{"schedule changed: spec and timer rewritten, reload, restart",
 			apply(job(idA, version(2), func(j *wire.Job) { j.Schedule = "0 3 * * *" })), installed(t, a),

@@ -7,7 +7,11 @@
 #   4. outcomes/s the core API sustains over HTTP
 #   5. election latency: first timer of a slot -> elected run's start
 # Needs root (booted nodes). Env: BENCH_JOBS (1000), BENCH_TIMERS (10000),
-# BENCH_SLOTS (20).
+# BENCH_SLOTS (20), BENCH_NAIVE_JOBS (BENCH_JOBS; the naive loop's count,
+# which takes about 11 minutes at 1,000), BENCH_BASE_AGENT (a node-agent
+# binary to time beside this tree's, in the same run: before/after rows).
+# The converge and no-op benchmarks also print PHASES lines: where each
+# observe and apply spent its time (in the log, not the table).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=$(mktemp)
@@ -19,10 +23,16 @@ echo "hostcron benchmarks, $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') G
 echo
 echo "| benchmark | result |"
 echo "|---|---|"
-echo "| converge $(grep -o 'converge_jobs=[0-9]*' "$out" | tail -1 | cut -d= -f2) jobs on one node: reconcile | $(grep -o 'reconcile_s=[0-9.]*' "$out" | cut -d= -f2) s |"
-echo "| same, naive loop (write + daemon-reload + enable --now per job) | $(grep -o 'naive_s=[0-9.]*' "$out" | cut -d= -f2) s |"
-echo "| ratio naive / reconcile | $(grep -o 'ratio=[0-9.]*' "$out" | cut -d= -f2)x |"
-echo "| reconcile, nothing changed, $(grep -o 'timers=[0-9]*' "$out" | cut -d= -f2) timers (median of 3) | $(grep -o 'noop_median_s=[0-9.]*' "$out" | cut -d= -f2) s |"
+val() { grep "$1" "$out" | grep -o "$2=[0-9.]*" | head -1 | cut -d= -f2; }
+for a in base new; do
+  grep -q "BENCH agent=$a " "$out" || continue
+  echo "| ($a agent) converge $(val "agent=$a converge" converge_jobs) jobs on one empty node: reconcile | $(val "agent=$a converge" reconcile_s) s |"
+  echo "| ($a agent) first reconcile of $(val "agent=$a noop" timers) jobs onto an empty node | $(val "agent=$a noop" first_s) s |"
+  echo "| ($a agent) reconcile, nothing changed, $(val "agent=$a noop" timers) timers (median of 3) | $(val "agent=$a noop" noop_median_s) s |"
+done
+echo "| converge $(val ratio= converge_jobs) jobs: reconcile (this tree) | $(val ratio= reconcile_s) s |"
+echo "| same, naive loop (write + daemon-reload + enable --now per job) | $(val ratio= naive_s) s |"
+echo "| ratio naive / reconcile | $(val ratio= ratio)x |"
 echo "| API create -> active on 3 nodes, p50 / p99 (50 creates) | $(grep -o 'create_to_active.*p50_ms=[0-9]*' "$out" | grep -o 'p50_ms=[0-9]*' | cut -d= -f2) ms / $(grep -o 'create_to_active.*p99_ms=[0-9]*' "$out" | grep -o 'p99_ms=[0-9]*' | cut -d= -f2) ms |"
 echo "| outcomes recorded over HTTP (32 workers) | $outcomes /s |"
 echo "| election latency, first timer -> run start, p50 / p99 | $(grep -o 'election.*' "$out" | grep -o 'p50_ms=[0-9.]*' | cut -d= -f2) ms / $(grep -o 'election.*' "$out" | grep -o 'p99_ms=[0-9.]*' | cut -d= -f2) ms |"

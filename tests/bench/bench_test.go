@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -39,21 +40,92 @@ func jobs(n int) []wire.Job {
 }
 
 func timed(t *testing.T, node string, js []wire.Job, args ...string) (time.Duration, wire.NodeReport) {
-	var rep wire.NodeReport
+	return timedWith(t, agentBin, node, js, args...)
+}
+
+// agentBin is the node agent the benchmarks time: the one the nodes
+// have installed from this tree's package.
+const agentBin = "/usr/local/bin/node-agent"
+
+// baseBin is where a baseline agent goes in each node (BENCH_BASE_AGENT,
+// a host path): timing it beside agentBin in the same run and cluster
+// gives before/after numbers under the same load.
+const baseBin = "/usr/local/bin/node-agent-base"
+
+// agents are the agents to time: this tree's, and the baseline if given.
+func agents(t *testing.T) map[string]string {
+	out := map[string]string{"new": agentBin}
+	src := os.Getenv("BENCH_BASE_AGENT")
+	if src == "" {
+		return out
+	}
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatalf("BENCH_BASE_AGENT: %v", err)
+	}
+	for _, n := range c.Nodes {
+		if err := os.WriteFile(filepath.Join(c.Root(n), baseBin), b, 0o755); err != nil {
+			t.Fatalf("install the baseline agent in %s: %v", n, err)
+		}
+	}
+	out["base"] = baseBin
+	return out
+}
+
+// timedWith runs agent (a path in the node) with js and prints the
+// phase lines (observed, applied) it logged, prefixed by PHASES.
+func timedWith(t *testing.T, agent, node string, js []wire.Job, args ...string) (time.Duration, wire.NodeReport) {
+	t.Helper()
+	stdin, _ := json.Marshal(js)
 	start := time.Now()
-	c.Agent(t, node, js, &rep, args...)
-	return time.Since(start), rep
+	out, err := c.Exec(node, stdin, append([]string{agent}, args...)...)
+	took := time.Since(start)
+	if err != nil {
+		t.Fatalf("%s: %s %v: %v\n%s", node, agent, args, err, out)
+	}
+	var rep wire.NodeReport
+	dec := json.NewDecoder(strings.NewReader(out[max(strings.IndexByte(out, '{'), 0):]))
+	for {
+		var v map[string]json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			break
+		}
+		var msg string
+		_ = json.Unmarshal(v["msg"], &msg)
+		switch {
+		case msg == "observed" || msg == "applied":
+			line, _ := json.Marshal(v)
+			fmt.Printf("PHASES agent=%s jobs=%d %s\n", filepath.Base(agent), len(js), line)
+		case v["msg"] == nil:
+			b, _ := json.Marshal(v)
+			_ = json.Unmarshal(b, &rep)
+		}
+	}
+	return took, rep
 }
 
 // TestConvergeVsNaive: 1,000 jobs onto an empty node with one reconcile,
-// against the naive loop of write + daemon-reload + enable --now per job.
+// against the naive loop of write + daemon-reload + enable --now per job
+// (BENCH_NAIVE=0: not run; BENCH_NAIVE_JOBS: its job count, 1,000 by
+// default, with this tree's reconcile timed again at that count for the
+// ratio). With BENCH_BASE_AGENT the baseline agent converges the same jobs
+// first; each converge is undone with this tree's agent.
 func TestConvergeVsNaive(t *testing.T) {
 	n := envInt("BENCH_JOBS", 1000)
-	d, rep := timed(t, "node1", jobs(n), "reconcile")
-	if rep.Reloads != 1 || len(rep.Enabled) != n {
-		t.Fatalf("reconcile report: %d enabled, %d reloads", len(rep.Enabled), rep.Reloads)
+	ag := agents(t)
+	var d time.Duration
+	for _, name := range []string{"base", "new"} {
+		if bin, ok := ag[name]; ok {
+			d = convergeOnce(t, name, bin, "node1", n)
+		}
 	}
-	timed(t, "node1", []wire.Job{}, "reconcile")
+	if os.Getenv("BENCH_NAIVE") == "0" {
+		return
+	}
+	nn := envInt("BENCH_NAIVE_JOBS", n)
+	if nn != n {
+		d = convergeOnce(t, "new", agentBin, "node1", nn)
+	}
 	// The naive loop, as a shell script inside the node: one unit pair,
 	// one daemon-reload and one enable --now per job.
 	script := fmt.Sprintf(`set -e
@@ -62,33 +134,81 @@ for i in $(seq 1 %d); do
   printf '[Timer]\nOnCalendar=*-*-* 03:00:00 UTC\n[Install]\nWantedBy=timers.target\n' >/etc/systemd/system/naive-$i.timer
   systemctl daemon-reload
   systemctl enable --now naive-$i.timer 2>/dev/null
-done`, n)
+done`, nn)
 	start := time.Now()
 	if out, err := c.Exec("node1", nil, "sh", "-c", script); err != nil {
 		t.Fatalf("naive loop: %v %s", err, out)
 	}
 	naive := time.Since(start)
 	_, _ = c.Exec("node1", nil, "sh", "-c", "systemctl disable --now 'naive-*.timer' >/dev/null 2>&1; rm -f /etc/systemd/system/naive-*; systemctl daemon-reload")
-	fmt.Printf("BENCH converge_jobs=%d reconcile_s=%.2f naive_s=%.2f ratio=%.1f\n", n, d.Seconds(), naive.Seconds(), naive.Seconds()/d.Seconds())
+	fmt.Printf("BENCH converge_jobs=%d reconcile_s=%.2f naive_s=%.2f ratio=%.1f\n", nn, d.Seconds(), naive.Seconds(), naive.Seconds()/d.Seconds())
+}
+
+// convergeOnce converges n jobs onto node (empty) with bin, checks that
+// systemd has them enabled and running, and removes them again with this
+// tree's agent (the removal is not what is compared).
+func convergeOnce(t *testing.T, name, bin, node string, n int) time.Duration {
+	took, rep := timedWith(t, bin, node, jobs(n), "reconcile")
+	if len(rep.Enabled) != n || len(rep.Failed) != 0 {
+		t.Fatalf("%s reconcile report: %d enabled, %d failed", name, len(rep.Enabled), len(rep.Failed))
+	}
+	checkEnabled(t, node, n)
+	timedWith(t, agentBin, node, []wire.Job{}, "reconcile")
+	fmt.Printf("BENCH agent=%s converge_jobs=%d reconcile_s=%.2f reloads=%d\n", name, n, took.Seconds(), rep.Reloads)
+	return took
 }
 
 // TestNoopReconcileAt10k: reconcile with nothing changed on a node with
-// 10,000 cron timers.
+// 10,000 cron timers, and the first reconcile that put them there. The
+// baseline agent (BENCH_BASE_AGENT) works on node2, this tree's on node3,
+// each from an empty node; the timers stay until the cluster goes
+// (removing 10,000 took the baseline 14 minutes; BENCH_REMOVE=1 times
+// this tree's agent removing them).
 func TestNoopReconcileAt10k(t *testing.T) {
 	n := envInt("BENCH_TIMERS", 10000)
 	js := jobs(n)
-	first, _ := timed(t, "node2", js, "reconcile")
-	var runs []time.Duration
-	for i := 0; i < 3; i++ {
-		d, rep := timed(t, "node2", js, "reconcile")
-		if rep.Changed() || rep.Reloads != 0 {
-			t.Fatalf("no-op reconcile changed something: %+v", rep)
+	ag := agents(t)
+	for _, run := range []struct{ name, node string }{{"base", "node2"}, {"new", "node3"}} {
+		bin, ok := ag[run.name]
+		if !ok {
+			continue
 		}
-		runs = append(runs, d)
+		first, rep := timedWith(t, bin, run.node, js, "reconcile")
+		if len(rep.Enabled) != n {
+			t.Fatalf("first reconcile enabled %d timers, want %d", len(rep.Enabled), n)
+		}
+		checkEnabled(t, run.node, n)
+		var runs []time.Duration
+		for i := 0; i < 3; i++ {
+			d, rep := timedWith(t, bin, run.node, js, "reconcile")
+			if rep.Changed() || rep.Reloads != 0 {
+				t.Fatalf("no-op reconcile changed something: %+v", rep)
+			}
+			runs = append(runs, d)
+		}
+		sort.Slice(runs, func(i, j int) bool { return runs[i] < runs[j] })
+		fmt.Printf("BENCH agent=%s noop_reconcile timers=%d first_s=%.2f noop_median_s=%.2f\n", run.name, n,
+			first.Seconds(), runs[1].Seconds())
+		if os.Getenv("BENCH_REMOVE") == "1" {
+			removal, _ := timedWith(t, agentBin, run.node, []wire.Job{}, "reconcile")
+			fmt.Printf("BENCH agent=new remove_all timers=%d remove_s=%.2f\n", n, removal.Seconds())
+		}
 	}
-	sort.Slice(runs, func(i, j int) bool { return runs[i] < runs[j] })
-	timed(t, "node2", []wire.Job{}, "reconcile")
-	fmt.Printf("BENCH noop_reconcile timers=%d first_s=%.2f noop_median_s=%.2f\n", n, first.Seconds(), runs[1].Seconds())
+}
+
+// checkEnabled fails unless n cron timers are enabled and active on node,
+// as systemd itself says.
+func checkEnabled(t *testing.T, node string, n int) {
+	t.Helper()
+	out, err := c.Exec(node, nil, "sh", "-c",
+		"ls /etc/systemd/system/timers.target.wants | grep -c '^cron-.*\\.timer$'; systemctl list-units --no-legend --state=active 'cron-*.timer' | wc -l; "+
+			"systemctl is-enabled $(ls /etc/systemd/system/timers.target.wants | grep '^cron-' | head -1)")
+	if err != nil {
+		t.Fatalf("count timers on %s: %v %s", node, err, out)
+	}
+	if f := strings.Fields(out); len(f) != 3 || f[0] != strconv.Itoa(n) || f[1] != strconv.Itoa(n) || f[2] != "enabled" {
+		t.Fatalf("%s: enabled and active cron timers, and is-enabled of one: %q, want %d, %d, enabled", node, out, n, n)
+	}
 }
 
 // TestElectionLatency: for each slot of a 10-second job on three nodes,
