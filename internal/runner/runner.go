@@ -805,11 +805,13 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 		// A duration, so by the monotonic clock: no clock step moves it.
 		go stopAt(time.Now, env.stopPoll(), time.Now().Add(time.Duration(spec.TimeoutSec)*time.Second), stopTimeout, &cause, sigs, reaped)
 	}
-	// A run-now run is superseded by the first slot after its command's
-	// start (its request may have waited past a slot); a slot's run by
-	// the slot after its own.
+	// A run-now or backfill run is superseded by the first slot after its
+	// command's start (its request may have waited past a slot; a
+	// backfill's slot is long past, and the slot after it would stop it at
+	// once); a slot's run (scheduled, catch-up, retry) by the slot after
+	// its own.
 	supersedeFrom := rec.Slot
-	if rec.Trigger == string(wire.TriggerManual) {
+	if rec.Trigger == string(wire.TriggerManual) || rec.Trigger == string(wire.TriggerBackfill) {
 		supersedeFrom = started
 	}
 	if sched, err := schedule.ParseWithSeconds(spec.Schedule, spec.Timezone); err == nil {

@@ -110,11 +110,17 @@ const wallLayout = "2006-01-02T15:04:05"
 // Classify lists every fire time with its state, every recorded run whose
 // slot is not a fire time (so nothing recorded is hidden) and every DST
 // gap, in time order. Of several runs of one slot (its attempts) the last
-// in the input is the slot's: its last attempt.
+// in the input is the slot's (its last attempt), unless it is a
+// placeholder (a retry that was skipped or lost never ran) after an
+// attempt that ran: then that attempt is.
 func Classify(in Input) []Slot {
 	byKey := make(map[int64]*Run, len(in.Runs))
 	for i := range in.Runs {
-		byKey[in.Runs[i].Slot.UnixNano()] = &in.Runs[i]
+		k := in.Runs[i].Slot.UnixNano()
+		if prev, ok := byKey[k]; ok && in.Runs[i].Result.IsPlaceholder() && !prev.Result.IsPlaceholder() {
+			continue
+		}
+		byKey[k] = &in.Runs[i]
 	}
 	spans := proven(in.Spans, in.Runs)
 	out := make([]Slot, 0, len(in.Fires)+len(in.Gaps))

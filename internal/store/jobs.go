@@ -757,6 +757,9 @@ func (s *Store) CancelRun(ctx context.Context, jobID, runKey string) (CronJob, e
 		if err := recordEvent(ctx, tx, job, actorOf(ctx), string(wire.ActionCancel), map[string]any{"run_key": runKey}); err != nil {
 			return err
 		}
+		if dropped, err := dropQueuedRetry(ctx, tx, jobID, key); err != nil || dropped {
+			return err
+		}
 		_, err = tx.Exec(ctx, `INSERT INTO cron_job_tasks (cron_job_id, action, version, run_key) VALUES ($1, $2, $3, $4)`,
 			jobID, wire.ActionCancel, job.Version, runKey)
 		if err != nil {
@@ -766,6 +769,26 @@ func (s *Store) CancelRun(ctx context.Context, jobID, runKey string) (CronJob, e
 	})
 	woke(err)
 	return job, err
+}
+
+// dropQueuedRetry cancels a retry still waiting out its delay: its task,
+// not yet sent, is deleted, so it never runs (a cancel task would go out
+// ahead of the delayed retry and find nothing to stop). The failed
+// attempt it was to follow is then the slot's last attempt and counts
+// again (from the job's next recorded outcome, as for a dropped retry).
+// A retry already sent is cancelled on the nodes like any run.
+func dropQueuedRetry(ctx context.Context, tx pgx.Tx, jobID string, key runkey.Key) (bool, error) {
+	if key.Trigger != wire.TriggerRetry {
+		return false, nil
+	}
+	tag, err := tx.Exec(ctx, `DELETE FROM cron_job_tasks
+		WHERE cron_job_id = $1 AND action = $2 AND run_key = $3 AND dispatched_at IS NULL`, jobID, wire.ActionRunNow, key.String())
+	if err != nil || tag.RowsAffected() == 0 {
+		return false, wrap(err, "cancel a queued retry")
+	}
+	_, err = tx.Exec(ctx, `UPDATE cron_job_runs SET superseded = false, retry_due_at = NULL
+		WHERE run_key = $1 AND cron_job_id = $2`, previousAttempt(key), jobID)
+	return true, wrap(err, "cancel a queued retry: count the attempt before")
 }
 
 // requestID is a manual key's request as the outbox task id it is; 0

@@ -105,8 +105,14 @@ func retryAfterRecord(ctx context.Context, tx pgx.Tx, job CronJob, o Outcome, ru
 		return "", nil // the API refuses such keys; nothing to retry
 	}
 	if key.Trigger == wire.TriggerRetry && !IsPlaceholder(o.Result) {
-		_, err := tx.Exec(ctx, `UPDATE cron_job_runs SET superseded = true, retry_due_at = NULL
-			WHERE run_key = $1 AND cron_job_id = $2`, previousAttempt(key), job.ID)
+		// A counted result (a success, the tenant's failure) is the slot's
+		// last attempt now: the one before counts no more. A cancelled
+		// retry counts neither way, so the failure before it is the slot's
+		// last counted attempt again (else a job whose retries are
+		// cancelled, by the tenant or by cancel_previous at the next slot,
+		// would never count a failure).
+		_, err := tx.Exec(ctx, `UPDATE cron_job_runs SET superseded = $3, retry_due_at = NULL
+			WHERE run_key = $1 AND cron_job_id = $2`, previousAttempt(key), job.ID, counted(o.Result))
 		if err != nil {
 			return "", fmt.Errorf("retry: supersede the attempt before: %w", err)
 		}

@@ -112,9 +112,7 @@ func (s *Store) RunningSince(ctx context.Context, ids []string) (map[string]time
 
 // IsPlaceholder reports whether a record is one a node's real result
 // replaces (decideRecord): a run under it may still be running.
-func IsPlaceholder(r wire.Result) bool {
-	return r == wire.ResultOverlapSkipped || r == wire.ResultPlatformError || r == wire.ResultLost
-}
+func IsPlaceholder(r wire.Result) bool { return r.IsPlaceholder() }
 
 // endStart deletes a run's start once its record is written (in the
 // recording transaction); a placeholder record does not end it (the

@@ -72,6 +72,14 @@ func (r Result) IsFailure() bool {
 	return false
 }
 
+// IsPlaceholder reports whether r is a record a node's real result
+// replaces (a skip, another node's platform error, the sweeper's lost):
+// a run under it may still be running, and it never stands for a run of
+// the slot that a real record of it stands for.
+func (r Result) IsPlaceholder() bool {
+	return r == ResultOverlapSkipped || r == ResultPlatformError || r == ResultLost
+}
+
 // Status is a cron job's provisioning state as the API shows it.
 type Status string
 
