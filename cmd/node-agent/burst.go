@@ -81,7 +81,7 @@ func burstCmd(configPath *string, log *slog.Logger) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&file, "file", "-", "JSON array of jobs, each applied as its own change (- for stdin)")
-	cmd.Flags().StringVar(&set, "set", "", "JSON array of jobs to reconcile the node to first (exactly; not counted)")
+	cmd.Flags().StringVar(&set, "set", "", "JSON array of jobs to reconcile the node to first, exactly: removes every other cron unit, leaves no tombstones (benchmark nodes only; not counted)")
 	cmd.Flags().IntVar(&concurrency, "concurrency", activitySlots, "changes in flight at once (the daemon's activity slots)")
 	return cmd
 }

@@ -62,6 +62,10 @@ func (e *executor) count(k Kind, n int) {
 	}
 }
 
+// errReload marks a failed daemon-reload: the node's, not one unit's, so
+// a batch that hit it is not retried change by change (runBatch).
+var errReload = errors.New("daemon-reload")
+
 // unitError is a failure of one unit's own step (a stop, the end of a
 // catch-up, a start): in a batch of several callers' changes it is the
 // error of the caller that asked for that unit only (splitResult).
@@ -183,7 +187,7 @@ func (e *executor) run(ctx context.Context, p Plan) (wire.NodeReport, error) {
 				e.obs.Reloaded(time.Since(start))
 			}
 			if err != nil {
-				return rep, errors.Join(append(unitErrs, fmt.Errorf("daemon-reload: %w", err))...)
+				return rep, errors.Join(append(unitErrs, fmt.Errorf("%w: %w", errReload, err))...)
 			}
 			rep.Reloads = 1
 			afterIO("reload")

@@ -156,13 +156,51 @@ func (m *Manager) runBatch(batch []*queued) {
 		m.obs.Applied(string(req.Op), req.Operator, time.Since(start), e.steps, err, m.now())
 	}
 	results := []result{{rep, err}}
-	if len(batch) > 1 {
+	switch {
+	case len(batch) == 1:
+	case retryAlone(err):
+		results = m.runEachAlone(batch)
+	default:
 		results = splitResult(reqs, req, rep, err)
 	}
 	delivered = true
 	for i, r := range results {
 		batch[i].done <- r
 	}
+}
+
+// retryAlone tells whether a batch's error may be one change's doing that
+// failed the whole plan: a failed read of one unit's files, a failed
+// removal, an enable or disable that systemd refused for one bad file.
+// Then each change is applied again on its own (as before the queue), so
+// one job's fault is its own caller's error, not that of every unrelated
+// change that queued with it (the review found one such job failing every
+// change of its node while Temporal retried it). A failed daemon-reload
+// is the node's: its callers all fail and are retried, once each.
+func retryAlone(err error) bool {
+	_, whole := splitErrors(err)
+	return len(whole) > 0 && !errors.Is(err, errReload)
+}
+
+// runEachAlone applies each change of a batch on its own, in queue order,
+// under the lock the batch holds, with its caller's context.
+func (m *Manager) runEachAlone(batch []*queued) []result {
+	out := make([]result, len(batch))
+	for i, q := range batch {
+		if err := q.ctx.Err(); err != nil {
+			out[i] = result{err: fmt.Errorf("wait for the node's apply queue: %w", err)}
+			continue
+		}
+		e := executor{sys: m.sys, layout: m.layout, log: m.log, lockDir: m.lockDir, obs: m.obs, steps: map[string]int{},
+			endCatchUp: m.endCatchUp}
+		start := time.Now()
+		rep, err := m.planAndRun(q.ctx, q.req, &e)
+		if m.obs != nil {
+			m.obs.Applied(string(q.req.Op), q.req.Operator, time.Since(start), e.steps, err, m.now())
+		}
+		out[i] = result{rep, err}
+	}
+	return out
 }
 
 // untilAllDone returns a context that ends when every one of ctxs has
@@ -195,10 +233,14 @@ func mergeable(r Request) bool {
 
 // batchLen is how many requests from the front of the queue form one
 // batch: the longest run of mergeable requests in which no job is both
-// applied and deleted. A later request that changes a job the other way
-// waits for the next batch, so an apply and a delete of one job keep
-// their order; two applies (or two deletes) of one job in a batch resolve
-// as their sequence would (mergeBatch). Different jobs' changes commute.
+// applied and deleted, nor applied at two different versions. A later
+// request that changes a job the other way, or to another version, waits
+// for the next batch, so an apply and a delete of one job keep their
+// order, and a version that fails to render or write never hides the one
+// queued before it (the review: a disable followed by a broken version
+// was reported applied while the timer kept running); repeats of one
+// version (a Temporal retry) and two deletes of one job merge
+// (mergeBatch). Different jobs' changes commute.
 func batchLen(reqs []Request) int {
 	if len(reqs) == 0 {
 		return 0
@@ -206,23 +248,23 @@ func batchLen(reqs []Request) int {
 	if !mergeable(reqs[0]) {
 		return 1
 	}
-	applied, deleted := map[string]bool{}, map[string]bool{}
+	applied, deleted := map[string]int64{}, map[string]bool{}
 	for i, r := range reqs {
 		if !mergeable(r) {
 			return i
 		}
 		for _, j := range r.Jobs {
-			if deleted[j.UnitName()] {
+			if v, ok := applied[j.UnitName()]; deleted[j.UnitName()] || (ok && v != j.Version) {
 				return i
 			}
 		}
 		for _, n := range r.Names {
-			if applied[n] {
+			if _, ok := applied[n]; ok {
 				return i
 			}
 		}
 		for _, j := range r.Jobs {
-			applied[j.UnitName()] = true
+			applied[j.UnitName()] = j.Version
 		}
 		for _, n := range r.Names {
 			deleted[n] = true
