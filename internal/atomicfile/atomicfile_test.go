@@ -111,6 +111,7 @@ func TestBatchReplacesAllAndLeavesNoTemp(t *testing.T) {
 // sync, every file is written in full under its temporary name and no
 // path has changed yet; no rename is possible before it.
 func TestBatchSyncsBeforeAnyRename(t *testing.T) {
+	useSyncfs(t)
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "a"), []byte("old a"), 0o600); err != nil {
 		t.Fatal(err)
@@ -162,6 +163,7 @@ func TestBatchSyncFailurePublishesNothing(t *testing.T) {
 	}
 	defer func(orig func(*os.File) error) { syncfs = orig }(syncfs)
 	syncfs = func(*os.File) error { return syscall.EIO }
+	useSyncfs(t)
 	b, idx := batchOf(t, dir, map[string]string{"a": "new a"})
 	if err := b.Sync(); !errors.Is(err, syscall.EIO) {
 		t.Fatalf("sync: %v, want EIO", err)
@@ -231,4 +233,37 @@ func TestBatchDoesNotFollowASymlink(t *testing.T) {
 	if fi, _ := os.Lstat(p); fi.Mode()&os.ModeSymlink != 0 {
 		t.Error("path is still the symlink")
 	}
+}
+
+// useSyncfs makes every file of a batch wait for Sync's syncfs (as in a
+// batch past syncfsFrom files), for the test's duration.
+func useSyncfs(t *testing.T) {
+	t.Helper()
+	if !syncfsReportsErrors {
+		t.Skip("this kernel's syncfs does not report writeback errors: batches fsync every file")
+	}
+	orig := syncfsFrom
+	syncfsFrom = 0
+	t.Cleanup(func() { syncfsFrom = orig })
+}
+
+// TestSmallBatchDoesNotSyncTheFilesystem: a batch of fewer than
+// syncfsFrom files fsyncs each file as it is added and never syncfs's the
+// filesystem, whose other dirty data (a tenant's) it would wait for.
+func TestSmallBatchDoesNotSyncTheFilesystem(t *testing.T) {
+	dir := t.TempDir()
+	defer func(orig func(*os.File) error) { syncfs = orig }(syncfs)
+	syncs := 0
+	syncfs = func(*os.File) error { syncs++; return nil }
+	b, idx := batchOf(t, dir, map[string]string{"a": "new a", "b": "new b"})
+	if err := b.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if syncs != 0 {
+		t.Errorf("%d syncfs calls for a batch of 2 files, want 0", syncs)
+	}
+	if err := b.Rename(idx["a"]); err != nil {
+		t.Errorf("rename after Sync: %v", err)
+	}
+	b.Close()
 }

@@ -341,11 +341,24 @@ func (e *executor) writeBatch(steps []Step, failed map[string]bool, rep *wire.No
 		}
 		t.lap("write_rename")
 		if err := b.SyncDirs(); err != nil {
-			// The files are in place and systemd will read them; only
-			// their survival of a power loss is in doubt, which the next
-			// converge repairs (it finds them old or missing and writes
-			// them again).
-			e.log.Warn("sync unit and spec directories after writing", "err", err)
+			if !units {
+				// The specs' renames may not survive a power loss: no
+				// unit file may be renamed after them, or a new timer
+				// could come back beside an old spec. Their units fail
+				// (the callers are retried; a new timer's old spec is
+				// what the next converge repairs, not the reverse).
+				for k, s := range steps {
+					if idx[k] >= 0 && !failed[s.Unit] {
+						e.fail(rep, failed, s, fmt.Errorf("spec directory not synced: %w", err))
+					}
+				}
+				return
+			}
+			// The unit files are in place and systemd will read them;
+			// only their survival of a power loss is in doubt, which the
+			// next converge repairs (it finds them old or missing and
+			// writes them again).
+			e.log.Warn("sync unit directories after writing", "err", err)
 		}
 		afterIO("dirsync")
 		t.lap("write_dirsync")

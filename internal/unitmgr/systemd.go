@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"sync"
 
@@ -61,9 +62,11 @@ func DialDBus(ctx context.Context) (*DBus, error) {
 // and signal makes two hops instead of one.
 func dialSystemd(ctx context.Context) (*sd.Conn, error) {
 	if os.Geteuid() == 0 {
-		if c, err := sd.NewSystemdConnectionContext(ctx); err == nil {
+		c, err := sd.NewSystemdConnectionContext(ctx)
+		if err == nil {
 			return c, nil
 		}
+		slog.Warn("systemd's private socket refused; using the system bus", "err", err)
 	}
 	return sd.NewWithContext(ctx)
 }
