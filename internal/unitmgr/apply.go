@@ -100,6 +100,15 @@ func (e *executor) run(ctx context.Context, p Plan) (wire.NodeReport, error) {
 	// The dirty marker is for plans that reload (every plan that writes
 	// or removes a unit file does: reloadStep).
 	marked := !hasReload(p.Steps)
+	// markBefore writes the marker before a batch's first unit file
+	// changes.
+	markBefore := func(batch []Step) {
+		if !marked && anyUnitFile(batch) {
+			e.mark()
+			afterIO("mark")
+			marked = true
+		}
+	}
 	keepTombs := false // an unreadable tombstone file could not be set aside
 	t := newPhaseTimer()
 	var cur Kind // the kind of step whose time is running
@@ -160,21 +169,13 @@ func (e *executor) run(ctx context.Context, p Plan) (wire.NodeReport, error) {
 		case KindWrite:
 			n, batch := sameKind(p.Steps[i:], failed)
 			i += n - 1
-			if !marked && anyUnitFile(batch) {
-				e.mark()
-				afterIO("mark")
-				marked = true
-			}
+			markBefore(batch)
 			e.count(s.Kind, len(batch))
 			e.writeBatch(batch, failed, &rep, t)
 		case KindRemove:
 			n, batch := sameKind(p.Steps[i:], failed)
 			i += n - 1
-			if !marked && anyUnitFile(batch) {
-				e.mark()
-				afterIO("mark")
-				marked = true
-			}
+			markBefore(batch)
 			e.count(s.Kind, len(batch))
 			if err := e.removeBatch(batch, &rep); err != nil {
 				return rep, errors.Join(append(unitErrs, err)...)

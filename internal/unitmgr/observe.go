@@ -9,8 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -211,18 +209,7 @@ const readers = 8
 func (m *Manager) readUnits(names []string, ls listing) (map[string]OnDisk, error) {
 	got := make([]OnDisk, len(names))
 	errs := make([]error, len(names))
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for w := 0; w < min(readers, len(names)); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := int(next.Add(1)) - 1; i < len(names); i = int(next.Add(1)) - 1 {
-				got[i], errs[i] = m.readUnit(names[i], ls.files[names[i]])
-			}
-		}()
-	}
-	wg.Wait()
+	inParallel(len(names), readers, func(i int) { got[i], errs[i] = m.readUnit(names[i], ls.files[names[i]]) })
 	out := make(map[string]OnDisk, len(names))
 	for i, n := range names {
 		if errs[i] != nil {

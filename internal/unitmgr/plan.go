@@ -363,20 +363,28 @@ const renderers = 8
 // job alone, so the plan is the same as rendered one by one.
 func renderAll(l Layout, jobs []wire.Job, obs Observed) []renderedJob {
 	out := make([]renderedJob, len(jobs))
+	inParallel(len(jobs), renderers, func(i int) {
+		r := &out[i]
+		r.in, r.kept, r.err = jobIntent(l, jobs[i], obs)
+	})
+	return out
+}
+
+// inParallel calls fn(i) for each i below n on up to workers goroutines
+// and returns when every call has: fn writes only its own index's result.
+func inParallel(n, workers int, fn func(i int)) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for w := 0; w < min(renderers, len(jobs)); w++ {
+	for w := 0; w < min(workers, n); w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := int(next.Add(1)) - 1; i < len(jobs); i = int(next.Add(1)) - 1 {
-				r := &out[i]
-				r.in, r.kept, r.err = jobIntent(l, jobs[i], obs)
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				fn(i)
 			}
 		}()
 	}
 	wg.Wait()
-	return out
 }
 
 // jobIntent renders a job. A job older than the spec the node has (a
