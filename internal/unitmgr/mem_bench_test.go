@@ -76,12 +76,13 @@ func peakHeap() (stop func() uint64) {
 // BENCH_RECONCILE_JOBS jobs onto empty directories (fake systemd), then
 // the same reconcile with nothing changed; each reports the peak heap in
 // use during the reconcile (peak-heap-MB), which is what bounds the
-// agent's RSS, and its time.
+// agent's RSS, the heap in use before it, the desired set's share
+// (set-heap-MB), and its time.
 func BenchmarkReconcileMemory(b *testing.B) {
 	n := benchJobs()
 	for _, mode := range []string{"first", "noop"} {
 		b.Run(fmt.Sprintf("%s/jobs=%d", mode, n), func(b *testing.B) {
-			var peak uint64
+			var peak, base uint64
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
 				m, _ := testManager(b)
@@ -92,6 +93,9 @@ func BenchmarkReconcileMemory(b *testing.B) {
 					}
 				}
 				runtime.GC()
+				var ms runtime.MemStats
+				runtime.ReadMemStats(&ms)
+				base = max(base, ms.HeapInuse)
 				b.StartTimer()
 				stop := peakHeap()
 				rep, err := m.Reconcile(context.Background(), set)
@@ -105,6 +109,7 @@ func BenchmarkReconcileMemory(b *testing.B) {
 				peak = max(peak, p)
 			}
 			b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MB")
+			b.ReportMetric(float64(base)/(1<<20), "set-heap-MB") // before the reconcile: the set and the test's own
 		})
 	}
 }
