@@ -46,6 +46,7 @@ func runCmd(configPath *string, log *slog.Logger) *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, os.Interrupt)
 			defer stop()
+			setMemoryLimit(log) // the daemon's only: a CLI command is short-lived
 			reg, nm := nodeMetrics(cfg, log)
 			if cfg.MetricsAddr != nodeconf.MetricsOff {
 				// A taken port costs the metrics, not the node's cron jobs.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/hostcron/hostcron/internal/jobspec"
-	"github.com/hostcron/hostcron/internal/schedule"
 	"github.com/hostcron/hostcron/internal/units"
 	"github.com/hostcron/hostcron/internal/wire"
 )
@@ -24,7 +23,7 @@ type Node struct {
 // Translate checks the job and returns its unit description and spec.
 // Schedules may carry a seconds field here (see schedule.ParseWithSeconds).
 func Translate(j wire.Job, node Node) (units.Job, jobspec.Spec, error) {
-	sched, err := schedule.ParseWithSeconds(j.Schedule, j.Timezone)
+	sched, err := calendarFor(j.Schedule, j.Timezone)
 	if err != nil {
 		return units.Job{}, jobspec.Spec{}, fmt.Errorf("job %s: %w", j.ID, err)
 	}
@@ -53,9 +52,9 @@ func Translate(j wire.Job, node Node) (units.Job, jobspec.Spec, error) {
 	}
 	u := units.Job{
 		Tenant: j.Tenant, ID: j.ID, User: j.User, Group: j.Group,
-		Webroot: j.Webroot, LockDir: j.LockDir(), OnCalendar: sched.OnCalendar(),
+		Webroot: j.Webroot, LockDir: j.LockDir(), OnCalendar: sched.onCalendar,
 		TimeoutSec: j.TimeoutSec, MemoryMaxMB: j.MemoryMaxMB,
-		RandomizedDelaySec: units.DelayFor(sched.MinInterval()),
+		RandomizedDelaySec: units.DelayFor(sched.minInterval),
 		DenyAddresses:      deny,
 		Persistent:         j.CatchUpWindowSec > 0,
 		WaitSec:            jobspec.StartWaitSec(j.OverlapPolicy, j.CatchUpWindowSec, j.TimeoutSec),

@@ -142,7 +142,7 @@ func (f *fakeSystemd) UnitProperty(_ context.Context, unit, _, name string) (any
 }
 
 // testManager is a Manager on temp dirs and a fake systemd.
-func testManager(t *testing.T) (*Manager, *fakeSystemd) {
+func testManager(t testing.TB) (*Manager, *fakeSystemd) {
 	t.Helper()
 	dir := t.TempDir()
 	f := newFake()

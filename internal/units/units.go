@@ -85,7 +85,6 @@ func DelayFor(minInterval time.Duration) int {
 var (
 	tenantRE   = regexp.MustCompile(`^[a-z][a-z0-9]*(-[a-z0-9]+)*$`)
 	userRE     = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
-	pathRE     = regexp.MustCompile(`^(/[A-Za-z0-9._-]+)+$`)
 	calendarRE = regexp.MustCompile(`^(?:[A-Z][a-z]{2}(?:\.\.[A-Z][a-z]{2})?(?:,[A-Z][a-z]{2}(?:\.\.[A-Z][a-z]{2})?)* )?\*-[0-9*,.]+-[0-9*,.]+ [0-9*,.]+:[0-9*,.]+:[0-9*,.]+ [A-Za-z][A-Za-z0-9_+/-]*$`)
 )
 
@@ -103,15 +102,32 @@ func ValidUser(name string) bool { return userRE.MatchString(name) }
 // ValidPath reports whether p is an absolute, clean path of plain
 // characters: no spaces, quotes, '%', '$', '\\', '.' or '..' elements.
 func ValidPath(p string) bool {
-	if len(p) > 1024 || !pathRE.MatchString(p) {
+	if len(p) > 1024 || p == "" || p[0] != '/' {
 		return false
 	}
-	for _, el := range strings.Split(p[1:], "/") {
-		if el == "." || el == ".." {
+	// One pass over the bytes: every job's render checks several paths,
+	// and a regexp match was a third of a no-op converge's CPU at 10,000
+	// jobs (issue 16). Each element, after its '/', is a non-empty run of
+	// [A-Za-z0-9._-] other than "." and "..".
+	start := 0 // index of the current element's '/'
+	for i := 1; i <= len(p); i++ {
+		if i < len(p) && p[i] != '/' {
+			if !pathByte(p[i]) {
+				return false
+			}
+			continue
+		}
+		if el := p[start+1 : i]; el == "" || el == "." || el == ".." {
 			return false
 		}
+		start = i
 	}
 	return true
+}
+
+// pathByte: the characters ValidPath allows in an element.
+func pathByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-'
 }
 
 // MaxDenyAddresses bounds IPAddressDeny=: a node has a handful of

@@ -1,0 +1,43 @@
+package main
+
+import (
+	"log/slog"
+	"os"
+	"runtime/debug"
+)
+
+// defaultMemoryLimit is the daemon's soft memory limit (the Go runtime's,
+// debug.SetMemoryLimit) unless GOMEMLIMIT sets another (issue 16: at most
+// 50 MB at 10,000 timers). It is a complement, not the bound: a converge
+// plans and writes in slices (unitmgr.reconcileInSlices), so its live
+// heap stays a few tens of MB whatever the set's size; what the limit
+// caps is the garbage between collections, which with the default GOGC
+// of 100 may double the heap for a moment (a converge's D-Bus replies
+// and rendered files are garbage at once). Below the limit GOGC paces
+// the collector as usual, so an idle agent pays nothing for it; past it
+// the collector runs more often rather than the heap growing. 40 MiB of
+// Go memory leaves room under 50 MB for the binary's text the agent
+// touches. A live heap above it (a node far beyond 10,000 timers) is not
+// refused: the runtime caps the collector's share of CPU and lets the
+// heap grow.
+const defaultMemoryLimit = 40 << 20
+
+// memoryLimit is the limit to set, or false when the environment set one
+// (GOMEMLIMIT, which the runtime applied before main: an operator's
+// drop-in wins).
+func memoryLimit(env string) (int64, bool) {
+	if env != "" {
+		return 0, false
+	}
+	return defaultMemoryLimit, true
+}
+
+// setMemoryLimit applies memoryLimit to the daemon.
+func setMemoryLimit(log *slog.Logger) {
+	if limit, ok := memoryLimit(os.Getenv("GOMEMLIMIT")); ok {
+		debug.SetMemoryLimit(limit)
+		log.Info("memory limit", "bytes", limit, "from", "default")
+		return
+	}
+	log.Info("memory limit", "from", "GOMEMLIMIT", "value", os.Getenv("GOMEMLIMIT"))
+}
