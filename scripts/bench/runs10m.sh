@@ -79,7 +79,7 @@ LANGUAGE sql IMMUTABLE AS $f$
      CASE WHEN v.h < 20 THEN 'manual' WHEN v.h < 40 THEN 'retry' WHEN v.h < 50 THEN 'backfill' WHEN v.h < 60 THEN 'catchup' ELSE 'scheduled' END,
      CASE WHEN v.h >= 20 AND v.h < 40 THEN 2 ELSE 1 END,
      0.1, 10485760, md5(k.key), CASE WHEN v.r % 3 = 0 THEN repeat('output line ', 25) END
-  FROM (SELECT (i * 7919 + j * 104729) % 1000 AS h, (i * 31 + j * 17) % 1000 AS r, md5(j::text)::uuid AS job) v,
+  FROM (SELECT ((i::bigint * 7919 + j::bigint * 104729) % 1000)::int AS h, ((i::bigint * 31 + j::bigint * 17) % 1000)::int AS r, md5(j::text)::uuid AS job) v,
   LATERAL (SELECT v.job::text || CASE
      WHEN v.h < 20 THEN '#manual#' || (i::bigint * 1000000 + j)
      WHEN v.h < 40 THEN '#retry#' || to_char(slot AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') || '#2'
