@@ -10,10 +10,11 @@
 -- is the key's own slot for every key that names one (scheduled, catch-up,
 -- retry, backfill: the outcome endpoint refuses any other, and the
 -- sweeper writes the key's slot), and a manual run's is its request's
--- time, which the core sent with the request; and every writer reads the
+-- time, which the core sent with the request; and an outcome reads the
 -- key in all months under the job's row lock before it inserts
--- (lockForOutcome, the sweep's claim). The ids, and their sequence, are
--- kept: the API shows them.
+-- (lockForOutcome), which holds a manual key to one row whatever time a
+-- report carries. The sweeper writes only scheduled keys. The ids, and
+-- their sequence, are kept: the API shows them.
 
 LOCK TABLE cron_job_runs IN ACCESS EXCLUSIVE MODE;
 ALTER TABLE cron_job_runs RENAME TO cron_job_runs_unpartitioned;
