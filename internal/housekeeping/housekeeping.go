@@ -173,6 +173,13 @@ func (h *Housekeeper) chores(ctx context.Context, c store.Chores, now time.Time)
 	if _, err := c.ExpireIdempotencyKeys(ctx); err != nil {
 		return err
 	}
+	// Months ahead are created and whole months past the retention
+	// dropped first; the batched delete below trims the rest. A month
+	// that could not take its lock is logged, not fatal: the next pass
+	// tries again, and the delete keeps the retention meanwhile.
+	if created, dropped, err := c.RotateRunPartitions(ctx, now, now.Add(-h.Config.Retention)); err != nil {
+		h.Log.Error("rotate run history partitions", "err", err, "created", created, "dropped", dropped)
+	}
 	if n, err := c.DeleteRunsBefore(ctx, now.Add(-h.Config.Retention)); err != nil {
 		return err
 	} else if n > 0 {

@@ -349,7 +349,7 @@ func (p *sweepPass) write(ctx context.Context, tx pgx.Tx, jobs []sweepJobRow) (l
 			INSERT INTO cron_job_runs (run_key, cron_job_id, version, scheduled_at, result, failure_reason)
 			SELECT u.run_key, u.cron_job_id, u.version, u.scheduled_at, $5, $6
 			FROM unnest($1::text[], $2::uuid[], $3::bigint[], $4::timestamptz[]) AS u(run_key, cron_job_id, version, scheduled_at)
-			ON CONFLICT (run_key) DO NOTHING RETURNING cron_job_id::text, id`, keys, runJobs, versions, slots, wire.ResultLost, p.reason)
+			ON CONFLICT (run_key, scheduled_at) DO NOTHING RETURNING cron_job_id::text, id`, keys, runJobs, versions, slots, wire.ResultLost, p.reason)
 		if err != nil {
 			return nil, nil, fmt.Errorf("sweep: record lost runs: %w", err)
 		}

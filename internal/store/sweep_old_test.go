@@ -100,7 +100,7 @@ func (c Chores) sweepJobOld(ctx context.Context, id string, now time.Time, grace
 			tag, err := tx.Exec(ctx, `
 				INSERT INTO cron_job_runs (run_key, cron_job_id, version, scheduled_at, result, failure_reason)
 				VALUES (@run_key, @cron_job_id, @version, @scheduled_at, @result, @failure_reason)
-				ON CONFLICT (run_key) DO NOTHING`, pgx.NamedArgs{
+				ON CONFLICT (run_key, scheduled_at) DO NOTHING`, pgx.NamedArgs{
 				"run_key": runkey.Scheduled(id, slot), "cron_job_id": id, "version": job.Version,
 				"scheduled_at": slot, "result": wire.ResultLost, "failure_reason": reason,
 			})
