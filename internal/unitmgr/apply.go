@@ -30,13 +30,6 @@ type executor struct {
 	// endCatchUp stops a unit's catch-up that has not started its command
 	// (Manager.endCatchUp); nil: the step does nothing (tests).
 	endCatchUp func(ctx context.Context, unit string) error
-	// reloadLater: the plans run now are slices of one converge whose
-	// daemon-reload a later plan runs (reconcileInSlices), so they write
-	// the dirty marker before their unit file changes as a plan with a
-	// reload does. marked: the marker is written and no reload has run
-	// since. tombstoned: the last run wrote (or set aside) the tombstone
-	// file.
-	reloadLater, marked, tombstoned bool
 }
 
 type lockDirKey struct{ dir, user, group string }
@@ -105,15 +98,15 @@ func (e *executor) run(ctx context.Context, p Plan) (wire.NodeReport, error) {
 	}
 	var unitErrs []error
 	// The dirty marker is for plans that reload (every plan that writes
-	// or removes a unit file does: reloadStep), here or later.
-	needMark := hasReload(p.Steps) || e.reloadLater
+	// or removes a unit file does: reloadStep).
+	marked := !hasReload(p.Steps)
 	// markBefore writes the marker before a batch's first unit file
 	// changes.
 	markBefore := func(batch []Step) {
-		if needMark && !e.marked && anyUnitFile(batch) {
+		if !marked && anyUnitFile(batch) {
 			e.mark()
 			afterIO("mark")
-			e.marked = true
+			marked = true
 		}
 	}
 	keepTombs := false // an unreadable tombstone file could not be set aside
@@ -140,11 +133,9 @@ func (e *executor) run(ctx context.Context, p Plan) (wire.NodeReport, error) {
 		switch s.Kind {
 		case KindSetAside:
 			keepTombs = !e.setAsideTombstones(s)
-			e.tombstoned = true
 		case KindTombstone:
 			if !keepTombs {
 				e.writeTombstones(s)
-				e.tombstoned = true
 			}
 		case KindCleanup:
 			if err := os.Remove(s.Target); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -202,7 +193,6 @@ func (e *executor) run(ctx context.Context, p Plan) (wire.NodeReport, error) {
 			rep.Reloads = 1
 			afterIO("reload")
 			e.unmark()
-			e.marked = false
 		case KindStart, KindRestart:
 			n := activations(p.Steps[i:])
 			i += n - 1

@@ -59,27 +59,6 @@ const crashEnv = "HOSTCRON_TEST_CRASH_AT"
 // the same files as an uninterrupted converge, only the desired timers
 // enabled, no temp file or marker left, and a converge after it is a no-op.
 func TestCrashAtEveryPointOfAnApply(t *testing.T) {
-	crashAtEveryPoint(t, "TestCrashAtEveryPointOfAnApply")
-}
-
-// TestCrashAtEveryPointOfASlicedConverge is the same with a converge
-// planned and applied one job at a time (reconcileInSlices): a crash
-// between slices, after one slice's writes or removals and before the
-// converge's one reload, is repaired by the next converge alike.
-func TestCrashAtEveryPointOfASlicedConverge(t *testing.T) {
-	defer setSliceJobs(1)()
-	crashAtEveryPoint(t, "TestCrashAtEveryPointOfASlicedConverge")
-}
-
-// setSliceJobs makes reconciles plan n unit names at a time until the
-// returned func restores the size.
-func setSliceJobs(n int) (restore func()) {
-	was := sliceJobs
-	sliceJobs = n
-	return func() { sliceJobs = was }
-}
-
-func crashAtEveryPoint(t *testing.T, test string) {
 	if at := os.Getenv(crashEnv); at != "" {
 		crashChild(t, at)
 		return
@@ -92,7 +71,7 @@ func crashAtEveryPoint(t *testing.T, test string) {
 			t.Fatal(err)
 		}
 		before := tree(t, dir)
-		cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1")
+		cmd := exec.Command(os.Args[0], "-test.run=^TestCrashAtEveryPointOfAnApply$", "-test.count=1")
 		cmd.Env = append(os.Environ(), crashEnv+"="+strconv.Itoa(n), "HOSTCRON_TEST_CRASH_DIR="+dir)
 		out, err := cmd.CombinedOutput()
 		var ee *exec.ExitError

@@ -148,9 +148,6 @@ func (m *Manager) plan(ctx context.Context, req Request) (Plan, error) {
 }
 
 func (m *Manager) planAndRun(ctx context.Context, req Request, e *executor) (wire.NodeReport, error) {
-	if req.Op == OpReconcile {
-		return m.reconcileInSlices(ctx, req, e) // a whole set: bounded memory
-	}
 	p, err := m.plan(ctx, req)
 	if err != nil {
 		return wire.NodeReport{}, err
