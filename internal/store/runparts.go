@@ -121,12 +121,15 @@ func (c Chores) RotateRunPartitions(ctx context.Context, now, cutoff time.Time) 
 		created++
 	}
 	for _, name := range plan.Drop {
-		if err := c.dropRunPartition(ctx, name); err != nil {
+		gone, err := c.dropRunPartition(ctx, name, now.Sub(cutoff))
+		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		slog.Info("dropped a month of run history past the retention", "partition", name)
-		dropped++
+		if gone {
+			slog.Info("dropped a month of run history past the retention", "partition", name)
+			dropped++
+		}
 	}
 	return created, dropped, errors.Join(errs...)
 }
@@ -165,6 +168,12 @@ func (c Chores) createRunPartition(ctx context.Context, month time.Time) error {
 		args []any
 	}{
 		{`SET LOCAL lock_timeout = '` + partitionLockTimeout + `'`, nil},
+		// ATTACH takes ACCESS EXCLUSIVE on the default partition anyway;
+		// taking it first means no run of the month can land there
+		// between the move below and the attach (which would then fail
+		// on every pass), and no upgrade from the move's lock can
+		// deadlock with an outcome writing a row the move took.
+		{`LOCK TABLE cron_job_runs_default IN ACCESS EXCLUSIVE MODE`, nil},
 		{`CREATE TABLE ` + ident + ` (LIKE cron_job_runs INCLUDING DEFAULTS INCLUDING CONSTRAINTS)`, nil},
 		// Lets ATTACH skip scanning the new month for rows outside it.
 		{`ALTER TABLE ` + ident + ` ADD CONSTRAINT ` + pgx.Identifier{name + "_month"}.Sanitize() +
@@ -186,21 +195,43 @@ func (c Chores) createRunPartition(ctx context.Context, month time.Time) error {
 	return nil
 }
 
-// dropRunPartition drops a month of history whole.
-func (c Chores) dropRunPartition(ctx context.Context, name string) error {
+// dropRunPartition drops a month of history whole, unless a run in it
+// arrived within the retention by the database's clock (received_at is
+// the database's now() at arrival). A report for an old slot may arrive
+// late (a node's spool, a late real result replacing a lost record), and
+// dropping it hours after it was recorded would let the node's resend of
+// the same report record the run a second time; such a month stays until
+// its last arrival is past the retention (the batched delete trims it
+// meanwhile). Measuring arrival on the database's clock also means a host
+// clock far ahead cannot drop a month whose runs arrived recently:
+// dropping cannot be undone. The history is locked first, so no run
+// arrives between the check and the drop. gone says whether it was
+// dropped.
+func (c Chores) dropRunPartition(ctx context.Context, name string, retention time.Duration) (gone bool, err error) {
 	tx, err := c.db.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("drop run partition %s: %w", name, err)
+		return false, fmt.Errorf("drop run partition %s: %w", name, err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
+	ident := pgx.Identifier{name}.Sanitize()
 	if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '`+partitionLockTimeout+`'`); err != nil {
-		return fmt.Errorf("drop run partition %s: %w", name, err)
+		return false, fmt.Errorf("drop run partition %s: %w", name, err)
 	}
-	if _, err := tx.Exec(ctx, `DROP TABLE `+pgx.Identifier{name}.Sanitize()); err != nil {
-		return fmt.Errorf("drop run partition %s: %w", name, err)
+	if _, err := tx.Exec(ctx, `LOCK TABLE cron_job_runs IN ACCESS EXCLUSIVE MODE`); err != nil {
+		return false, fmt.Errorf("drop run partition %s: lock the history: %w", name, err)
+	}
+	var recent bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+ident+` WHERE received_at >= now() - $1::bigint * interval '1 microsecond')`, retention.Microseconds()).Scan(&recent); err != nil {
+		return false, fmt.Errorf("drop run partition %s: latest arrival: %w", name, err)
+	}
+	if recent {
+		return false, nil
+	}
+	if _, err := tx.Exec(ctx, `DROP TABLE `+ident); err != nil {
+		return false, fmt.Errorf("drop run partition %s: %w", name, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("drop run partition %s: %w", name, err)
+		return false, fmt.Errorf("drop run partition %s: %w", name, err)
 	}
-	return nil
+	return true, nil
 }

@@ -58,12 +58,23 @@ func TestRunPartitionRotation(t *testing.T) {
 		t.Errorf("a run 8 months ahead is in %s, want the default partition", got)
 	}
 
+	// A run of next month's slot that arrived just now: a month whose
+	// runs arrived within the retention (by the database's clock) is not
+	// dropped, whatever its slots, or a resend of that report would
+	// record the run again. This month's run arrived long ago.
+	late := f.insertRun(j, month.AddDate(0, 1, 2))
+	_, err := f.st.Pool().Exec(ctx, `UPDATE cron_job_runs SET received_at = now() - interval '60 days' WHERE run_key = $1`, recent)
+	must(t, err)
+
 	// Eight months later: the month the future run waits for is created
 	// and the run moves into it; the runs of this month are past a
 	// 30-day retention, their month goes whole.
 	later := month.AddDate(0, 8, 0)
 	created, dropped, err := f.st.RotateRunPartitions(ctx, later, later.Add(-30*24*time.Hour))
 	must(t, err)
+	if want := "cron_job_runs_" + month.AddDate(0, 1, 0).Format("2006_01"); f.partitionOf(late) != want {
+		t.Errorf("the run that arrived just now is in %q, want its month %s kept", f.partitionOf(late), want)
+	}
 	if created != store.RunPartitionsAhead+1 {
 		t.Errorf("created %d months, want %d", created, store.RunPartitionsAhead+1)
 	}

@@ -24,7 +24,7 @@ CREATE TABLE cron_job_runs (
     run_key              text NOT NULL,
     cron_job_id          uuid NOT NULL,
     version              bigint NOT NULL,
-    node_id              uuid REFERENCES nodes(id) ON DELETE SET NULL,
+    node_id              uuid CONSTRAINT cron_job_runs_node_fkey REFERENCES nodes(id) ON DELETE SET NULL,
     scheduled_at         timestamptz NOT NULL,
     started_at           timestamptz,
     finished_at          timestamptz,
