@@ -174,13 +174,13 @@ func recordOneOutcome(ctx context.Context, tx pgx.Tx, node Node, jobID string, o
 		return res, nil
 	}
 	res.Replaced = step == replaceRun
-	sweep := sweepAfterOutcome(locked.swept, o.Version, job.Version, evidenceAt(o, locked.now), locked.now)
+	sweep := sweepMoveAfterOutcome(job, locked.swept, o, locked.now)
 	// An outcome retries touch (a job with retries, or a retry's own
 	// outcome) decides its retry between the run's write and the recount:
 	// the retry marks failed attempts superseded, which the recount leaves
 	// out. Others read the recount in the write's round trip.
 	retrying := mayRetry(job, o)
-	runID, results, err := writeOutcomeRun(ctx, tx, node, job, o, step, sweepChange(locked.swept, sweep), !retrying)
+	runID, results, err := writeOutcomeRun(ctx, tx, node, job, o, step, sweep, !retrying)
 	if err != nil {
 		return res, err
 	}
@@ -282,11 +282,11 @@ type withExtra struct {
 func (r withExtra) Scan(dest ...any) error { return r.Row.Scan(append(dest, r.extra...)...) }
 
 // writeOutcomeRun writes the run (inserted, or replacing its record), ends
-// its start, moves the sweep's start (sweep nil: unchanged) and reads the
+// its start, moves the sweep's cursor (sweepMoveAfterOutcome) and reads the
 // job's recent counted results for the recount, in one round trip; it
 // returns the run's record id and those results, oldest slot first
 // (none without withRecount: the caller reads them, readRecount).
-func writeOutcomeRun(ctx context.Context, tx pgx.Tx, node Node, job CronJob, o Outcome, step recordStep, sweep *time.Time, withRecount bool) (int64, []wire.Result, error) {
+func writeOutcomeRun(ctx context.Context, tx pgx.Tx, node Node, job CronJob, o Outcome, step recordStep, sweep sweepMove, withRecount bool) (int64, []wire.Result, error) {
 	var runID int64
 	var results []wire.Result
 	pipe := &pgx.Batch{}
@@ -297,8 +297,11 @@ func writeOutcomeRun(ctx context.Context, tx pgx.Tx, node Node, job CronJob, o O
 	if err := endStart(ctx, queued{pipe}, o.RunKey, o.Result); err != nil {
 		return 0, nil, err
 	}
-	if sweep != nil {
-		pipe.Queue(`UPDATE cron_jobs SET swept_until = $2 WHERE id = $1`, job.ID, *sweep)
+	switch {
+	case sweep.sweptUntil != nil && sweep.exact:
+		pipe.Queue(`UPDATE cron_jobs SET swept_until = $2, sweep_due_at = $3 WHERE id = $1`, job.ID, *sweep.sweptUntil, sweep.dueAt)
+	case sweep.sweptUntil != nil:
+		pipe.Queue(`UPDATE cron_jobs SET swept_until = $2 WHERE id = $1`, job.ID, *sweep.sweptUntil)
 	}
 	if withRecount {
 		pipe.Queue(recountSQL, job.ID, countedResults(), recentRuns, uncountedTriggers).Query(func(rows pgx.Rows) error {
