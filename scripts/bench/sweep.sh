@@ -42,6 +42,7 @@ awk '
   /^BenchmarkSweep\// && $0 ~ /batched/ {
     split($1, p, "/"); n = substr(p[2], 6); c = p[3]
     ns[n "|" c "|" tree] = $3; lost[n "|" c "|" tree] = $5
+    for (f = 4; f <= NF; f++) if ($f == "outcomes/s") rate[n "|" tree] = $(f - 1)
     if (!(n "|" c in seen)) { seen[n "|" c] = 1; order[++k] = n "|" c }
   }
   function fmt(v) { return v >= 1e9 ? sprintf("%.2f s", v / 1e9) : sprintf("%.1f ms", v / 1e6) }
@@ -53,5 +54,13 @@ awk '
       old = ns[key "|base"]; new = ns[key "|head"]
       printf "| %s | %s | %s / %s | %s | %s | %.2f µs | %s |\n", q[1], q[2], lost[key "|base"], lost[key "|head"],
         (old ? fmt(old) : "not run"), (new ? fmt(new) : "not run"), new / q[1] / 1e3, (old && new ? sprintf("%.1fx", old / new) : "")
+    }
+    print ""
+    print "steady case, the outcomes before each pass (RecordOutcomes, 256 a batch, 4 at a time; untimed in the pass):"
+    print "| jobs | outcomes/s before | outcomes/s after |"
+    print "|---|---|---|"
+    for (i = 1; i <= k; i++) {
+      split(order[i], q, "|")
+      if (q[2] == "steady") printf "| %s | %.0f | %.0f |\n", q[1], rate[q[1] "|base"], rate[q[1] "|head"]
     }
   }' "$work/base.out" "$work/head.out"
