@@ -130,8 +130,8 @@ func TestAdvanceSweepCursorAgreesWithPlanSweep(t *testing.T) {
 		start := time.Date(2026, 3, 28, 23, 0, 30, 0, time.UTC)
 		swept := start
 		slots := s.NextN(start, 20)
-		// Slots 0..9 reported in order (cursor moves each time), slot 10
-		// lost, 11 reported (cursor stays), 12 reported out of order.
+		// Slots 0..9 reported in order (the cursor moves each time),
+		// slot 10 never, slot 11 reported (the cursor stays before 10).
 		for i := 0; i < 10; i++ {
 			mv, ok := advanceSweepCursor(sweepCursorJob{swept: &swept, sweeping: true, next: s.Next, horizon: timeout},
 				job, runkey.Scheduled(job, slots[i]))
