@@ -155,3 +155,40 @@ func TestAdvanceSweepCursorAgreesWithPlanSweep(t *testing.T) {
 		}
 	}
 }
+
+// The outcome's write of the job row: the last run and the sweep's
+// columns in one statement, each only when it changes.
+func TestLastRunWrite(t *testing.T) {
+	const job = "0b5c9a3e-3c3f-4f7e-9a55-2f1d2b7f6a10"
+	at := time.Date(2026, 11, 22, 10, 18, 0, 0, time.UTC)
+	due := at.Add(2 * time.Minute)
+	for _, tc := range []struct {
+		name    string
+		changed bool
+		sweep   sweepMove
+		want    string
+		args    int
+	}{
+		{"nothing", false, sweepMove{}, "", 0},
+		{"last run only", true, sweepMove{},
+			"UPDATE cron_jobs SET last_run_id = $2, last_run_at = $3, last_result = $4, last_failure_reason = $5, last_success_at = $6 WHERE id = $1", 6},
+		{"a sweep started (the trigger bounds sweep_due_at)", false, sweepMove{sweptUntil: &at},
+			"UPDATE cron_jobs SET swept_until = $2 WHERE id = $1", 2},
+		{"the cursor moved, the last run unchanged (an older slot's success)", false, sweepMove{sweptUntil: &at, exact: true, dueAt: &due},
+			"UPDATE cron_jobs SET swept_until = $2, sweep_due_at = $3 WHERE id = $1", 3},
+		{"both: one statement", true, sweepMove{sweptUntil: &at, exact: true, dueAt: &due},
+			"UPDATE cron_jobs SET last_run_id = $2, last_run_at = $3, last_result = $4, last_failure_reason = $5, last_success_at = $6, swept_until = $7, sweep_due_at = $8 WHERE id = $1", 8},
+		{"the cursor moved past the schedule's last slot: sweep_due_at NULL", false, sweepMove{sweptUntil: &at, exact: true},
+			"UPDATE cron_jobs SET swept_until = $2, sweep_due_at = $3 WHERE id = $1", 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sql, args := lastRunWrite(job, LastRuns{}, tc.changed, tc.sweep)
+			if sql != tc.want || len(args) != tc.args {
+				t.Fatalf("%q with %d args, want %q with %d", sql, len(args), tc.want, tc.args)
+			}
+			if tc.sweep.exact && args[len(args)-1] != tc.sweep.dueAt {
+				t.Errorf("sweep_due_at %v, want %v", args[len(args)-1], tc.sweep.dueAt)
+			}
+		})
+	}
+}
