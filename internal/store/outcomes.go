@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -174,13 +175,13 @@ func recordOneOutcome(ctx context.Context, tx pgx.Tx, node Node, jobID string, o
 		return res, nil
 	}
 	res.Replaced = step == replaceRun
-	sweep := sweepAfterOutcome(locked.swept, o.Version, job.Version, evidenceAt(o, locked.now), locked.now)
+	sweep := sweepMoveAfterOutcome(job, locked.swept, o, locked.now)
 	// An outcome retries touch (a job with retries, or a retry's own
 	// outcome) decides its retry between the run's write and the recount:
 	// the retry marks failed attempts superseded, which the recount leaves
 	// out. Others read the recount in the write's round trip.
 	retrying := mayRetry(job, o)
-	runID, results, err := writeOutcomeRun(ctx, tx, node, job, o, step, sweepChange(locked.swept, sweep), !retrying)
+	runID, results, err := writeOutcomeRun(ctx, tx, node, job, o, step, !retrying)
 	if err != nil {
 		return res, err
 	}
@@ -198,7 +199,7 @@ func recordOneOutcome(ctx context.Context, tx pgx.Tx, node Node, jobID string, o
 	if st != keepState {
 		// A trip or a lift (rare) bumps the version the event and the
 		// queued task carry: one statement after another.
-		if job, err = noteLastRun(ctx, tx, job, run); err != nil {
+		if job, err = noteLastRun(ctx, tx, job, run, sweep); err != nil {
 			return res, err
 		}
 		if res.Job, err = applyAutoDisable(ctx, tx, job, st, failures); err != nil {
@@ -210,7 +211,7 @@ func recordOneOutcome(ctx context.Context, tx pgx.Tx, node Node, jobID string, o
 	// outcome recorded is an outcome notified: the outbox) in one round
 	// trip, in this order: the events read the counter.
 	pipe := &pgx.Batch{}
-	if job, err = noteLastRun(ctx, queued{pipe}, job, run); err != nil {
+	if job, err = noteLastRun(ctx, queued{pipe}, job, run, sweep); err != nil {
 		return res, err
 	}
 	res.Job = job
@@ -282,11 +283,10 @@ type withExtra struct {
 func (r withExtra) Scan(dest ...any) error { return r.Row.Scan(append(dest, r.extra...)...) }
 
 // writeOutcomeRun writes the run (inserted, or replacing its record), ends
-// its start, moves the sweep's start (sweep nil: unchanged) and reads the
-// job's recent counted results for the recount, in one round trip; it
+// its start and reads the job's recent counted results for the recount, in one round trip; it
 // returns the run's record id and those results, oldest slot first
 // (none without withRecount: the caller reads them, readRecount).
-func writeOutcomeRun(ctx context.Context, tx pgx.Tx, node Node, job CronJob, o Outcome, step recordStep, sweep *time.Time, withRecount bool) (int64, []wire.Result, error) {
+func writeOutcomeRun(ctx context.Context, tx pgx.Tx, node Node, job CronJob, o Outcome, step recordStep, withRecount bool) (int64, []wire.Result, error) {
 	var runID int64
 	var results []wire.Result
 	pipe := &pgx.Batch{}
@@ -296,9 +296,6 @@ func writeOutcomeRun(ctx context.Context, tx pgx.Tx, node Node, job CronJob, o O
 	})
 	if err := endStart(ctx, queued{pipe}, o.RunKey, o.Result); err != nil {
 		return 0, nil, err
-	}
-	if sweep != nil {
-		pipe.Queue(`UPDATE cron_jobs SET swept_until = $2 WHERE id = $1`, job.ID, *sweep)
 	}
 	if withRecount {
 		pipe.Queue(recountSQL, job.ID, countedResults(), recentRuns, uncountedTriggers).Query(func(rows pgx.Rows) error {
@@ -496,17 +493,50 @@ func decideLastRun(cur LastRuns, run LastRun) (LastRuns, bool) {
 }
 
 // noteLastRun applies decideLastRun to job (whose row tx holds) and stores
-// the result.
-func noteLastRun(ctx context.Context, tx execer, job CronJob, run LastRun) (CronJob, error) {
+// the result, with what the outcome moves of the job's sweep
+// (sweepMoveAfterOutcome) in the same statement: one new row version
+// instead of two (the sweep's columns are indexed, so the row's update is
+// not HOT either way).
+func noteLastRun(ctx context.Context, tx execer, job CronJob, run LastRun, sweep sweepMove) (CronJob, error) {
 	next, changed := decideLastRun(job.LastRuns, run)
-	if !changed {
+	if changed {
+		job.LastRuns = next
+	}
+	sql, args := lastRunWrite(job.ID, next, changed, sweep)
+	if sql == "" {
 		return job, nil
 	}
-	job.LastRuns = next
-	_, err := tx.Exec(ctx, `UPDATE cron_jobs SET last_run_id = $2, last_run_at = $3, last_result = $4,
-		       last_failure_reason = $5, last_success_at = $6 WHERE id = $1`,
-		job.ID, next.lastRunID, next.LastRunAt, next.LastResult, next.LastFailureReason, next.LastSuccessAt)
+	_, err := tx.Exec(ctx, sql, args...)
 	return job, wrap(err, "outcome: note last run")
+}
+
+// lastRunWrite is the UPDATE of a job's last run columns (when changed)
+// and its sweep columns (when sweep moves them); "" when neither. Without
+// sweep_due_at in the statement, the trigger of migration 011 bounds it.
+func lastRunWrite(jobID string, next LastRuns, changed bool, sweep sweepMove) (string, []any) {
+	var set []string
+	args := []any{jobID}
+	col := func(name string, v any) {
+		args = append(args, v)
+		set = append(set, fmt.Sprintf("%s = $%d", name, len(args)))
+	}
+	if changed {
+		col("last_run_id", next.lastRunID)
+		col("last_run_at", next.LastRunAt)
+		col("last_result", next.LastResult)
+		col("last_failure_reason", next.LastFailureReason)
+		col("last_success_at", next.LastSuccessAt)
+	}
+	if sweep.sweptUntil != nil {
+		col("swept_until", *sweep.sweptUntil)
+		if sweep.exact {
+			col("sweep_due_at", sweep.dueAt)
+		}
+	}
+	if len(set) == 0 {
+		return "", nil
+	}
+	return "UPDATE cron_jobs SET " + strings.Join(set, ", ") + " WHERE id = $1", args
 }
 
 // recountSQL reads a job's ($1) recent counted results ($2, at most $3)

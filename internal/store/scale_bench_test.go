@@ -103,7 +103,7 @@ func BenchmarkScale(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
 				now := clock.Truncate(time.Minute).Add(time.Minute + 10*time.Second)
-				reportSlot(b, st, now.Add(-timeout-grace).Truncate(time.Minute))
+				reportSlot(b, st, store.Node{}, now.Add(-timeout-grace).Truncate(time.Minute))
 				b.StartTimer()
 				sweep(b, now)
 			}
