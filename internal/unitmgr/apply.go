@@ -515,8 +515,8 @@ const minStartTogether = 8
 // loading each in its own start call cost ~10 ms a unit (1,000 new
 // timers: 12.4 s against 4.5 s in one transaction), or loaded and
 // inactive. After a reload every timer is loaded, and one call each was
-// no slower than the transaction (docs/benchmarks.md, "One transaction
-// of starts"). Restarts always go one by one.
+// no slower than the transaction (docs/benchmarks.md, "The systemd side
+// of a converge"). Restarts always go one by one.
 func startTogether(reloads bool, steps []Step) bool {
 	if reloads {
 		return false
