@@ -21,17 +21,18 @@ import (
 
 // fakeSystemd records calls and keeps a tiny model of timer activity.
 type fakeSystemd struct {
-	mu        sync.Mutex
-	calls     []string
-	active    map[string]bool // unit file name → active
-	failStart error
-	failUnit  string // when set, only this unit's start fails with failStart
-	failRload error
-	inReload  chan struct{} // when set, Reload blocks until it is closed
-	onReload  func()        // when set, called in every Reload (before inReload)
-	needRload map[string]bool
-	wantsDir  string          // enable and disable make and remove links here, as systemd does
-	held      map[string]bool // unit files systemd holds in memory (loaded, inactive) besides the active ones
+	mu           sync.Mutex
+	calls        []string
+	active       map[string]bool // unit file name → active
+	failStart    error
+	failUnit     string // when set, only this unit's start fails with failStart
+	failRload    error
+	failTogether error         // when set, StartUnits fails as a whole
+	inReload     chan struct{} // when set, Reload blocks until it is closed
+	onReload     func()        // when set, called in every Reload (before inReload)
+	needRload    map[string]bool
+	wantsDir     string          // enable and disable make and remove links here, as systemd does
+	held         map[string]bool // unit files systemd holds in memory (loaded, inactive) besides the active ones
 }
 
 // hold makes systemd hold jobs' unit files in memory (as after an
@@ -107,6 +108,27 @@ func (f *fakeSystemd) StartUnit(ctx context.Context, n string) error {
 	f.mu.Unlock()
 	return nil
 }
+
+// StartUnits models one transaction: every unit that StartUnit would
+// start becomes active, the others stay as they were, and the call
+// itself succeeds unless failTogether is set.
+func (f *fakeSystemd) StartUnits(ctx context.Context, names []string) error {
+	f.record("start-together %s", strings.Join(names, ","))
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failTogether != nil {
+		return f.failTogether
+	}
+	for _, n := range names {
+		if f.failStart == nil || (f.failUnit != "" && f.failUnit != n) {
+			f.active[n] = true
+		}
+	}
+	return nil
+}
 func (f *fakeSystemd) StopUnit(_ context.Context, n string) error {
 	f.record("stop %s", n)
 	f.mu.Lock()
@@ -159,8 +181,11 @@ func testManager(t testing.TB) (*Manager, *fakeSystemd) {
 	return m, f
 }
 
+// Units systemd holds (B, C: loaded earlier) get one reload for all;
+// units it has never seen (A) need none, it loads them at their start.
 func TestApplyCreateOrderAndOneReload(t *testing.T) {
 	m, f := testManager(t)
+	f.hold(job(idB), job(idC))
 	rep, err := m.Apply(context.Background(), []wire.Job{job(idA), job(idB), job(idC)})
 	if err != nil {
 		t.Fatal(err)

@@ -40,13 +40,35 @@ func managerAt(t *testing.T, dir string) (*Manager, *fakeSystemd) {
 	return m, f
 }
 
-// The crash scenario: A's schedule changes, B goes, C is new.
-var (
-	crashBefore = []wire.Job{job(idA), job(idB)}
-	crashAfter  = []wire.Job{job(idA, version(2), func(j *wire.Job) { j.Schedule = "0 3 * * *" }), job(idC)}
-)
+// crashScenario is a converge from before to after that a crash
+// interrupts.
+type crashScenario struct {
+	name          string
+	before, after []wire.Job
+	// held: systemd holds the units whose files change, so the converge
+	// reloads and must leave the dirty marker until it has.
+	held bool
+}
+
+var crashScenarios = []crashScenario{
+	// A's schedule changes, B goes, C is new: one reload, starts one by one.
+	{"change", []wire.Job{job(idA), job(idB)},
+		[]wire.Job{job(idA, version(2), func(j *wire.Job) { j.Schedule = "0 3 * * *" }), job(idC)}, true},
+	// A new node's first converge: units systemd has never loaded, no
+	// reload, the timers started in one transaction (startTogether).
+	{"first converge", nil, firstConvergeJobs(), false},
+}
+
+func firstConvergeJobs() []wire.Job {
+	var jobs []wire.Job
+	for i := range minStartTogether + 1 {
+		jobs = append(jobs, job(nthID(i)))
+	}
+	return jobs
+}
 
 const crashEnv = "HOSTCRON_TEST_CRASH_AT"
+const crashScenarioEnv = "HOSTCRON_TEST_CRASH_SCENARIO"
 
 // TestCrashAtEveryPointOfAnApply kills (SIGKILL) a process applying a
 // converge after each of its file and systemd operations in turn (the
@@ -60,10 +82,18 @@ const crashEnv = "HOSTCRON_TEST_CRASH_AT"
 // enabled, no temp file or marker left, and a converge after it is a no-op.
 func TestCrashAtEveryPointOfAnApply(t *testing.T) {
 	if at := os.Getenv(crashEnv); at != "" {
-		crashChild(t, at)
+		i, _ := strconv.Atoi(os.Getenv(crashScenarioEnv))
+		crashChild(t, at, crashScenarios[i])
 		return
 	}
-	want := crashReference(t)
+	for i, sc := range crashScenarios {
+		t.Run(sc.name, func(t *testing.T) { crashAtEveryPoint(t, i, sc) })
+	}
+}
+
+func crashAtEveryPoint(t *testing.T, scenario int, sc crashScenario) {
+	crashBefore, crashAfter := sc.before, sc.after
+	want := crashReference(t, sc)
 	for n := 1; ; n++ {
 		dir := t.TempDir()
 		m, _ := managerAt(t, dir)
@@ -72,7 +102,8 @@ func TestCrashAtEveryPointOfAnApply(t *testing.T) {
 		}
 		before := tree(t, dir)
 		cmd := exec.Command(os.Args[0], "-test.run=^TestCrashAtEveryPointOfAnApply$", "-test.count=1")
-		cmd.Env = append(os.Environ(), crashEnv+"="+strconv.Itoa(n), "HOSTCRON_TEST_CRASH_DIR="+dir)
+		cmd.Env = append(os.Environ(), crashEnv+"="+strconv.Itoa(n), "HOSTCRON_TEST_CRASH_DIR="+dir,
+			crashScenarioEnv+"="+strconv.Itoa(scenario))
 		out, err := cmd.CombinedOutput()
 		var ee *exec.ExitError
 		killed := errors.As(err, &ee) && ee.ProcessState.Sys().(syscall.WaitStatus).Signaled()
@@ -82,7 +113,7 @@ func TestCrashAtEveryPointOfAnApply(t *testing.T) {
 		point := lastPoint(string(out))
 		reloaded := strings.Contains(string(out), "\nreload\n") // systemd has read the files: the marker's job is done
 		crashed := tree(t, dir)
-		checkCrashState(t, n, point, before, crashed, want, reloaded)
+		checkCrashState(t, n, point, before, crashed, want, reloaded || !sc.held)
 		recover, f := managerAt(t, dir)
 		f.runs(crashBefore...)                                                   // systemd after the crash: crashBefore's timers may still run
 		recover.now = func() time.Time { return time.Now().Add(2 * TempMaxAge) } // the crash's temp files are old now
@@ -90,7 +121,7 @@ func TestCrashAtEveryPointOfAnApply(t *testing.T) {
 		if err != nil {
 			t.Fatalf("crash point %d (%s): recovery: %v", n, point, err)
 		}
-		if unitFilesDiffer(before, crashed) && !reloaded && rep.Reloads != 1 {
+		if sc.held && unitFilesDiffer(before, crashed) && !reloaded && rep.Reloads != 1 {
 			t.Errorf("crash point %d (%s): unit files changed before the crash, recovery did not reload: %+v", n, point, rep)
 		}
 		if got := tree(t, dir); !reflect.DeepEqual(got, want) {
@@ -112,10 +143,10 @@ func TestCrashAtEveryPointOfAnApply(t *testing.T) {
 
 // crashChild converges dir towards crashAfter and kills itself after
 // its at-th operation, printing each operation's name first.
-func crashChild(t *testing.T, at string) {
+func crashChild(t *testing.T, at string, sc crashScenario) {
 	n, _ := strconv.Atoi(at)
 	m, f := managerAt(t, os.Getenv("HOSTCRON_TEST_CRASH_DIR"))
-	f.runs(crashBefore...) // systemd as the earlier apply left it
+	f.runs(sc.before...) // systemd as the earlier apply left it
 	count := 0
 	var mu sync.Mutex
 	afterIO = func(what string) {
@@ -128,26 +159,27 @@ func crashChild(t *testing.T, at string) {
 			select {}
 		}
 	}
-	if _, err := m.ReconcileExactly(context.Background(), crashAfter); err != nil {
+	if _, err := m.ReconcileExactly(context.Background(), sc.after); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // crashReference is the tree an uninterrupted converge leaves.
-func crashReference(t *testing.T) map[string]string {
+func crashReference(t *testing.T, sc crashScenario) map[string]string {
 	dir := t.TempDir()
 	m, _ := managerAt(t, dir)
-	if _, err := m.Apply(context.Background(), crashBefore); err != nil {
+	if _, err := m.Apply(context.Background(), sc.before); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.ReconcileExactly(context.Background(), crashAfter); err != nil {
+	if _, err := m.ReconcileExactly(context.Background(), sc.after); err != nil {
 		t.Fatal(err)
 	}
 	return tree(t, dir)
 }
 
 // checkCrashState: every file is whole (old or new content) and a unit
-// file that changed has the dirty marker beside it until systemd reloaded.
+// file that changed has the dirty marker beside it until systemd reloaded
+// (or, unheld, never needed to: systemd loads them when first started).
 func checkCrashState(t *testing.T, n int, point string, before, crashed, want map[string]string, reloaded bool) {
 	t.Helper()
 	for p, c := range crashed {

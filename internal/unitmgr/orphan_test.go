@@ -22,7 +22,7 @@ func tombstoned(obs Observed, ts map[string]Tombstone) Observed {
 // createSteps is what installing job idA on an empty node does.
 var createSteps = []string{
 	"lockdir .locks", "write " + idA + ".json", "write " + idA + ".service", "write " + idA + ".timer",
-	"enable " + idA + ".timer", "reload", "start " + idA + ".timer"}
+	"enable " + idA + ".timer", "start " + idA + ".timer"}
 
 // Orphans are decided by the converge's snapshot, never by file age, and
 // tombstones keep removed jobs from coming back with any copy older than

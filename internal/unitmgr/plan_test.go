@@ -111,9 +111,15 @@ func TestMakePlan(t *testing.T) {
 		want       []string
 		kept, fail int
 	}{
-		{"create", apply(a), empty(), []string{
+		{"create: systemd does not hold the unit, so no reload (the start loads it)", apply(a), empty(), []string{
 			"lockdir .locks", "write " + idA + ".json", "write " + idA + ".service", "write " + idA + ".timer",
-			"enable " + idA + ".timer", "reload", "start " + idA + ".timer"}, 0, 0},
+			"enable " + idA + ".timer", "start " + idA + ".timer"}, 0, 0},
+		{"create of a unit systemd holds (named before, loaded inactive): reload",
+			apply(a), with(empty(), func(o *Observed) {
+				o.Loaded[a.UnitName()+".service"] = LoadedUnit{Name: a.UnitName() + ".service", LoadState: "loaded", ActiveState: "inactive"}
+			}), []string{
+				"lockdir .locks", "write " + idA + ".json", "write " + idA + ".service", "write " + idA + ".timer",
+				"enable " + idA + ".timer", "reload", "start " + idA + ".timer"}, 0, 0},
 		{"a unit systemd holds as not found though its file is there: reload, start",
 			apply(a), with(installed(t, a), func(o *Observed) {
 				o.Loaded[a.UnitName()+".timer"] = LoadedUnit{Name: a.UnitName() + ".timer", LoadState: "not-found", ActiveState: "inactive"}

@@ -166,6 +166,7 @@ func nthID(i int) string { return fmt.Sprintf("%08x-3c8e-4a57-9e0a-2f4f5c9d8e71"
 func blockedNode(t *testing.T) (*Manager, *fakeSystemd, func()) {
 	t.Helper()
 	m, f := testManager(t)
+	holdQueueJobs(f)
 	f.inReload = make(chan struct{})
 	first := make(chan error, 1)
 	go func() { _, err := m.Apply(context.Background(), []wire.Job{job(nthID(999))}); first <- err }()
@@ -176,6 +177,18 @@ func blockedNode(t *testing.T) (*Manager, *fakeSystemd, func()) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// holdQueueJobs makes systemd hold the units of the jobs the queue tests
+// use (as on a node where they were named before), so that every plan
+// writing them reloads: the reload is what these tests block in and
+// count. Units systemd does not hold need none (reloadStep).
+func holdQueueJobs(f *fakeSystemd) {
+	jobs := []wire.Job{job(idA), job(idB), job(idC), job(nthID(999))}
+	for i := range 100 {
+		jobs = append(jobs, job(nthID(i)))
+	}
+	f.hold(jobs...)
 }
 
 func (f *fakeSystemd) setOnReload(fn func()) {
@@ -256,6 +269,7 @@ func TestConcurrentAppliesShareOneReload(t *testing.T) {
 // by its own plan at once (no window), as without the queue.
 func TestLoneApplyIsItsOwnBatch(t *testing.T) {
 	m, f := testManager(t)
+	holdQueueJobs(f)
 	for i := range 3 {
 		if _, err := m.Apply(context.Background(), []wire.Job{job(nthID(i))}); err != nil {
 			t.Fatal(err)

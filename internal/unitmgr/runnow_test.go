@@ -106,6 +106,7 @@ func (f *fakeService) Reload(context.Context) error                     { return
 func (f *fakeService) EnableUnitFiles(context.Context, []string) error  { return nil }
 func (f *fakeService) DisableUnitFiles(context.Context, []string) error { return nil }
 func (f *fakeService) StopUnit(context.Context, string) error           { return nil }
+func (f *fakeService) StartUnits(context.Context, []string) error       { return nil }
 func (f *fakeService) RestartUnit(context.Context, string) error        { return nil }
 func (f *fakeService) ListUnits(_ context.Context, _, _ []string) ([]LoadedUnit, error) {
 	return nil, nil

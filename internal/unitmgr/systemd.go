@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	sd "github.com/coreos/go-systemd/v22/dbus"
 	"github.com/godbus/dbus/v5"
@@ -19,6 +21,10 @@ type Systemd interface {
 	EnableUnitFiles(ctx context.Context, files []string) error
 	DisableUnitFiles(ctx context.Context, files []string) error
 	StartUnit(ctx context.Context, name string) error
+	// StartUnits starts the units in one transaction and returns when
+	// none of their start jobs is left; it says nothing of each unit's
+	// result (the caller reads their states).
+	StartUnits(ctx context.Context, names []string) error
 	StopUnit(ctx context.Context, name string) error
 	RestartUnit(ctx context.Context, name string) error
 	// ListUnits returns the loaded units matching the patterns and, when
@@ -177,6 +183,76 @@ func (d *DBus) StartUnit(ctx context.Context, name string) error {
 		_, err := c.StartUnitContext(ctx, name, "replace", nil)
 		return err
 	})
+}
+
+// startJobsPoll is how often StartUnits asks systemd whether the start
+// jobs are done: ListJobs is one call whatever the number of units.
+const startJobsPoll = 50 * time.Millisecond
+
+// StartUnits starts names in one transaction: a transient oneshot
+// service (/bin/true) that Wants= them, so systemd loads every unit and
+// queues every start job in one StartTransientUnit call instead of one
+// call, and one load, per unit. A transient target would need no
+// process, but systemd 252 (Debian 12) refuses transient targets. Wants=
+// is what makes a unit that cannot load or start not fail the others
+// (systemd drops it from the transaction, or its job alone fails); no
+// After=, so the service's own job does not wait for thousands of jobs
+// (each job's end would re-check its ordering against all of them). The
+// service exits at once and systemd collects it: nothing is left to
+// stop, even if the agent dies here. Wants= is never propagated on stop,
+// so stopping a timer later is unaffected.
+func (d *DBus) StartUnits(ctx context.Context, names []string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	name := fmt.Sprintf("hostcron-start-%d-%d.service", os.Getpid(), startSeq.Add(1))
+	props := []sd.Property{
+		{Name: "Description", Value: dbus.MakeVariant(fmt.Sprintf("hostcron: start %d timers", len(names)))},
+		{Name: "DefaultDependencies", Value: dbus.MakeVariant(false)},
+		{Name: "Wants", Value: dbus.MakeVariant(names)},
+		sd.PropType("oneshot"),
+		sd.PropExecStart([]string{"/bin/true"}, false),
+	}
+	err := d.do(ctx, func(c *sd.Conn) error {
+		_, err := c.StartTransientUnitContext(ctx, name, "replace", props, nil)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("start transient %s: %w", name, err)
+	}
+	return d.waitJobs(ctx, names)
+}
+
+// startSeq makes the transient units' names unique within the agent.
+var startSeq atomic.Uint64
+
+// waitJobs returns when systemd has no job left for any of names.
+func (d *DBus) waitJobs(ctx context.Context, names []string) error {
+	ours := make(map[string]bool, len(names))
+	for _, n := range names {
+		ours[n] = true
+	}
+	for {
+		var pending bool
+		err := d.do(ctx, func(c *sd.Conn) error {
+			jobs, err := c.ListJobsContext(ctx)
+			for _, j := range jobs {
+				pending = pending || ours[j.Unit]
+			}
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("list jobs: %w", err)
+		}
+		if !pending {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for start jobs: %w", ctx.Err())
+		case <-time.After(startJobsPoll):
+		}
+	}
 }
 
 // StopUnit queues a stop job.

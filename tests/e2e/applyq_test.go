@@ -37,8 +37,9 @@ func TestApplyQueueBatchesConcurrentChanges(t *testing.T) {
 	}
 	t.Logf("%d concurrent creates: %d plans, %d reloads", n, res.Plans, res.Reloads)
 	// The first change finds the node idle and runs alone; the others
-	// queue behind it. A handful of reloads at most, never one per job.
-	if res.Reloads < 1 || res.Reloads > n/5 || res.Plans > n/5 {
+	// queue behind it. A handful of reloads at most, never one per job
+	// (none at all while systemd has never loaded the new units).
+	if res.Reloads > n/5 || res.Plans > n/5 {
 		t.Errorf("%d changes took %d plans and %d reloads, want at most %d", n, res.Plans, res.Reloads, n/5)
 	}
 	st := c.State(t, "node1")

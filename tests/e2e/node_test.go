@@ -4,8 +4,10 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -15,9 +17,10 @@ import (
 	"github.com/hostcron/hostcron/internal/wire"
 )
 
-// TestUnitsAndReconcile: an agent call puts the units on every node; a
-// repeated call changes nothing; reconcile removes an orphan and disables
-// a disabled job with one daemon-reload.
+// TestUnitsAndReconcile: an agent call puts the units on every node
+// (no daemon-reload: systemd has never loaded them, it loads them when
+// they start); a repeated call changes nothing; reconcile removes an
+// orphan and disables a disabled job with one daemon-reload.
 func TestUnitsAndReconcile(t *testing.T) {
 	a := c.NewJob(t, "acme", "0 3 29 2 *", "echo a", 60, 64, 5)
 	b := c.NewJob(t, "acme", "0 4 29 2 *", "echo b", 60, 64, 5)
@@ -26,7 +29,7 @@ func TestUnitsAndReconcile(t *testing.T) {
 	for _, n := range c.Nodes {
 		var rep wire.NodeReport
 		c.Agent(t, n, jobs, &rep, "apply")
-		if len(rep.Written) != 6 || rep.Reloads != 1 || len(rep.Enabled) != 3 || len(rep.Failed) != 0 {
+		if len(rep.Written) != 6 || rep.Reloads != 0 || len(rep.Enabled) != 3 || len(rep.Failed) != 0 {
 			t.Errorf("%s: first apply %+v", n, rep)
 		}
 		st := c.State(t, n)
@@ -78,6 +81,51 @@ func TestUnitsAndReconcile(t *testing.T) {
 		if len(c.State(t, n)) != 0 {
 			t.Errorf("%s: units left after reconcile to nothing", n)
 		}
+	}
+}
+
+// TestNewUnitsStartInOneTransaction: enough new jobs for the agent to
+// start their timers in one transaction (unitmgr.startTogether), on units
+// systemd has never loaded, so no daemon-reload: every enabled job's
+// timer is active with a next elapse, systemd holds none of the files as
+// changed (NeedDaemonReload=no), the disabled job's timer never started,
+// and the transient unit of the transaction is gone.
+func TestNewUnitsStartInOneTransaction(t *testing.T) {
+	var jobs []wire.Job
+	for i := range 9 {
+		jobs = append(jobs, c.NewJob(t, "acme", fmt.Sprintf("%d 3 29 2 *", i), "echo x", 60, 64, 5))
+	}
+	off := c.NewJob(t, "acme", "0 6 29 2 *", "echo off", 60, 64, 5)
+	off.Enabled = false
+	var rep wire.NodeReport
+	c.Agent(t, "node1", append(slices.Clone(jobs), off), &rep, "apply")
+	if rep.Reloads != 0 || len(rep.Enabled) != len(jobs) || len(rep.Failed) != 0 {
+		t.Errorf("apply %+v", rep)
+	}
+	st := c.State(t, "node1")
+	for _, j := range jobs {
+		if s := st[j.UnitName()]; !s.TimerEnabled || !s.TimerActive || s.NextElapseUS == 0 {
+			t.Errorf("%s state %+v", j.UnitName(), s)
+		}
+		out, err := c.Exec("node1", nil, "systemctl", "show", "-p", "NeedDaemonReload", "--value", j.UnitName()+".timer", j.UnitName()+".service")
+		if err != nil || strings.Join(strings.Fields(out), " ") != "no no" {
+			t.Errorf("%s NeedDaemonReload %q %v", j.UnitName(), out, err)
+		}
+	}
+	if s := st[off.UnitName()]; s.TimerActive {
+		t.Errorf("disabled job's timer started: %+v", s)
+	}
+	// The transaction ran (systemd logged its transient unit), rather
+	// than the one-by-one fallback.
+	if out, _ := c.Exec("node1", nil, "journalctl", "-q", "--no-pager", "-o", "cat", "_PID=1"); !strings.Contains(out, fmt.Sprintf("start %d timers", len(jobs))) {
+		t.Errorf("no transaction of %d starts in PID 1's journal", len(jobs))
+	}
+	if out, _ := c.Exec("node1", nil, "systemctl", "list-units", "--all", "--plain", "--no-legend", "hostcron-start-*"); strings.TrimSpace(out) != "" {
+		t.Errorf("transient start unit left: %q", out)
+	}
+	c.Agent(t, "node1", []wire.Job{}, &rep, "reconcile")
+	if len(c.State(t, "node1")) != 0 {
+		t.Errorf("units left after reconcile to nothing")
 	}
 }
 

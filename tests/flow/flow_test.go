@@ -205,8 +205,10 @@ func TestNewNodeConverges(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 	}
-	if res.Reloads != 1 || len(res.Written) != 2*len(created) || len(res.Enabled) != len(created) {
-		t.Errorf("converge of node4: %d jobs, %d written, %d enabled, %d reloads; want %d jobs, one reload",
+	// No daemon-reload: systemd on the new node has never loaded these
+	// units, it loads them when they start (unitmgr reloadStep).
+	if res.Reloads != 0 || len(res.Written) != 2*len(created) || len(res.Enabled) != len(created) {
+		t.Errorf("converge of node4: %d jobs, %d written, %d enabled, %d reloads; want %d jobs, no reload",
 			res.Jobs, len(res.Written), len(res.Enabled), res.Reloads, len(created))
 	}
 	st := c.State(t, "node4")
