@@ -86,3 +86,30 @@ func TestOutcomeMovesTheSweepCursor(t *testing.T) {
 		t.Fatalf("%d lost records left", n)
 	}
 }
+
+// A job the sweep does not look at (disabled) keeps its cursor: an
+// outcome of a run still in flight when it was disabled must not give it
+// a due time, or every pass would list it and find no row to sweep.
+func TestOutcomeLeavesADisabledJobsCursor(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	j := f.job(0)
+	base := time.Now().UTC().Truncate(time.Minute).Add(-30*time.Minute + 10*time.Second)
+	_, err := f.st.Pool().Exec(ctx, `UPDATE cron_jobs SET swept_until = $2, not_before = $2 WHERE id = $1`, j.ID, base)
+	must(t, err)
+	_, err = f.st.Pool().Exec(ctx, `UPDATE cron_jobs SET enabled = false WHERE id = $1`, j.ID)
+	must(t, err)
+	sweptBefore, dueBefore := f.sweepState(j.ID)
+	f.outcome(j, base.Truncate(time.Minute).Add(time.Minute), wire.ResultSuccess)
+	swept, due := f.sweepState(j.ID)
+	if !sameTime(swept, sweptBefore) || !sameTime(due, dueBefore) {
+		t.Fatalf("disabled job's cursor moved: swept_until %v -> %v, sweep_due_at %v -> %v", sweptBefore, swept, dueBefore, due)
+	}
+}
+
+func sameTime(a, b *time.Time) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Equal(*b)
+}
