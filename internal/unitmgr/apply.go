@@ -110,6 +110,7 @@ func (e *executor) run(ctx context.Context, p Plan) (wire.NodeReport, error) {
 			marked = true
 		}
 	}
+	rechecked := false // reloadIfLoadedMeanwhile ran
 	keepTombs := false // an unreadable tombstone file could not be set aside
 	t := newPhaseTimer()
 	var cur Kind // the kind of step whose time is running
@@ -198,6 +199,12 @@ func (e *executor) run(ctx context.Context, p Plan) (wire.NodeReport, error) {
 			n := activations(p.Steps[i:])
 			i += n - 1
 			steps := p.Steps[i-n+1 : i+1]
+			if !hasReload(p.Steps) && !rechecked {
+				rechecked = true
+				if err := e.reloadIfLoadedMeanwhile(ctx, p.Steps, failed, &rep); err != nil {
+					return rep, errors.Join(append(unitErrs, err)...)
+				}
+			}
 			if startTogether(hasReload(p.Steps), steps) {
 				unitErrs = append(unitErrs, e.startAll(ctx, steps, failed)...)
 			} else {
@@ -507,6 +514,50 @@ func (e *executor) activateAll(ctx context.Context, steps []Step, failed map[str
 // a transient unit (a fork of /bin/true) and polling for its jobs, where
 // a lone start costs one call.
 const minStartTogether = 8
+
+// reloadIfLoadedMeanwhile closes the window of a plan without a reload
+// (reloadStep: it writes only unit files systemd did not hold when the
+// node was observed). Something may have loaded one of those units from
+// its old file before the write: a run-now (it does not wait for the
+// manager's lock), an operator's systemctl. systemd would then run the
+// old definition until some later reload, and a reconcile does not ask
+// systemd whether a unit needs one. So before the first start, one
+// ListUnits: if any unit file the plan wrote belongs to a unit systemd
+// now holds, it reloads (rep.Reloads = 1). A unit loaded after its write
+// read the new file; reloading for it too costs time, never correctness.
+func (e *executor) reloadIfLoadedMeanwhile(ctx context.Context, steps []Step, failed map[string]bool, rep *wire.NodeReport) error {
+	written := map[string]bool{}
+	for _, s := range steps {
+		if s.Kind == KindWrite && isUnitFile(s.Target) && !failed[s.Unit] {
+			written[filepath.Base(s.Target)] = true
+		}
+	}
+	if len(written) == 0 {
+		return nil
+	}
+	held, err := e.sys.ListUnits(ctx, nil, []string{wire.UnitPrefix + "*"})
+	if err != nil {
+		return fmt.Errorf("list units before starting those written without a reload: %w", err)
+	}
+	for _, u := range held {
+		if !written[u.Name] {
+			continue
+		}
+		e.log.Info("a unit written without a reload was loaded meanwhile; reloading", "unit", u.Name)
+		start := time.Now()
+		err := e.sys.Reload(ctx)
+		if e.obs != nil {
+			e.obs.Reloaded(time.Since(start))
+		}
+		if err != nil {
+			return fmt.Errorf("%w: %w", errReload, err)
+		}
+		rep.Reloads = 1
+		afterIO("reload")
+		return nil
+	}
+	return nil
+}
 
 // startTogether decides whether a plan's starts go to systemd as one
 // transaction (startAll) rather than one call each. Only in a plan

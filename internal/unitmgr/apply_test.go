@@ -496,3 +496,38 @@ func TestEnableLinks(t *testing.T) {
 		}
 	}
 }
+
+// A plan without a reload writes only units systemd did not hold when it
+// observed the node; if something loads one of them from its old file
+// before the write (a run-now does not wait for the manager's lock), the
+// plan reloads before its starts, or systemd would keep the old
+// definition until some unrelated reload. Nothing loaded meanwhile: no
+// reload.
+func TestNoReloadPlanReloadsForAUnitLoadedMeanwhile(t *testing.T) {
+	for _, loadedMeanwhile := range []bool{false, true} {
+		t.Run(map[bool]string{false: "nothing_loaded", true: "loaded_meanwhile"}[loadedMeanwhile], func(t *testing.T) {
+			m, f := testManager(t)
+			old := afterIO
+			t.Cleanup(func() { afterIO = old })
+			afterIO = func(what string) {
+				if loadedMeanwhile && what == "sync" {
+					f.hold(job(idA)) // a run-now loads the service from the old file
+				}
+			}
+			rep, err := m.Apply(context.Background(), []wire.Job{job(idA)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := 0
+			if loadedMeanwhile {
+				want = 1
+			}
+			if rep.Reloads != want {
+				t.Fatalf("reloads %d, want %d (calls %q)", rep.Reloads, want, f.Calls())
+			}
+			if calls := f.Calls(); len(calls) == 0 || (loadedMeanwhile && calls[0] != "reload") {
+				t.Errorf("calls %q: the reload must come before the start", calls)
+			}
+		})
+	}
+}

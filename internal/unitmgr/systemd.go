@@ -220,8 +220,25 @@ func (d *DBus) StartUnits(ctx context.Context, names []string) error {
 	if err != nil {
 		return fmt.Errorf("start transient %s: %w", name, err)
 	}
-	return d.waitJobs(ctx, names)
+	// The wait has its own bound: a timer's start job may wait long
+	// (ordered after time-sync.target at boot), and the converge holds the
+	// manager's lock meanwhile. Jobs still queued then run on their own;
+	// the caller starts one by one (merging into the queued job) whatever
+	// it does not see active.
+	wctx, cancel := context.WithTimeout(ctx, startJobsWait)
+	defer cancel()
+	if err := d.waitJobs(wctx, names); err != nil {
+		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			slog.Warn("start jobs still queued; not waiting longer", "timers", len(names), "waited", startJobsWait)
+			return nil
+		}
+		return err
+	}
+	return nil
 }
+
+// startJobsWait bounds how long StartUnits waits for its start jobs.
+const startJobsWait = time.Minute
 
 // startSeq makes the transient units' names unique within the agent.
 var startSeq atomic.Uint64
