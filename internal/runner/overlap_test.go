@@ -104,6 +104,18 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	t.Fatalf("never: %s", what)
 }
 
+// beatsAt waits until the holder's lease in the slot stamp has beaten at
+// or after at (its clock was just moved there): sleeping a few heartbeats
+// instead flaked on a loaded machine, where the holder's beat came later
+// and a waiter then judged its lease stale.
+func beatsAt(t *testing.T, locks string, at time.Time) {
+	t.Helper()
+	eventually(t, "the holder's lease beats at "+at.Format(time.RFC3339), func() bool {
+		st, ok, _, err := readStamp(filepath.Join(locks, "cron-"+id+".slot"), at)
+		return err == nil && ok && !st.Heartbeat.Before(at)
+	})
+}
+
 func waiting(t *testing.T, env Env) func() bool {
 	return func() bool {
 		r, err := ReadRecord(env.RuntimeDir)
@@ -127,7 +139,7 @@ func startHolder(t *testing.T, env Env, locks string, c *clock) func() int {
 	done := async(env)
 	eventually(t, "node1 runs 12:00", func() bool { return len(runs(t, locks)) == 1 })
 	c.set(time.Date(2026, 11, 21, 12, 1, 3, 0, time.UTC))
-	time.Sleep(3 * env.Heartbeat) // its lease beats at the new time
+	beatsAt(t, locks, c.now()) // its lease beats at the new time
 	return done
 }
 
@@ -188,7 +200,7 @@ func TestBufferOneThirdSlotWhileOneWaits(t *testing.T) {
 	eventually(t, "node2 waits", waiting(t, node2))
 	// Time passes (in steps under LeaseTTL, as the holder's lease beats).
 	c.set(time.Date(2026, 11, 21, 12, 1, 30, 0, time.UTC))
-	time.Sleep(3 * env.Heartbeat)
+	beatsAt(t, locks, c.now())
 	c.set(time.Date(2026, 11, 21, 12, 2, 0, 0, time.UTC).Add(-GiveUpBeforeNext))
 	if code := done2(); code != ExitSkip {
 		t.Fatalf("node2 exit %d, record %+v", code, record(t, node2))
@@ -198,7 +210,7 @@ func TestBufferOneThirdSlotWhileOneWaits(t *testing.T) {
 		t.Fatalf("node2 gave up with %+v, want overlap (reported)", r)
 	}
 	c.set(time.Date(2026, 11, 21, 12, 2, 4, 0, time.UTC))
-	time.Sleep(3 * env.Heartbeat)
+	beatsAt(t, locks, c.now())
 	node3 := node(t, env, "node3", c)
 	done3 := async(node3)
 	eventually(t, "node3 waits", waiting(t, node3))
@@ -283,7 +295,7 @@ func TestCancelPreviousStopsHolderAndRunsNewSlot(t *testing.T) {
 	done1 := async(env)
 	eventually(t, "node1 runs 12:00", func() bool { return len(runs(t, locks)) == 1 })
 	c1.set(time.Date(2026, 11, 21, 12, 0, 59, 0, time.UTC))
-	time.Sleep(3 * env.Heartbeat)
+	beatsAt(t, locks, c1.now())
 	// node2 and node3 fire 12:01 a little ahead of node1's clock (their
 	// timer delays, or node1 a second slow): the run still holds the lock.
 	c := newClock(time.Date(2026, 11, 21, 12, 1, 2, 0, time.UTC))
