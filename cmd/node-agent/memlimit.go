@@ -9,8 +9,9 @@ import (
 // defaultMemoryLimit is the daemon's soft memory limit (the Go runtime's,
 // debug.SetMemoryLimit) unless GOMEMLIMIT sets another (issue 16: at most
 // 50 MB at 10,000 timers). It is a complement, not the bound: a converge
-// plans and writes in slices (unitmgr.reconcileInSlices), so its live
-// heap stays a few tens of MB whatever the set's size; what the limit
+// plans the whole set at once, holding every job's files (about 4 KB a
+// job, docs/benchmarks.md, "Node-agent memory at 10,000 timers on a
+// booted node"), which the limit does not shrink; what the limit
 // caps is the garbage between collections, which with the default GOGC
 // of 100 may double the heap for a moment (a converge's D-Bus replies
 // and rendered files are garbage at once). Below the limit GOGC paces

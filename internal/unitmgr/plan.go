@@ -408,8 +408,28 @@ func jobIntent(l Layout, j wire.Job, obs Observed) (intent, bool, error) {
 	if err != nil {
 		return in, false, err
 	}
-	in.files = map[string][]byte{extTimer: r.Timer, extService: r.Service, extSpec: specBytes}
+	have := obs.Disk[in.name].Files
+	in.files = map[string][]byte{
+		extTimer:   heldCopy(have[extTimer], r.Timer),
+		extService: heldCopy(have[extService], r.Service),
+		extSpec:    heldCopy(have[extSpec], specBytes),
+	}
 	return in, false, nil
+}
+
+// heldCopy is the content a plan holds for a file whose wanted content is
+// want and whose content on disk is have (nil: no file): have itself when
+// it is the same, else an exact-size copy of want. A plan holds the files
+// of every job of the set until it has run, so what each costs is what
+// the agent's memory follows (issue 16, a booted node at 10,000 timers):
+// the template's and json.MarshalIndent's buffers are up to twice their
+// content (grown by doubling), and an unchanged file's rendered copy
+// would double what its copy read from disk already costs.
+func heldCopy(have, want []byte) []byte {
+	if have != nil && bytes.Equal(have, want) {
+		return have
+	}
+	return bytes.Clone(want)
 }
 
 // specInfo is what a unit's spec on disk says it was written from.

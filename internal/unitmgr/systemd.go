@@ -68,7 +68,7 @@ func DialDBus(ctx context.Context) (*DBus, error) {
 // and signal makes two hops instead of one.
 func dialSystemd(ctx context.Context) (*sd.Conn, error) {
 	if os.Geteuid() == 0 {
-		c, err := sd.NewSystemdConnectionContext(ctx)
+		c, err := dialPrivate(ctx) // every unit's signals: only JobRemoved is kept
 		if err == nil {
 			return c, nil
 		}
