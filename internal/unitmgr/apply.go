@@ -184,16 +184,9 @@ func (e *executor) run(ctx context.Context, p Plan) (wire.NodeReport, error) {
 			}
 			afterIO("remove dirsync")
 		case KindReload:
-			start := time.Now()
-			err := e.sys.Reload(ctx)
-			if e.obs != nil {
-				e.obs.Reloaded(time.Since(start))
+			if err := e.reload(ctx, &rep); err != nil {
+				return rep, errors.Join(append(unitErrs, err)...)
 			}
-			if err != nil {
-				return rep, errors.Join(append(unitErrs, fmt.Errorf("%w: %w", errReload, err))...)
-			}
-			rep.Reloads = 1
-			afterIO("reload")
 			e.unmark()
 		case KindStart, KindRestart:
 			n := activations(p.Steps[i:])
@@ -544,18 +537,24 @@ func (e *executor) reloadIfLoadedMeanwhile(ctx context.Context, steps []Step, fa
 			continue
 		}
 		e.log.Info("a unit written without a reload was loaded meanwhile; reloading", "unit", u.Name)
-		start := time.Now()
-		err := e.sys.Reload(ctx)
-		if e.obs != nil {
-			e.obs.Reloaded(time.Since(start))
-		}
-		if err != nil {
-			return fmt.Errorf("%w: %w", errReload, err)
-		}
-		rep.Reloads = 1
-		afterIO("reload")
-		return nil
+		return e.reload(ctx, rep)
 	}
+	return nil
+}
+
+// reload runs systemd's daemon-reload, timed for the observer, and counts
+// it in rep.
+func (e *executor) reload(ctx context.Context, rep *wire.NodeReport) error {
+	start := time.Now()
+	err := e.sys.Reload(ctx)
+	if e.obs != nil {
+		e.obs.Reloaded(time.Since(start))
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %w", errReload, err)
+	}
+	rep.Reloads = 1
+	afterIO("reload")
 	return nil
 }
 
