@@ -39,6 +39,7 @@ var released = []struct{ name, sha string }{
 	{"024_overlap_policy.sql", "72ace726b52e5d4d"},
 	{"025_retries.sql", "052827a250da9fa0"},
 	{"026_run_start_trigger.sql", "dcc99c930a339865"},
+	{"027_partition_runs.sql", "2ff9ff9a1fb500b2"},
 }
 
 func TestReleasedMigrationsNeverChange(t *testing.T) {
