@@ -15,12 +15,18 @@ import (
 	"github.com/hostcron/hostcron/internal/api"
 	"github.com/hostcron/hostcron/internal/core"
 	"github.com/hostcron/hostcron/internal/housekeeping"
+	"github.com/hostcron/hostcron/internal/loglevel"
 	"github.com/hostcron/hostcron/internal/quota"
 	"github.com/hostcron/hostcron/internal/store"
 )
 
 func main() {
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	level, err := loglevel.Parse(os.Getenv(loglevel.Env))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "core-api:", err)
+		os.Exit(1)
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	slog.SetDefault(log)
 	root := &cobra.Command{
 		Use:           "core-api",

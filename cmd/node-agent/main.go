@@ -9,11 +9,17 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/hostcron/hostcron/internal/loglevel"
 	"github.com/hostcron/hostcron/internal/nodeconf"
 )
 
 func main() {
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "node-agent")
+	level, err := loglevel.Parse(os.Getenv(loglevel.Env))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "node-agent:", err)
+		os.Exit(1)
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("component", "node-agent")
 	slog.SetDefault(log)
 	var configPath string
 	root := &cobra.Command{

@@ -520,15 +520,21 @@ const minStartTogether = 8
 // read the new file; reloading for it too costs time, never correctness.
 func (e *executor) reloadIfLoadedMeanwhile(ctx context.Context, steps []Step, failed map[string]bool, rep *wire.NodeReport) error {
 	written := map[string]bool{}
+	var units []string
+	seen := map[string]bool{}
 	for _, s := range steps {
 		if s.Kind == KindWrite && isUnitFile(s.Target) && !failed[s.Unit] {
+			if !seen[s.Unit] { // a unit's two files
+				seen[s.Unit] = true
+				units = append(units, s.Unit)
+			}
 			written[filepath.Base(s.Target)] = true
 		}
 	}
 	if len(written) == 0 {
 		return nil
 	}
-	held, err := e.sys.ListUnits(ctx, nil, []string{wire.UnitPrefix + "*"})
+	held, err := e.sys.ListUnits(ctx, nil, listPatterns(units))
 	if err != nil {
 		return fmt.Errorf("list units before starting those written without a reload: %w", err)
 	}

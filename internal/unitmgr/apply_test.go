@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -33,6 +34,7 @@ type fakeSystemd struct {
 	needRload    map[string]bool
 	wantsDir     string          // enable and disable make and remove links here, as systemd does
 	held         map[string]bool // unit files systemd holds in memory (loaded, inactive) besides the active ones
+	listed       [][]string      // the patterns of each ListUnits call
 }
 
 // hold makes systemd hold jobs' unit files in memory (as after an
@@ -140,21 +142,48 @@ func (f *fakeSystemd) RestartUnit(_ context.Context, n string) error {
 	f.record("restart %s", n)
 	return nil
 }
-func (f *fakeSystemd) ListUnits(_ context.Context, _, _ []string) ([]LoadedUnit, error) {
+
+// ListUnits filters as systemd's ListUnitsByPatterns does: a unit is
+// listed if a state names its load or active state and a pattern
+// (fnmatch, which path.Match equals for unit names) matches its name; no
+// states or no patterns: any.
+func (f *fakeSystemd) ListUnits(_ context.Context, states, patterns []string) ([]LoadedUnit, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []LoadedUnit
+	f.listed = append(f.listed, patterns)
+	var all []LoadedUnit
 	for n, a := range f.active {
 		if a {
-			out = append(out, LoadedUnit{Name: n, LoadState: "loaded", ActiveState: "active"})
+			all = append(all, LoadedUnit{Name: n, LoadState: "loaded", ActiveState: "active"})
 		}
 	}
 	for n := range f.held {
 		if !f.active[n] {
-			out = append(out, LoadedUnit{Name: n, LoadState: "loaded", ActiveState: "inactive"})
+			all = append(all, LoadedUnit{Name: n, LoadState: "loaded", ActiveState: "inactive"})
+		}
+	}
+	var out []LoadedUnit
+	for _, u := range all {
+		if listed(u, states, patterns) {
+			out = append(out, u)
 		}
 	}
 	return out, nil
+}
+
+func listed(u LoadedUnit, states, patterns []string) bool {
+	if len(states) > 0 && !slices.Contains(states, u.LoadState) && !slices.Contains(states, u.ActiveState) {
+		return false
+	}
+	if len(patterns) == 0 {
+		return true
+	}
+	for _, p := range patterns {
+		if ok, _ := path.Match(p, u.Name); ok {
+			return true
+		}
+	}
+	return false
 }
 func (f *fakeSystemd) UnitProperty(_ context.Context, unit, _, name string) (any, error) {
 	if name == "NeedDaemonReload" {

@@ -189,7 +189,7 @@ func (m *Manager) State(ctx context.Context) ([]wire.UnitState, error) {
 	if err != nil {
 		return nil, err
 	}
-	loaded, err := m.loadedUnits(ctx)
+	loaded, err := m.loadedUnits(ctx, listPatterns(nil))
 	if err != nil {
 		return nil, err
 	}

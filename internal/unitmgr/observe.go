@@ -39,7 +39,13 @@ func (m *Manager) observe(ctx context.Context, req Request) (Observed, error) {
 		return obs, err
 	}
 	t.lap("enabled")
-	if obs.Loaded, err = m.loadedUnits(ctx); err != nil {
+	// An apply or a removal asks only for its own units (listPatterns); a
+	// reconcile needs every cron unit systemd holds (orphans).
+	patterns := listPatterns(nil)
+	if req.Op != OpReconcile {
+		patterns = listPatterns(names)
+	}
+	if obs.Loaded, err = m.loadedUnits(ctx, patterns); err != nil {
 		return obs, err
 	}
 	t.lap("list_units")
@@ -292,8 +298,8 @@ func (m *Manager) enabledTimers() (map[string]bool, error) {
 	return out, nil
 }
 
-func (m *Manager) loadedUnits(ctx context.Context) (map[string]LoadedUnit, error) {
-	us, err := m.sys.ListUnits(ctx, nil, []string{wire.UnitPrefix + "*"})
+func (m *Manager) loadedUnits(ctx context.Context, patterns []string) (map[string]LoadedUnit, error) {
+	us, err := m.sys.ListUnits(ctx, nil, patterns)
 	if err != nil {
 		return nil, fmt.Errorf("list cron units: %w", err)
 	}

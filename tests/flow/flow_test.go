@@ -108,12 +108,15 @@ var created []string // active jobs, for the converge tests
 func TestCreateActivatesOnAllNodes(t *testing.T) {
 	const n = 50
 	var lat []time.Duration
+	var phases [][]time.Duration
 	for i := 0; i < n; i++ {
 		start := time.Now()
 		id := createJob(t, "0 3 * * *")
 		waitStatus(t, id, "active", 60*time.Second)
-		lat = append(lat, time.Since(start))
+		seen := time.Now()
+		lat = append(lat, seen.Sub(start))
 		created = append(created, id)
+		phases = append(phases, phasesOf(t, id, start, seen))
 	}
 	for _, node := range c.Nodes {
 		st := c.State(t, node)
@@ -127,6 +130,7 @@ func TestCreateActivatesOnAllNodes(t *testing.T) {
 	p50, p99 := lat[n/2], lat[n*99/100]
 	t.Logf("create -> active on %d nodes, %d jobs: p50 %v, p99 %v", len(c.Nodes), n, p50.Round(time.Millisecond), p99.Round(time.Millisecond))
 	fmt.Printf("BENCH create_to_active nodes=%d n=%d p50_ms=%d p99_ms=%d\n", len(c.Nodes), n, p50.Milliseconds(), p99.Milliseconds())
+	printPhases(t, phases)
 }
 
 func TestDisableStopsTimersEverywhere(t *testing.T) {

@@ -30,6 +30,7 @@ import (
 
 	"github.com/hostcron/hostcron/internal/core"
 	"github.com/hostcron/hostcron/internal/housekeeping"
+	"github.com/hostcron/hostcron/internal/loglevel"
 	"github.com/hostcron/hostcron/internal/nodeconf"
 	"github.com/hostcron/hostcron/internal/pgtest"
 	"github.com/hostcron/hostcron/internal/store"
@@ -461,12 +462,20 @@ func (c *Cluster) StartNode(n string) error {
 	return nil
 }
 
-// agentDropIn makes the packaged agent service quicker for tests.
-const agentDropIn = `[Service]
+// agentDropIn makes the packaged agent service quicker for tests, and
+// passes on the tests' own HOSTCRON_LOG_LEVEL (debug shows every apply's
+// phases in the node's journal).
+func agentDropIn() string {
+	s := `[Service]
 ExecStart=
 ExecStart=/usr/local/bin/node-agent run --config /etc/hostcron/node.json --redeliver-every=2s
 RestartSec=1
 `
+	if v := os.Getenv(loglevel.Env); v != "" {
+		s += "Environment=" + loglevel.Env + "=" + v + "\n"
+	}
+	return s
+}
 
 // prepareNode registers the node in the shard and installs it with
 // scripts/node-install.sh: the node-agent package by dpkg, the tenants'
@@ -500,7 +509,7 @@ func (c *Cluster) prepareNode(n string) error {
 	if err := os.WriteFile(conf, b, 0o600); err != nil {
 		return err
 	}
-	if err := os.WriteFile(dropIn, []byte(agentDropIn), 0o644); err != nil {
+	if err := os.WriteFile(dropIn, []byte(agentDropIn()), 0o644); err != nil {
 		return err
 	}
 	if out, err := c.run(nil, filepath.Join(c.Repo, "scripts/node-install.sh"), n, debs[0], conf, dropIn); err != nil {
