@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/hostcron/hostcron/internal/atomicfile"
@@ -595,10 +596,10 @@ func startTogether(reloads bool, steps []Step) bool {
 // step goes one by one. A crash anywhere in here leaves timers inactive
 // that the next converge starts (start jobs already queued run anyway).
 func (e *executor) startAll(ctx context.Context, steps []Step, failed map[string]bool) []error {
-	var timers []string
+	var timers, units []string
 	for _, s := range steps {
 		if s.Kind == KindStart && !failed[s.Unit] {
-			timers = append(timers, s.Target)
+			timers, units = append(timers, s.Target), append(units, s.Unit)
 		}
 	}
 	if err := e.sys.StartUnits(ctx, timers); err != nil {
@@ -606,7 +607,11 @@ func (e *executor) startAll(ctx context.Context, steps []Step, failed map[string
 		return e.activateAll(ctx, steps, failed)
 	}
 	afterIO("start together")
-	loaded, err := e.sys.ListUnits(ctx, nil, []string{wire.UnitPrefix + "*" + extTimer})
+	patterns := listPatterns(units)
+	if slices.Equal(patterns, listPatterns(nil)) {
+		patterns = []string{wire.UnitPrefix + "*" + extTimer} // all of them, but only timers
+	}
+	loaded, err := e.sys.ListUnits(ctx, nil, patterns)
 	if err != nil {
 		e.log.Warn("list timers after starting them together; starting them one by one", "err", err)
 		return e.activateAll(ctx, steps, failed)

@@ -29,6 +29,11 @@ func TestListPatterns(t *testing.T) {
 		{"a glob in a name", []string{"cron-acme-7", "cron-a*"}, all},
 		{"a class in a name", []string{"cron-a[b]"}, all},
 		{"a backslash", []string{`cron-a\x2d`}, all},
+		{"a NUL", []string{"cron-a\x00b"}, all},
+		{"a space", []string{"cron-a b"}, all},
+		{"not a cron unit", []string{"sshd"}, all},
+		{"the prefix alone", []string{"cron-"}, all},
+		{"a dot, an at", []string{"cron-a.b", "cron-a@1"}, []string{"cron-a.b.*", "cron-a@1.*"}},
 	} {
 		got := listPatterns(tc.units)
 		want := tc.want
@@ -53,6 +58,7 @@ func TestListPatternMatchesOnlyItsUnit(t *testing.T) {
 		"cron-acme-10.timer":   false,
 		"cron-acme-1x.service": false,
 		"cron-acme.timer":      false,
+		"cron-acme-1.b.timer":  true, // harmless: the plan looks up exact names
 	} {
 		if got, _ := path.Match(p, name); got != want {
 			t.Errorf("%q matches %q: %v, want %v", p, name, got, want)
