@@ -2,9 +2,12 @@ package store_test
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // The row triggers of cron_jobs as they were before migration 028: one
@@ -186,5 +189,41 @@ func TestCronJobsTriggersWhenKeepValues(t *testing.T) {
 				t.Errorf("after 028 the write called the trigger functions %d times, want calls: %v", calls, w.plpgsqlAfter028)
 			}
 		})
+	}
+}
+
+// Migration 028 applies over the triggers before it with jobs in the
+// table: it leaves every row as it is and the table with exactly its four
+// triggers (run in a transaction that is rolled back, over the triggers
+// of 004 and 011 restored in it).
+func TestMigration028SwapsTriggers(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	f.job(5)
+	f.job(3)
+	rows := func(tx pgx.Tx) string {
+		t.Helper()
+		var s string
+		must(t, tx.QueryRow(ctx, `SELECT string_agg(to_jsonb(j)::text, ',' ORDER BY id) FROM cron_jobs j`).Scan(&s))
+		return s
+	}
+	tx, err := f.st.Pool().Begin(ctx)
+	must(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, cronJobsTriggersBefore028)
+	must(t, err)
+	before := rows(tx)
+	sql, err := os.ReadFile("migrations/028_cron_jobs_trigger_when.sql")
+	must(t, err)
+	_, err = tx.Exec(ctx, string(sql))
+	must(t, err)
+	if after := rows(tx); after != before {
+		t.Errorf("028 changed the jobs:\n before: %s\n after:  %s", before, after)
+	}
+	var names string
+	must(t, tx.QueryRow(ctx, `SELECT string_agg(tgname, ' ' ORDER BY tgname) FROM pg_trigger
+		WHERE tgrelid = 'cron_jobs'::regclass AND NOT tgisinternal`).Scan(&names))
+	if want := "cron_jobs_rev_insert cron_jobs_rev_update cron_jobs_sweep_due_insert cron_jobs_sweep_due_update"; names != want {
+		t.Errorf("triggers of cron_jobs after 028: %q, want %q", names, want)
 	}
 }
