@@ -5,7 +5,9 @@
 # benchmark), size by size, BASE first, on one throwaway PostgreSQL
 # (fsync on). Prints a table with the load average.
 #   JOBS=1000,10000,100000 BASE=main PASSES=1 scripts/bench/sweep.sh
-# PASSES: timed passes per case (ns/op is their mean).
+# PASSES: timed passes per case (ns/op is their mean). CASES: the cases
+# to run, comma-separated (default all: nothing_due,steady,due_reported,
+# due_lost), e.g. CASES=due_reported for the backlog alone.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 base=${BASE:-main}
@@ -17,6 +19,8 @@ mkdir "$work/base"
 git archive "$base" | tar -x -C "$work/base"
 cp internal/store/sweep_bench_test.go internal/store/scale_bench_test.go "$work/base/internal/store/"
 here=$PWD
+cases=.
+[ -n "${CASES:-}" ] && cases="^(${CASES//,/|})\$"
 cat >"$work/run.sh" <<EOF
 #!/bin/bash
 set -euo pipefail
@@ -25,7 +29,7 @@ for n in "\${sizes[@]}"; do
   for tree in base head; do
     dir=$work/base; [ \$tree = head ] && dir=$here
     echo "load \$(cut -d' ' -f1-3 /proc/loadavg)" >>"$work/\$tree.out"
-    (cd "\$dir" && HOSTCRON_BENCH_SWEEP_JOBS=\$n go test -count=1 -run '^\$' -bench '^BenchmarkSweep\$' \
+    (cd "\$dir" && HOSTCRON_BENCH_SWEEP_JOBS=\$n go test -count=1 -run '^\$' -bench '^BenchmarkSweep\$/./$cases' \
       -benchtime "${PASSES:-1}x" -timeout 120m ./internal/store/) >>"$work/\$tree.out" 2>&1 \
       || { tail -40 "$work/\$tree.out"; exit 1; }
   done
