@@ -3,6 +3,8 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -112,7 +114,7 @@ func newIngestFixture(b testing.TB) *ingestFixture {
 		fatal(err)
 		f.jobs = append(f.jobs, j)
 	}
-	fatal(seedIngestHistory(ctx, st, f.base))
+	fatal(seedIngestHistory(ctx, st, f.base, historyRuns(b)))
 	return f
 }
 
@@ -121,16 +123,32 @@ func newIngestFixture(b testing.TB) *ingestFixture {
 // that the history holds 100,000 runs over 83 days, in months of their
 // own as in production (migration 027 creates only the current month and
 // 3 ahead for an empty history: without the past months every run would
-// sit in the default partition).
+// sit in the default partition). HOSTCRON_BENCH_HISTORY_RUNS sets
+// another number (0: an empty history, as before the fixture had one).
 const ingestHistoryRuns = 500
+
+func historyRuns(b testing.TB) int {
+	v := os.Getenv("HOSTCRON_BENCH_HISTORY_RUNS")
+	if v == "" {
+		return ingestHistoryRuns
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		b.Fatalf("HOSTCRON_BENCH_HISTORY_RUNS=%q: want a number of runs", v)
+	}
+	return n
+}
 
 // seedIngestHistory creates the monthly partitions from the oldest
 // seeded slot up to now and fills them with every job's history, so that
 // a lookup by run key alone probes as many months as it would at the
 // default retention (docs/benchmarks.md, "Outcome ingestion: run lookups
 // that name the slot").
-func seedIngestHistory(ctx context.Context, st *store.Store, base time.Time) error {
-	first := base.Add(-ingestHistoryRuns * 4 * time.Hour)
+func seedIngestHistory(ctx context.Context, st *store.Store, base time.Time, runs int) error {
+	if runs == 0 {
+		return nil
+	}
+	first := base.Add(-time.Duration(runs) * 4 * time.Hour)
 	month := time.Date(first.Year(), first.Month(), 1, 0, 0, 0, 0, time.UTC)
 	now := time.Now().UTC()
 	for ; month.Before(now); month = month.AddDate(0, 1, 0) {
@@ -150,7 +168,7 @@ func seedIngestHistory(ctx context.Context, st *store.Store, base time.Time) err
 		       CASE WHEN s.k % 7 = 0 THEN 'exit_code' ELSE 'success' END, CASE WHEN s.k % 7 = 0 THEN 1 ELSE 0 END, 'scheduled'
 		FROM cron_jobs j, LATERAL (SELECT k, $1::timestamptz - k * interval '4 hours' AS at
 		                           FROM generate_series($2::int, 1, -1) k) s
-		ORDER BY s.at, j.id`, base, ingestHistoryRuns)
+		ORDER BY s.at, j.id`, base, runs)
 	if err != nil {
 		return fmt.Errorf("seed history: runs: %w", err)
 	}
