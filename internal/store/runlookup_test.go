@@ -163,3 +163,38 @@ func TestOutcomeOffItsKeysSlotIsRefused(t *testing.T) {
 		t.Fatalf("%d runs recorded, want none", n)
 	}
 }
+
+// A manual key names no slot: its record is found by key alone, and a
+// real result that replaces its placeholder updates the record where it
+// is (the slot the read found), whatever time the second report carries;
+// a resend of that result is then a duplicate. One row throughout.
+func TestManualReplacementKeepsOneRecord(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	j := f.job(0)
+	key := runkey.Manual(j.ID, "17")
+	first := time.Now().UTC().Truncate(time.Second).AddDate(0, -1, 0)
+	later := time.Now().UTC().Truncate(time.Second).Add(-time.Minute)
+	record := func(at time.Time, r wire.Result) store.OutcomeResult {
+		t.Helper()
+		res, err := f.st.RecordOutcome(ctx, f.node, j.ID, store.Outcome{RunKey: key, Version: j.Version, ScheduledAt: at,
+			Result: r, Trigger: wire.TriggerManual})
+		must(t, err)
+		return res
+	}
+	record(first, wire.ResultPlatformError)
+	if res := record(later, wire.ResultSuccess); !res.Replaced || res.Duplicate {
+		t.Fatalf("the real result: %+v, want it to replace the platform error", res)
+	}
+	if res := record(later, wire.ResultSuccess); !res.Duplicate {
+		t.Fatalf("the resend: %+v, want a duplicate", res)
+	}
+	var n int
+	var result string
+	var at time.Time
+	must(t, f.st.Pool().QueryRow(ctx, `SELECT count(*) OVER (), result, scheduled_at FROM cron_job_runs WHERE run_key = $1`, key).
+		Scan(&n, &result, &at))
+	if n != 1 || result != string(wire.ResultSuccess) || !at.Equal(first) {
+		t.Fatalf("records: %d, %s at %s; want one success at %s", n, result, at, first)
+	}
+}
