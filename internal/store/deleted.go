@@ -84,13 +84,13 @@ func recordLateOutcome(ctx context.Context, tx pgx.Tx, node Node, jobID string, 
 	if err != nil {
 		return res, err
 	}
-	step := decideRecord(stored, o.Result)
+	step := decideRecord(stored.result(), o.Result)
 	if step == duplicateRun {
 		res.Duplicate = true
 		return res, nil
 	}
 	// No warnings: the tombstone keeps no limits to compare with.
-	if _, err := writeRun(ctx, tx, node, jobID, o, step, []string{}); err != nil {
+	if _, err := writeRun(ctx, tx, node, jobID, o, stored, []string{}); err != nil {
 		return res, err
 	}
 	res.Replaced = step == replaceRun

@@ -19,3 +19,11 @@ func SetSweepBatch(n int) int {
 	sweepBatch = n
 	return old
 }
+
+// StoredRunQuery is storedRunQuery and RecountSQL recountSQL, for the
+// plan and recount tests; RunKeyWhere is runKeyWhere.
+var (
+	StoredRunQuery = storedRunQuery
+	RunKeyWhere    = runKeyWhere
+	RecountSQL     = recountSQL
+)

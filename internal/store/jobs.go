@@ -741,12 +741,21 @@ func (s *Store) CancelRun(ctx context.Context, jobID, runKey string) (CronJob, e
 		var now time.Time
 		var requested bool
 		var pending int
-		err = tx.QueryRow(ctx, `SELECT (SELECT result FROM cron_job_runs WHERE run_key = $1), now(),
+		// The run's record, and a retry's failed attempt (of the same
+		// slot), are looked up in the key's slot when it names one
+		// (runKeyWhere: one month's index).
+		recorded, keyArgs := runKeyWhere("", runKey, 7)
+		queuedBy := "cron_job_id = $3 AND retry_key = $1"
+		if !key.Slot.IsZero() {
+			queuedBy += " AND scheduled_at = $8"
+		}
+		err = tx.QueryRow(ctx, `SELECT (SELECT result FROM cron_job_runs WHERE `+recorded+`), now(),
 			       EXISTS (SELECT 1 FROM cron_job_tasks WHERE id = $2 AND cron_job_id = $3 AND action = $4)
 			       OR EXISTS (SELECT 1 FROM cron_job_events WHERE cron_job_id = $3 AND action = $4 AND detail->>'request' = $5)
-			       OR EXISTS (SELECT 1 FROM cron_job_runs WHERE cron_job_id = $3 AND retry_key = $1),
+			       OR EXISTS (SELECT 1 FROM cron_job_runs WHERE `+queuedBy+`),
 			       (SELECT count(*) FROM cron_job_tasks WHERE cron_job_id = $3 AND action = $6 AND dispatched_at IS NULL)`,
-			runKey, requestID(key), jobID, wire.ActionRunNow, key.Request, wire.ActionCancel).Scan(&result, &now, &requested, &pending)
+			append([]any{runKey, requestID(key), jobID, wire.ActionRunNow, key.Request, wire.ActionCancel}, keyArgs...)...).
+			Scan(&result, &now, &requested, &pending)
 		if err != nil {
 			return fmt.Errorf("cancel run: %w", err)
 		}
@@ -792,7 +801,7 @@ func dropQueuedRetry(ctx context.Context, tx pgx.Tx, jobID string, key runkey.Ke
 		return false, wrap(err, "cancel a queued retry")
 	}
 	_, err = tx.Exec(ctx, `UPDATE cron_job_runs SET superseded = false, retry_due_at = NULL
-		WHERE run_key = $1 AND cron_job_id = $2`, previousAttempt(key), jobID)
+		WHERE run_key = $1 AND scheduled_at = $3 AND cron_job_id = $2`, previousAttempt(key), jobID, key.Slot)
 	return true, wrap(err, "cancel a queued retry: count the attempt before")
 }
 

@@ -129,11 +129,22 @@ func (s *Store) DeleteTarget(ctx context.Context, id string) error {
 // read from the run and the job as the transaction sees them (the counter
 // after the recount).
 func emitEvents(ctx context.Context, tx execer, runIDs []int64, kinds []string) error {
+	return emitEventsAt(ctx, tx, runIDs, nil, kinds)
+}
+
+// emitEventsAt is emitEvents with each run's slot (scheduled_at, with the
+// id its primary key) when the caller knows it, so that each run is read
+// from its month's index instead of every month's; nil slots: by id alone.
+func emitEventsAt(ctx context.Context, tx execer, runIDs []int64, slots []time.Time, kinds []string) error {
 	if len(runIDs) == 0 {
 		return nil
 	}
+	run := `r.id = u.run_id`
+	if slots != nil {
+		run += ` AND r.scheduled_at = u.scheduled_at`
+	}
 	_, err := tx.Exec(ctx, `
-		WITH u AS (SELECT * FROM unnest($1::bigint[], $2::text[]) AS u(run_id, kind)),
+		WITH u AS (SELECT * FROM unnest($1::bigint[], $2::text[], $3::timestamptz[]) AS u(run_id, kind, scheduled_at)),
 		ev AS (
 			INSERT INTO notification_events (tenant_id, cron_job_id, kind, run_id, run_key, payload)
 			SELECT j.tenant_id, j.id, u.kind, r.id, r.run_key, jsonb_build_object(
@@ -142,7 +153,7 @@ func emitEvents(ctx context.Context, tx execer, runIDs []int64, kinds []string) 
 			       'run_id', r.id, 'run_key', r.run_key, 'scheduled_at', r.scheduled_at, 'result', r.result,
 			       'exit_code', r.exit_code, 'failure_reason', r.failure_reason, 'trigger', r.trigger,
 			       'started_at', r.started_at, 'finished_at', r.finished_at, 'timeout_seconds', j.timeout_seconds)
-			FROM u JOIN cron_job_runs r ON r.id = u.run_id JOIN cron_jobs j ON j.id = r.cron_job_id
+			FROM u JOIN cron_job_runs r ON `+run+` JOIN cron_jobs j ON j.id = r.cron_job_id
 			WHERE EXISTS (SELECT 1 FROM notification_targets t WHERE t.tenant_id = j.tenant_id
 			              AND (t.cron_job_id IS NULL OR t.cron_job_id = j.id) AND u.kind = ANY(t.events))
 			ON CONFLICT (cron_job_id, kind, run_key) DO NOTHING
@@ -150,13 +161,13 @@ func emitEvents(ctx context.Context, tx execer, runIDs []int64, kinds []string) 
 		INSERT INTO notification_deliveries (event_id, target_id, tenant_id, channel)
 		SELECT ev.id, t.id, ev.tenant_id, t.kind FROM ev JOIN notification_targets t
 		  ON t.tenant_id = ev.tenant_id AND (t.cron_job_id IS NULL OR t.cron_job_id = ev.cron_job_id) AND ev.kind = ANY(t.events)`,
-		runIDs, kinds)
+		runIDs, kinds, slots)
 	return wrap(err, "notification events")
 }
 
 // notifyOutcome emits the events of one recorded outcome (notify.EventsFor)
 // in its transaction; before is the job before the recount.
-func notifyOutcome(ctx context.Context, tx execer, before CronJob, res OutcomeResult, runID int64, result wire.Result) error {
+func notifyOutcome(ctx context.Context, tx execer, before CronJob, res OutcomeResult, runID int64, at time.Time, result wire.Result) error {
 	kinds := notify.EventsFor(notify.Recorded{
 		Result: result, Failure: IsFailure(result),
 		PrevFailures: before.ConsecutiveFailures, Failures: res.Job.ConsecutiveFailures,
@@ -166,11 +177,12 @@ func notifyOutcome(ctx context.Context, tx execer, before CronJob, res OutcomeRe
 		return nil
 	}
 	ids := make([]int64, len(kinds))
+	slots := make([]time.Time, len(kinds))
 	names := make([]string, len(kinds))
 	for i, k := range kinds {
-		ids[i], names[i] = runID, string(k)
+		ids[i], slots[i], names[i] = runID, at, string(k)
 	}
-	return emitEvents(ctx, tx, ids, names)
+	return emitEventsAt(ctx, tx, ids, slots, names)
 }
 
 // Delivery is a claimed delivery with what its attempt needs.

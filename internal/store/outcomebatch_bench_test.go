@@ -2,6 +2,9 @@ package store_test
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,7 +18,8 @@ import (
 
 // BenchmarkOutcomeIngest measures outcome recording in the store alone
 // (no HTTP), fsync on, on 200 jobs of one tenant (one outcome in seven a
-// failure, as scripts/bench/outcomes): distinct run keys, b.N outcomes
+// failure, as scripts/bench/outcomes) with 500 runs of history each in
+// monthly partitions (seedIngestHistory): distinct run keys, b.N outcomes
 // per sub-benchmark, in the ways the core can record them:
 //   - alone_serial: RecordOutcome, one transaction each, one caller;
 //   - alone_c32: the same from 32 callers at once (the unbatched core);
@@ -110,7 +114,68 @@ func newIngestFixture(b testing.TB) *ingestFixture {
 		fatal(err)
 		f.jobs = append(f.jobs, j)
 	}
+	fatal(seedIngestHistory(ctx, st, f.base, historyRuns(b)))
 	return f
+}
+
+// ingestHistoryRuns is the history each job has before the benchmark's
+// outcomes: a run every 4 hours before base, one in seven a failure, so
+// that the history holds 100,000 runs over 83 days, in months of their
+// own as in production (migration 027 creates only the current month and
+// 3 ahead for an empty history: without the past months every run would
+// sit in the default partition). HOSTCRON_BENCH_HISTORY_RUNS sets
+// another number (0: an empty history, as before the fixture had one).
+const ingestHistoryRuns = 500
+
+func historyRuns(b testing.TB) int {
+	v := os.Getenv("HOSTCRON_BENCH_HISTORY_RUNS")
+	if v == "" {
+		return ingestHistoryRuns
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		b.Fatalf("HOSTCRON_BENCH_HISTORY_RUNS=%q: want a number of runs", v)
+	}
+	return n
+}
+
+// seedIngestHistory creates the monthly partitions from the oldest
+// seeded slot up to now and fills them with every job's history, so that
+// a lookup by run key alone probes as many months as it would at the
+// default retention (docs/benchmarks.md, "Outcome ingestion: run lookups
+// that name the slot").
+func seedIngestHistory(ctx context.Context, st *store.Store, base time.Time, runs int) error {
+	if runs == 0 {
+		return nil
+	}
+	first := base.Add(-time.Duration(runs) * 4 * time.Hour)
+	month := time.Date(first.Year(), first.Month(), 1, 0, 0, 0, 0, time.UTC)
+	now := time.Now().UTC()
+	for ; month.Before(now); month = month.AddDate(0, 1, 0) {
+		name := "cron_job_runs_" + month.Format("2006_01")
+		_, err := st.Pool().Exec(ctx, fmt.Sprintf(`DO $$ BEGIN
+			IF to_regclass('%s') IS NULL THEN
+				CREATE TABLE %s PARTITION OF cron_job_runs FOR VALUES FROM ('%s') TO ('%s');
+			END IF; END $$`, name, name, month.Format(time.RFC3339), month.AddDate(0, 1, 0).Format(time.RFC3339)))
+		if err != nil {
+			return fmt.Errorf("seed history: partition %s: %w", name, err)
+		}
+	}
+	_, err := st.Pool().Exec(ctx, `
+		INSERT INTO cron_job_runs (run_key, cron_job_id, version, scheduled_at, started_at, finished_at, duration_ms, result, exit_code, trigger)
+		SELECT j.id || '#scheduled#' || to_char(s.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), j.id, j.version,
+		       s.at, s.at, s.at + interval '1 second', 1000,
+		       CASE WHEN s.k % 7 = 0 THEN 'exit_code' ELSE 'success' END, CASE WHEN s.k % 7 = 0 THEN 1 ELSE 0 END, 'scheduled'
+		FROM cron_jobs j, LATERAL (SELECT k, $1::timestamptz - k * interval '4 hours' AS at
+		                           FROM generate_series($2::int, 1, -1) k) s
+		ORDER BY s.at, j.id`, base, runs)
+	if err != nil {
+		return fmt.Errorf("seed history: runs: %w", err)
+	}
+	if _, err = st.Pool().Exec(ctx, `ANALYZE cron_job_runs; ANALYZE cron_jobs`); err != nil {
+		return fmt.Errorf("seed history: analyze: %w", err)
+	}
+	return nil
 }
 
 // ingestFixture is a store with 200 active jobs of one tenant.

@@ -97,9 +97,10 @@ func previousAttempt(k runkey.Key) string {
 // after the run is written, before the recount): a retry's real result
 // supersedes the attempt before it (that attempt counts no more), and a
 // failed attempt with attempts left queues the next one (decideRetry) and
-// is superseded by it. runID is the attempt's record. It returns the
-// key of the retry it queued ("" none).
-func retryAfterRecord(ctx context.Context, tx pgx.Tx, job CronJob, o Outcome, runID int64) (string, error) {
+// is superseded by it. runID is the attempt's record and at its slot
+// (scheduled_at: with the id, its primary key, one month's index). It
+// returns the key of the retry it queued ("" none).
+func retryAfterRecord(ctx context.Context, tx pgx.Tx, job CronJob, o Outcome, at time.Time, runID int64) (string, error) {
 	key, err := runkey.Parse(o.RunKey)
 	if err != nil {
 		return "", nil // the API refuses such keys; nothing to retry
@@ -111,14 +112,15 @@ func retryAfterRecord(ctx context.Context, tx pgx.Tx, job CronJob, o Outcome, ru
 		// last counted attempt again (else a job whose retries are
 		// cancelled, by the tenant or by cancel_previous at the next slot,
 		// would never count a failure).
+		// The attempt before is of the same slot: its record sits there.
 		_, err := tx.Exec(ctx, `UPDATE cron_job_runs SET superseded = $3, retry_due_at = NULL
-			WHERE run_key = $1 AND cron_job_id = $2`, previousAttempt(key), job.ID, counted(o.Result))
+			WHERE run_key = $1 AND scheduled_at = $4 AND cron_job_id = $2`, previousAttempt(key), job.ID, counted(o.Result), key.Slot)
 		if err != nil {
 			return "", fmt.Errorf("retry: supersede the attempt before: %w", err)
 		}
 	}
 	in := retryInput{Key: key, Result: o.Result, Version: o.Version, Job: job}
-	if err := tx.QueryRow(ctx, `SELECT now(), superseded FROM cron_job_runs WHERE id = $1`, runID).Scan(&in.Now, &in.Superseded); err != nil {
+	if err := tx.QueryRow(ctx, `SELECT now(), superseded FROM cron_job_runs WHERE id = $1 AND scheduled_at = $2`, runID, at).Scan(&in.Now, &in.Superseded); err != nil {
 		return "", fmt.Errorf("retry: %w", err)
 	}
 	if sched, err := schedule.Parse(job.Schedule, job.Timezone); err == nil {
@@ -131,13 +133,13 @@ func retryAfterRecord(ctx context.Context, tx pgx.Tx, job CronJob, o Outcome, ru
 		}
 		return "", nil
 	}
-	return plan.Key, queueRetry(ctx, tx, job, runID, plan)
+	return plan.Key, queueRetry(ctx, tx, job, at, runID, plan)
 }
 
 // queueRetry queues plan's attempt as a delayed run-now task and marks the
 // failed attempt superseded by it. A task of the same key already queued
 // (another replica recorded the same attempt) is left as it is.
-func queueRetry(ctx context.Context, tx pgx.Tx, job CronJob, runID int64, plan retryPlan) error {
+func queueRetry(ctx context.Context, tx pgx.Tx, job CronJob, at time.Time, runID int64, plan retryPlan) error {
 	_, err := tx.Exec(ctx, `INSERT INTO cron_job_tasks (cron_job_id, action, version, run_key, not_before)
 		VALUES ($1, $2, $3, $4, $5)
 		ON CONFLICT (run_key) WHERE action = 'run_now' AND run_key <> '' DO NOTHING`,
@@ -145,8 +147,8 @@ func queueRetry(ctx context.Context, tx pgx.Tx, job CronJob, runID int64, plan r
 	if err != nil {
 		return fmt.Errorf("queue retry %s: %w", plan.Key, err)
 	}
-	_, err = tx.Exec(ctx, `UPDATE cron_job_runs SET superseded = true, retry_key = $2, retry_due_at = $3 WHERE id = $1`,
-		runID, plan.Key, plan.Due)
+	_, err = tx.Exec(ctx, `UPDATE cron_job_runs SET superseded = true, retry_key = $2, retry_due_at = $3 WHERE id = $1 AND scheduled_at = $4`,
+		runID, plan.Key, plan.Due, at)
 	if err != nil {
 		return fmt.Errorf("retry: supersede the failed attempt: %w", err)
 	}
@@ -178,7 +180,9 @@ func (c Chores) ResolveDroppedRetries(ctx context.Context, now time.Time, grace 
 		FROM cron_jobs j
 		WHERE j.id = r.cron_job_id AND r.retry_due_at IS NOT NULL
 		  AND r.retry_due_at + make_interval(secs => j.timeout_seconds) + $2::interval < $1
-		  AND NOT EXISTS (SELECT 1 FROM cron_job_runs x WHERE x.run_key = r.retry_key AND x.result NOT IN `+placeholderResults+`)`,
+		  -- A retry is of its failed attempt's slot (runlookup.go): one month.
+		  AND NOT EXISTS (SELECT 1 FROM cron_job_runs x WHERE x.run_key = r.retry_key AND x.scheduled_at = r.scheduled_at
+		                  AND x.result NOT IN `+placeholderResults+`)`,
 		now, grace)
 	if err != nil {
 		return 0, fmt.Errorf("resolve dropped retries: %w", err)

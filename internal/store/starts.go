@@ -41,16 +41,20 @@ const placeholderResults = `('overlap_skipped', 'platform_error', 'lost')`
 // earlier one. A run that already has a real record changes nothing. It
 // reports whether the start was noted (new or replacing another run).
 func (s *Store) RecordStart(ctx context.Context, node Node, jobID string, st wire.RunStart) (bool, error) {
+	// The run's record is looked up by its key and the key's slot, if it
+	// names one (runKeyWhere: one month's index).
+	recorded, keyArgs := runKeyWhere("r.", st.RunKey, 9)
+	args := append([]any{st.RunKey, jobID, node.ID, st.ScheduledAt, st.StartedAt, st.InvocationID, node.ShardID, string(st.Trigger)},
+		keyArgs...)
 	tag, err := s.pool.Exec(ctx, `
 		INSERT INTO cron_job_run_starts (cron_job_id, node_id, run_key, scheduled_at, started_at, invocation_id, trigger)
 		SELECT j.id, $3, $1, $4, $5, $6, $8 FROM cron_jobs j
 		WHERE j.id = $2 AND j.tenant_id IN (SELECT id FROM tenants WHERE shard_id = $7)
-		  AND NOT EXISTS (SELECT 1 FROM cron_job_runs r WHERE r.run_key = $1 AND r.result NOT IN `+placeholderResults+`)
+		  AND NOT EXISTS (SELECT 1 FROM cron_job_runs r WHERE `+recorded+` AND r.result NOT IN `+placeholderResults+`)
 		ON CONFLICT (cron_job_id, node_id) DO UPDATE
 		SET run_key = EXCLUDED.run_key, scheduled_at = EXCLUDED.scheduled_at, started_at = EXCLUDED.started_at,
 		    invocation_id = EXCLUDED.invocation_id, trigger = EXCLUDED.trigger, received_at = now()
-		WHERE cron_job_run_starts.run_key <> EXCLUDED.run_key`,
-		st.RunKey, jobID, node.ID, st.ScheduledAt, st.StartedAt, st.InvocationID, node.ShardID, string(st.Trigger))
+		WHERE cron_job_run_starts.run_key <> EXCLUDED.run_key`, args...)
 	if err != nil {
 		return false, fmt.Errorf("record start: %w", err)
 	}

@@ -1,0 +1,58 @@
+package store
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/hostcron/hostcron/internal/runkey"
+)
+
+// Run history is partitioned by month of scheduled_at (migration 027) and
+// its unique key is (run_key, scheduled_at): a lookup by run_key alone
+// probes the key index of every month (the default partition, the months
+// of the retention and those ahead), one that also names scheduled_at
+// probes one month's. Every key that names a slot (scheduled, catch-up,
+// backfill, retry) has its record at that slot: the outcome and start
+// endpoints refuse any other scheduled_at (api.checkOutcome), so does
+// recording an outcome (outcomeSlotMismatch), and the sweeper writes the
+// key's slot. So a lookup by such a key names its slot. A manual key
+// names none: its record's scheduled_at is the request's time its report
+// carries, so it is looked up by key alone, in every month, which also
+// holds a manual key to one row whatever time a report carries.
+
+// keySlot is the slot a run key names; false for a manual key (and for a
+// key that does not parse, which the API refuses).
+func keySlot(runKey string) (time.Time, bool) {
+	k, err := runkey.Parse(runKey)
+	if err != nil || k.Slot.IsZero() {
+		return time.Time{}, false
+	}
+	return k.Slot, true
+}
+
+// runKeyWhere is the condition that selects the record of runKey in
+// cron_job_runs (columns qualified by prefix, e.g. "r." or ""), its
+// placeholders numbered from first: the key and, when the key names one,
+// its slot (one partition). args are the values in placeholder order.
+func runKeyWhere(prefix, runKey string, first int) (cond string, args []any) {
+	cond = prefix + "run_key = $" + strconv.Itoa(first)
+	slot, ok := keySlot(runKey)
+	if !ok {
+		return cond, []any{runKey}
+	}
+	return cond + " AND " + prefix + "scheduled_at = $" + strconv.Itoa(first+1), []any{runKey, slot}
+}
+
+// outcomeSlotMismatch refuses an outcome whose scheduled_at is not the
+// slot its run key names: its record would sit at another slot than the
+// one every lookup by its key names, and a second report could then be
+// recorded a second time. The API refuses such an outcome first (400);
+// this keeps the store's own invariant.
+func outcomeSlotMismatch(o Outcome) error {
+	slot, ok := keySlot(o.RunKey)
+	if !ok || slot.Equal(o.ScheduledAt) {
+		return nil
+	}
+	return fmt.Errorf("outcome: scheduled_at %s is not the slot of run key %s", o.ScheduledAt.UTC().Format(time.RFC3339Nano), o.RunKey)
+}
