@@ -9,12 +9,12 @@ import (
 // defaultMemoryLimit is the daemon's soft memory limit (the Go runtime's,
 // debug.SetMemoryLimit) unless GOMEMLIMIT sets another (issue 16: at most
 // 50 MB at 10,000 timers). It is a complement, not the bound: a converge
-// plans the whole set at once, holding every job's files (about 4 KB a
-// job, docs/benchmarks.md, "Node-agent memory at 10,000 timers on a
-// booted node"), which the limit does not shrink; what the limit
-// caps is the garbage between collections, which with the default GOGC
-// of 100 may double the heap for a moment (a converge's D-Bus replies
-// and rendered files are garbage at once). Below the limit GOGC paces
+// plans the whole set at once (its steps, and each file's size and hash,
+// not its bytes: docs/benchmarks.md, "Node-agent memory: a plan of sums"),
+// which the limit does not shrink; what the limit caps is the garbage
+// between collections, which with the default GOGC of 100 may double the
+// heap for a moment (a converge's D-Bus replies and rendered files are
+// garbage at once). Below the limit GOGC paces
 // the collector as usual, so an idle agent pays nothing for it; past it
 // the collector runs more often rather than the heap growing. 40 MiB of
 // Go memory leaves room under 50 MB for the binary's text the agent

@@ -174,7 +174,9 @@ func (e *executor) run(ctx context.Context, p Plan) (wire.NodeReport, error) {
 			i += n - 1
 			markBefore(batch)
 			e.count(s.Kind, len(batch))
-			e.writeBatch(batch, failed, &rep, t)
+			if err := e.writeBatch(batch, failed, &rep, t); err != nil {
+				return rep, errors.Join(append(unitErrs, err)...)
+			}
 		case KindRemove:
 			n, batch := sameKind(p.Steps[i:], failed)
 			i += n - 1
@@ -292,24 +294,37 @@ func (e *executor) setEnablement(ctx context.Context, kind Kind, batch []Step, d
 // the next plan reload. A unit whose file cannot be written is failed
 // and its later files are not renamed: its spec stays the old one, or a
 // new spec sits beside old unit files, as when a write failed before.
-func (e *executor) writeBatch(steps []Step, failed map[string]bool, rep *wire.NodeReport, t *phaseTimer) {
+//
+// A write's content is rendered here, one unit at a time, and staged at
+// once (the plan holds only its sum: FileSum). A rendering that does not
+// hash to the planned sum is the agent's fault, not the job's: the batch
+// ends before any rename (its temporary files are removed), and the
+// error ends the run, so the change is retried rather than reported as a
+// failed job; nothing unplanned is written.
+func (e *executor) writeBatch(steps []Step, failed map[string]bool, rep *wire.NodeReport, t *phaseTimer) error {
 	var b atomicfile.Batch
 	defer b.Close()
 	idx := make([]int, len(steps))
 	dirs := map[string]error{}
+	var r rendering
 	for k, s := range steps {
 		idx[k] = -1
 		if failed[s.Unit] {
 			continue
 		}
+		content, err := r.content(e.layout, s)
+		if err != nil {
+			e.log.Error("a file rendered for writing is not the planned one; nothing of this batch written", "path", s.Target, "err", err)
+			return err
+		}
 		if !isUnitFile(s.Target) {
-			e.keepReplacedSpec(s) // before its rename replaces the spec a running run reads
+			e.keepReplacedSpec(s, content) // before its rename replaces the spec a running run reads
 		}
 		if err := e.mkdirOnce(dirs, filepath.Dir(s.Target)); err != nil {
 			e.fail(rep, failed, s, err)
 			continue
 		}
-		i, err := b.Add(s.Target, s.Content, s.Mode)
+		i, err := b.Add(s.Target, content, s.Mode)
 		if err != nil {
 			e.fail(rep, failed, s, err)
 			continue
@@ -324,7 +339,7 @@ func (e *executor) writeBatch(steps []Step, failed map[string]bool, rep *wire.No
 				e.fail(rep, failed, s, err)
 			}
 		}
-		return
+		return nil
 	}
 	afterIO("sync")
 	t.lap("write_sync")
@@ -360,7 +375,7 @@ func (e *executor) writeBatch(steps []Step, failed map[string]bool, rep *wire.No
 						e.fail(rep, failed, s, fmt.Errorf("spec directory not synced: %w", err))
 					}
 				}
-				return
+				return nil
 			}
 			// The unit files are in place and systemd will read them;
 			// only their survival of a power loss is in doubt, which the
@@ -371,6 +386,40 @@ func (e *executor) writeBatch(steps []Step, failed map[string]bool, rep *wire.No
 		afterIO("dirsync")
 		t.lap("write_dirsync")
 	}
+	return nil
+}
+
+// errUnplanned marks a write whose content, rendered again, is not the
+// one planned.
+var errUnplanned = errors.New("rendering differs from the plan's")
+
+// rendering is the last unit a write rendered: a unit's writes are
+// consecutive steps (writeSteps), so each job renders once.
+type rendering struct {
+	job                  *wire.Job
+	timer, service, spec []byte
+	err                  error
+}
+
+// content is what the write step s writes: its own Content if it has one,
+// else its job's file rendered again, which must hash to the planned sum
+// (errUnplanned otherwise, as when it no longer renders at all).
+func (r *rendering) content(l Layout, s Step) ([]byte, error) {
+	if s.job == nil {
+		return s.Content, nil
+	}
+	if r.job != s.job {
+		r.job = s.job
+		r.timer, r.service, r.spec, r.err = renderFiles(l, s.job)
+	}
+	if r.err != nil { // it rendered when planned: not the job's fault either
+		return nil, fmt.Errorf("write %s: %w: rendering it again failed: %v", s.Target, errUnplanned, r.err)
+	}
+	b := fileOf(extOf(s.Target), r.timer, r.service, r.spec)
+	if got := sumOf(b); got != s.Sum {
+		return nil, fmt.Errorf("write %s: %w (size %d, planned %d)", s.Target, errUnplanned, got.Size, s.Sum.Size)
+	}
+	return b, nil
 }
 
 // mkdirOnce creates a file's directory once per batch.
@@ -395,7 +444,7 @@ func (e *executor) removeBatch(steps []Step, rep *wire.NodeReport) error {
 	dirs := map[string]bool{}
 	for _, s := range steps {
 		if !isUnitFile(s.Target) {
-			e.keepReplacedSpec(s)
+			e.keepReplacedSpec(s, nil)
 		}
 		if err := os.Remove(s.Target); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("remove %s: %w", s.Target, err)
@@ -456,16 +505,12 @@ func (e *executor) enableLinks(files []string) error {
 	return atomicfile.SyncDir(wants)
 }
 
-// keepReplacedSpec keeps the spec s replaces or removes, so a run that
-// started under it still reports after a schedule change or a delete
-// (jobspec.KeepReplaced; the hook cannot read the run's own copy). A spec
+// keepReplacedSpec keeps the spec s replaces (with next) or removes (next
+// nil), so a run that started under it still reports after a schedule
+// change or a delete (jobspec.KeepReplaced; the hook cannot read the run's own copy). A spec
 // that cannot be kept does not hold up the change: that run's outcome is
 // then refused by the hook and the slot is recorded lost.
-func (e *executor) keepReplacedSpec(s Step) {
-	var next []byte
-	if s.Kind == KindWrite {
-		next = s.Content
-	}
+func (e *executor) keepReplacedSpec(s Step, next []byte) {
 	if err := jobspec.KeepReplaced(s.Target, s.Unit, next, time.Now()); err != nil {
 		e.log.Warn("replaced job spec not kept: a run under way may go unreported", "unit", s.Unit, "err", err)
 	}

@@ -144,7 +144,12 @@ func (m *Manager) plan(ctx context.Context, req Request) (Plan, error) {
 	if err != nil {
 		return Plan{}, err
 	}
-	return MakePlan(m.layout, req, obs)
+	p, err := MakePlan(m.layout, req, obs)
+	if err != nil {
+		return Plan{}, err
+	}
+	nameChanges(m.layout, p.Steps, os.ReadFile)
+	return p, nil
 }
 
 func (m *Manager) planAndRun(ctx context.Context, req Request, e *executor) (wire.NodeReport, error) {

@@ -2,6 +2,7 @@ package unitmgr
 
 import (
 	"fmt"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -55,20 +56,12 @@ func installed(t *testing.T, jobs ...wire.Job) Observed {
 	obs := Observed{Disk: map[string]OnDisk{}, Enabled: map[string]bool{}, Loaded: map[string]LoadedUnit{},
 		NeedReload: map[string]bool{}, LockDirOK: map[string]bool{}}
 	for _, j := range jobs {
-		uj, spec, err := desired.Translate(j, testLayout.Node)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := units.Render(uj, testLayout.Paths)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sb, err := spec.Marshal()
-		if err != nil {
-			t.Fatal(err)
-		}
 		n := j.UnitName()
-		obs.Disk[n] = OnDisk{Files: map[string][]byte{extTimer: r.Timer, extService: r.Service, extSpec: sb}, SpecMod: installedAt}
+		d := OnDisk{SpecMod: installedAt}
+		for ext, b := range rendered(t, j) {
+			d.diskFile(ext, b)
+		}
+		obs.Disk[n] = d
 		obs.LockDirOK[j.LockDir()] = true
 		state := "inactive"
 		if j.Enabled {
@@ -79,6 +72,31 @@ func installed(t *testing.T, jobs ...wire.Job) Observed {
 		obs.Loaded[n+extService] = LoadedUnit{Name: n + extService, LoadState: "loaded", ActiveState: "inactive"}
 	}
 	return obs
+}
+
+// rendered is a job's three files as a node of testLayout writes them,
+// by extension.
+func rendered(t testing.TB, j wire.Job) map[string][]byte {
+	t.Helper()
+	return renderedIn(t, testLayout, j)
+}
+
+// renderedIn is a job's three files as a node of l writes them.
+func renderedIn(t testing.TB, l Layout, j wire.Job) map[string][]byte {
+	t.Helper()
+	uj, spec, err := desired.Translate(j, l.Node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := units.Render(uj, l.Paths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := spec.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string][]byte{extTimer: r.Timer, extService: r.Service, extSpec: sb}
 }
 
 func empty() Observed {
@@ -153,7 +171,9 @@ func TestMakePlan(t *testing.T) {
 		{"reconcile: a half-removed unit (spec only) is an orphan",
 			Request{Op: OpReconcile, Snapshot: testSnap, Now: testNow},
 			with(empty(), func(o *Observed) {
-				o.Disk[b.UnitName()] = OnDisk{Files: map[string][]byte{extSpec: []byte(`{"version":1,"rev":50}`)}}
+				d := OnDisk{}
+				d.diskFile(extSpec, []byte(`{"version":1,"rev":50}`))
+				o.Disk[b.UnitName()] = d
 			}), []string{"tombstone .tombstones.json", "remove " + idB + ".json"}, 0, 0},
 		{"reconcile: a running timer with no files is stopped",
 			Request{Op: OpReconcile, Snapshot: testSnap, Now: testNow},
@@ -211,6 +231,18 @@ func TestMakePlanReasons(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The plan holds no file's bytes: what changed is named from the files
+	// on disk (here a's, as installed) and the job rendered again.
+	onDisk := map[string][]byte{}
+	for ext, b := range rendered(t, a) {
+		onDisk[map[bool]string{true: testLayout.specPath(a.UnitName()), false: testLayout.unitPath(a.UnitName(), ext)}[ext == extSpec]] = b
+	}
+	nameChanges(testLayout, p.Steps, func(path string) ([]byte, error) {
+		if b, ok := onDisk[path]; ok {
+			return b, nil
+		}
+		return nil, os.ErrNotExist
+	})
 	got := map[Kind]string{}
 	for _, s := range p.Steps {
 		got[s.Kind] += s.Reason + "|"
@@ -243,8 +275,8 @@ func TestMakePlanRejects(t *testing.T) {
 // A command-only edit must not touch a unit file (issue 11 rule 3): the
 // rendered units do not depend on version or command.
 func TestUnitsIndependentOfVersionAndCommand(t *testing.T) {
-	a := installed(t, job(idA)).Disk[job(idA).UnitName()].Files
-	b := installed(t, job(idA, version(9), func(j *wire.Job) { j.Command = "other" })).Disk[job(idA).UnitName()].Files
+	a := rendered(t, job(idA))
+	b := rendered(t, job(idA, version(9), func(j *wire.Job) { j.Command = "other" }))
 	for _, ext := range []string{extTimer, extService} {
 		if string(a[ext]) != string(b[ext]) {
 			t.Errorf("%s differs between versions:\n%s\n---\n%s", ext, a[ext], b[ext])
