@@ -15,6 +15,13 @@
 -- is one transaction (tern's), so no write sees the table without them.
 -- BEFORE triggers of one event fire in name order: rev before sweep_due,
 -- as before (sweep_due does not read rev, nor rev the sweep columns).
+--
+-- DROP TRIGGER takes ACCESS EXCLUSIVE on cron_jobs until the commit: behind
+-- a long transaction of a running replica (a sweep batch, a converge's
+-- read) every later read and write of the table would queue behind this
+-- migration. It gives up after 5 s instead; core-api then fails to start
+-- and its restart tries again.
+SET LOCAL lock_timeout = '5s';
 DROP TRIGGER cron_jobs_rev ON cron_jobs;
 DROP TRIGGER cron_jobs_sweep_due ON cron_jobs;
 
