@@ -199,7 +199,9 @@ func (a *NodeActivities) ReconcileFromCore(ctx context.Context, ref wire.Desired
 	// still at work (convergeCtx).
 	stop := heartbeatWhile(ctx, ConvergeHeartbeat/3)
 	defer stop()
+	began := time.Now()
 	set, err := a.Desired.DesiredSet(ctx, ref.NodeID)
+	read := time.Since(began)
 	switch {
 	case errors.Is(err, wire.ErrRevisionsAhead):
 		// Retrying does not move the counter: the operator must.
@@ -211,9 +213,25 @@ func (a *NodeActivities) ReconcileFromCore(ctx context.Context, ref wire.Desired
 	}
 	rep, err := a.reconcile(ctx, set) // with its pages: each orphan is judged by the page that found it gone
 	rep.Desired = len(set.Jobs)
+	logConverge(ctx, ref.NodeID, began, read, len(set.Jobs), err)
 	// The report is a payload again: bounded, or a first converge of a
 	// large shard would do its work and then fail on the report's size.
 	return rep.Bounded(wire.MaxReportNames), err
+}
+
+// logConverge logs where a converge's reconcile spent its time on the
+// node: waiting in the task queue (scheduled to started, by Temporal's
+// clock and the node's), reading the set, reconciling (issue 16).
+func logConverge(ctx context.Context, nodeID string, began time.Time, read time.Duration, jobs int, err error) {
+	if !activity.IsActivity(ctx) {
+		return
+	}
+	info := activity.GetInfo(ctx)
+	activity.GetLogger(ctx).Info("converge reconciled", "node", nodeID, "jobs", jobs, "ok", err == nil,
+		"attempt", info.Attempt,
+		"queued_ms", float64(info.StartedTime.Sub(info.ScheduledTime).Microseconds())/1000,
+		"read_set_ms", float64(read.Microseconds())/1000,
+		"reconcile_ms", float64((time.Since(began) - read).Microseconds())/1000)
 }
 
 // RunNow starts one run of a job outside its schedule. The node waits

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/hostcron/hostcron/internal/trust"
 	"github.com/hostcron/hostcron/internal/wire"
@@ -102,15 +103,47 @@ type Client struct {
 	Log   *slog.Logger // nil: slog.Default()
 }
 
-// DesiredSet reads the whole desired set of nodeID, page by page.
+// DesiredSet reads the whole desired set of nodeID, page by page, and
+// logs how long the read took and where (issue 16: a no-op converge's
+// time, split between the pages' round trips and the rest).
 func (c Client) DesiredSet(ctx context.Context, nodeID string) (wire.DesiredSet, error) {
-	return Assemble(ctx, func(ctx context.Context, after string) (wire.DesiredPage, error) {
-		return c.Page(ctx, nodeID, after)
+	var st readStats
+	start := time.Now()
+	set, err := Assemble(ctx, func(ctx context.Context, after string) (wire.DesiredPage, error) {
+		return c.page(ctx, nodeID, after, &st)
 	})
+	c.log().Info("desired set read", append([]any{"node", nodeID, "jobs", len(set.Jobs), "ok", err == nil,
+		"total_ms", ms(time.Since(start))}, st.attrs()...)...)
+	return set, err
 }
+
+// readStats adds up a set read's pages: round trip to the answer's
+// headers, body, signature check, decoding, and the slowest page.
+type readStats struct {
+	pages                      int
+	bytes                      int
+	wait, body, verify, decode time.Duration
+	slowest                    time.Duration
+}
+
+func (s *readStats) attrs() []any {
+	return []any{"pages", s.pages, "bytes", s.bytes, "wait_ms", ms(s.wait), "body_ms", ms(s.body),
+		"verify_ms", ms(s.verify), "decode_ms", ms(s.decode), "slowest_page_ms", ms(s.slowest)}
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // Page reads one page of nodeID's desired set.
 func (c Client) Page(ctx context.Context, nodeID, after string) (wire.DesiredPage, error) {
+	return c.page(ctx, nodeID, after, &readStats{})
+}
+
+func (c Client) page(ctx context.Context, nodeID, after string, st *readStats) (wire.DesiredPage, error) {
+	t0 := time.Now()
+	defer func() {
+		st.pages++
+		st.slowest = max(st.slowest, time.Since(t0))
+	}()
 	size := min(c.PageSize, wire.MaxDesiredPageSize)
 	if size <= 0 {
 		size = wire.DesiredPageSize
@@ -134,7 +167,12 @@ func (c Client) Page(ctx context.Context, nodeID, after string) (wire.DesiredPag
 		return wire.DesiredPage{}, fmt.Errorf("desired page: %w", err)
 	}
 	defer resp.Body.Close()
+	t1 := time.Now()
+	st.wait += t1.Sub(t0)
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxPage+1))
+	t2 := time.Now()
+	st.body += t2.Sub(t1)
+	st.bytes += len(body)
 	if err != nil {
 		return wire.DesiredPage{}, fmt.Errorf("desired page: read answer: %w", err)
 	}
@@ -158,10 +196,13 @@ func (c Client) Page(ctx context.Context, nodeID, after string) (wire.DesiredPag
 			return wire.DesiredPage{}, fmt.Errorf("desired page: %w", err)
 		}
 	}
+	t3 := time.Now()
+	st.verify += t3.Sub(t2)
 	var p wire.DesiredPage
 	if err := json.Unmarshal(body, &p); err != nil {
 		return wire.DesiredPage{}, fmt.Errorf("desired page: decode: %w", err)
 	}
+	st.decode += time.Since(t3)
 	return p, nil
 }
 

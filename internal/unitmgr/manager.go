@@ -153,14 +153,29 @@ func (m *Manager) plan(ctx context.Context, req Request) (Plan, error) {
 }
 
 func (m *Manager) planAndRun(ctx context.Context, req Request, e *executor) (wire.NodeReport, error) {
-	p, err := m.plan(ctx, req)
+	t := newPhaseTimer()
+	if req.Now.IsZero() {
+		req.Now = m.now()
+	}
+	obs, err := m.observe(ctx, req)
 	if err != nil {
 		return wire.NodeReport{}, err
 	}
+	t.lap("observe")
+	p, err := MakePlan(m.layout, req, obs)
+	if err != nil {
+		return wire.NodeReport{}, err
+	}
+	t.lap("plan")
 	for _, s := range p.Steps {
 		m.log.Debug("unit step", "op", req.Op, "kind", s.Kind, "unit", s.Unit, "target", s.Target, "reason", s.Reason)
 	}
-	return e.run(ctx, p)
+	rep, err := e.run(ctx, p)
+	t.lap("apply")
+	// One line per reconcile with its three parts (observe and apply log
+	// their own phases), so a converge's time on the node is accounted for.
+	m.logPhases(req, "planned and applied", t, "jobs", len(req.Jobs), "steps", len(p.Steps))
+	return rep, err
 }
 
 // CountTimers counts the cron timers in unitDir whose unit file exists and

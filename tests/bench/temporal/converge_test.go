@@ -64,6 +64,8 @@ func TestConvergeShardOntoEmptyNode(t *testing.T) {
 	if len(res2.Written) != 0 || res2.Reloads != 0 {
 		t.Errorf("converge with nothing changed wrote %d files, %d reloads", len(res2.Written), res2.Reloads)
 	}
+	printPhases(t, first.runID, "first")
+	printPhases(t, noop.runID, "noop")
 	fmt.Printf("BENCH temporal_converge jobs=%d converge_s=%.2f timers=%d noop_s=%.2f agent_hwm_kb=%d agent_hwm_after_noop_kb=%d\n",
 		n, first.took.Seconds(), timers, noop.took.Seconds(), hwm, agentPeakKB(t))
 }
@@ -114,6 +116,39 @@ func closed(t *testing.T, ctx context.Context, d *workflowservice.DescribeWorkfl
 		t.Fatalf("converge %s: %v", info.Execution.RunId, err)
 	}
 	return convergeRun{runID: info.Execution.RunId, took: info.CloseTime.AsTime().Sub(info.StartTime.AsTime())}, res
+}
+
+// printPhases prints where a converge run's time went: each event of its
+// workflow history with its offset from the run's start (Temporal's
+// clock), then the agent's log lines that time the node's part (the
+// set's read, observe, plan, apply), so a run's breakdown needs no
+// digging in the node's journal.
+func printPhases(t *testing.T, runID, label string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	it := c.Temporal.GetWorkflowHistory(ctx, workflows.ConvergeNodeWorkflowID(c.NodeIDs["node1"]), runID, false, 0)
+	var start time.Time
+	for it.HasNext() {
+		ev, err := it.Next()
+		if err != nil {
+			t.Logf("history of %s: %v", runID, err)
+			return
+		}
+		at := ev.GetEventTime().AsTime()
+		if start.IsZero() {
+			start = at
+		}
+		fmt.Printf("PHASE %s history +%7.1f ms %s\n", label, float64(at.Sub(start).Microseconds())/1000, ev.GetEventType())
+	}
+	out, err := c.Exec("node1", nil, "sh", "-c", `journalctl -u hostcron-node-agent -o short-iso-precise --no-pager | grep -E 'desired set read|observed|planned and applied|applied|converge reconciled|announced|node agent started' | tail -n 12`)
+	if err != nil {
+		t.Logf("agent journal: %v %s", err, out)
+		return
+	}
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		fmt.Printf("PHASE %s agent %s\n", label, l)
+	}
 }
 
 // agentPeakKB is the node agent's VmHWM in KiB.
