@@ -211,9 +211,15 @@ func (a *NodeActivities) ReconcileFromCore(ctx context.Context, ref wire.Desired
 	case err != nil:
 		return wire.NodeReport{}, fmt.Errorf("read desired set: %w", err) // the core may come back: retried
 	}
-	rep, err := a.reconcile(ctx, set) // with its pages: each orphan is judged by the page that found it gone
+	// As a.reconcile, timed apart: admission looks up every job's accounts.
+	admitStart := time.Now()
+	if err := trust.AdmitAll(set.Jobs, a.Admission); err != nil {
+		return wire.NodeReport{}, notAdmitted(err)
+	}
+	admit := time.Since(admitStart)
+	rep, err := a.Units.Reconcile(ctx, set) // with its pages: each orphan is judged by the page that found it gone
 	rep.Desired = len(set.Jobs)
-	logConverge(ctx, ref.NodeID, began, read, len(set.Jobs), err)
+	logConverge(ctx, ref.NodeID, began, read, admit, len(set.Jobs), err)
 	// The report is a payload again: bounded, or a first converge of a
 	// large shard would do its work and then fail on the report's size.
 	return rep.Bounded(wire.MaxReportNames), err
@@ -221,8 +227,9 @@ func (a *NodeActivities) ReconcileFromCore(ctx context.Context, ref wire.Desired
 
 // logConverge logs where a converge's reconcile spent its time on the
 // node: waiting in the task queue (scheduled to started, by Temporal's
-// clock and the node's), reading the set, reconciling (issue 16).
-func logConverge(ctx context.Context, nodeID string, began time.Time, read time.Duration, jobs int, err error) {
+// clock and the node's), reading the set, admitting its jobs,
+// reconciling (issue 16).
+func logConverge(ctx context.Context, nodeID string, began time.Time, read, admit time.Duration, jobs int, err error) {
 	if !activity.IsActivity(ctx) {
 		return
 	}
@@ -231,7 +238,8 @@ func logConverge(ctx context.Context, nodeID string, began time.Time, read time.
 		"attempt", info.Attempt,
 		"queued_ms", float64(info.StartedTime.Sub(info.ScheduledTime).Microseconds())/1000,
 		"read_set_ms", float64(read.Microseconds())/1000,
-		"reconcile_ms", float64((time.Since(began) - read).Microseconds())/1000)
+		"admit_ms", float64(admit.Microseconds())/1000,
+		"reconcile_ms", float64((time.Since(began)-read-admit).Microseconds())/1000)
 }
 
 // RunNow starts one run of a job outside its schedule. The node waits
