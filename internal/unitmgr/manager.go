@@ -137,6 +137,11 @@ func (m *Manager) acquire(ctx context.Context) (release func(), err error) {
 }
 
 func (m *Manager) plan(ctx context.Context, req Request) (Plan, error) {
+	return m.timedPlan(ctx, req, newPhaseTimer())
+}
+
+// timedPlan observes and plans, charging each to t (observe, plan).
+func (m *Manager) timedPlan(ctx context.Context, req Request, t *phaseTimer) (Plan, error) {
 	if req.Now.IsZero() {
 		req.Now = m.now()
 	}
@@ -144,29 +149,22 @@ func (m *Manager) plan(ctx context.Context, req Request) (Plan, error) {
 	if err != nil {
 		return Plan{}, err
 	}
+	t.lap("observe")
 	p, err := MakePlan(m.layout, req, obs)
 	if err != nil {
 		return Plan{}, err
 	}
 	nameChanges(m.layout, p.Steps, os.ReadFile)
+	t.lap("plan")
 	return p, nil
 }
 
 func (m *Manager) planAndRun(ctx context.Context, req Request, e *executor) (wire.NodeReport, error) {
 	t := newPhaseTimer()
-	if req.Now.IsZero() {
-		req.Now = m.now()
-	}
-	obs, err := m.observe(ctx, req)
+	p, err := m.timedPlan(ctx, req, t)
 	if err != nil {
 		return wire.NodeReport{}, err
 	}
-	t.lap("observe")
-	p, err := MakePlan(m.layout, req, obs)
-	if err != nil {
-		return wire.NodeReport{}, err
-	}
-	t.lap("plan")
 	for _, s := range p.Steps {
 		m.log.Debug("unit step", "op", req.Op, "kind", s.Kind, "unit", s.Unit, "target", s.Target, "reason", s.Reason)
 	}
