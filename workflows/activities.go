@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -48,6 +49,20 @@ type NodeUnits interface {
 // wire.ErrRevisionsAhead will not change on retry.
 type DesiredSource interface {
 	DesiredSet(ctx context.Context, nodeID string) (wire.DesiredSet, error)
+}
+
+// DigestSource is a DesiredSource that also answers the set's digest
+// (desiredset.Client has it): with a NodeUnits that is a FastConverger, a
+// converge asks for the digest first and may skip the read (the converge
+// fast path, docs/semantics.md).
+type DigestSource interface {
+	Digest(ctx context.Context, nodeID string) (wire.DesiredDigest, error)
+}
+
+// FastConverger tells whether a converge to a set of a digest has
+// nothing to do (*unitmgr.Manager has it).
+type FastConverger interface {
+	ReconcileUnchanged(ctx context.Context, d wire.DesiredDigest) (bool, string, error)
 }
 
 // CoreActivities read and write the core's database.
@@ -200,6 +215,9 @@ func (a *NodeActivities) ReconcileFromCore(ctx context.Context, ref wire.Desired
 	stop := heartbeatWhile(ctx, ConvergeHeartbeat/3)
 	defer stop()
 	began := time.Now()
+	if rep, done, err := a.fastConverge(ctx, ref.NodeID); done || err != nil {
+		return rep, err
+	}
 	set, err := a.Desired.DesiredSet(ctx, ref.NodeID)
 	read := time.Since(began)
 	switch {
@@ -223,6 +241,56 @@ func (a *NodeActivities) ReconcileFromCore(ctx context.Context, ref wire.Desired
 	// The report is a payload again: bounded, or a first converge of a
 	// large shard would do its work and then fail on the report's size.
 	return rep.Bounded(wire.MaxReportNames), err
+}
+
+// fastConverge is the converge fast path: the core's digest of the set,
+// then the unit manager's word that the node's last converge planned
+// nothing for a set of that digest and nothing changed since. done: the
+// converge is complete (its report names only the set's size). A digest
+// that cannot be read (an older core answers 404, the core is away) is
+// logged and the converge goes on in full, which reads the set and
+// reports its own errors; only revisions ahead of the transaction counter
+// fail here, as the full read would fail on them.
+func (a *NodeActivities) fastConverge(ctx context.Context, nodeID string) (rep wire.NodeReport, done bool, err error) {
+	ds, ok := a.Desired.(DigestSource)
+	fc, ok2 := a.Units.(FastConverger)
+	if !ok || !ok2 {
+		return wire.NodeReport{}, false, nil
+	}
+	log := activityLog(ctx)
+	began := time.Now()
+	d, err := ds.Digest(ctx, nodeID)
+	digest := time.Since(began)
+	switch {
+	case errors.Is(err, wire.ErrRevisionsAhead):
+		return wire.NodeReport{}, false, temporal.NewNonRetryableApplicationError(err.Error(), "RevisionsAhead", nil)
+	case err != nil:
+		log.Warn("converge fast path: no digest from the core; converging in full", "node", nodeID, "err", err)
+		return wire.NodeReport{}, false, nil
+	}
+	fast, why, err := fc.ReconcileUnchanged(ctx, d)
+	if err != nil {
+		log.Warn("converge fast path: node state not read; converging in full", "node", nodeID, "err", err)
+		return wire.NodeReport{}, false, nil
+	}
+	log.Info("converge fast path", "node", nodeID, "jobs", d.Jobs, "unchanged", fast, "why_not", why,
+		"digest_ms", float64(digest.Microseconds())/1000, "total_ms", float64(time.Since(began).Microseconds())/1000)
+	if !fast {
+		return wire.NodeReport{}, false, nil
+	}
+	return wire.NodeReport{Desired: d.Jobs}, true, nil
+}
+
+// activityLog is the activity's logger (it names the workflow and the
+// attempt), or slog's outside an activity (tests).
+func activityLog(ctx context.Context) interface {
+	Info(msg string, keyvals ...any)
+	Warn(msg string, keyvals ...any)
+} {
+	if activity.IsActivity(ctx) {
+		return activity.GetLogger(ctx)
+	}
+	return slog.Default()
 }
 
 // logConverge logs where a converge's reconcile spent its time on the

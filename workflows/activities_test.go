@@ -386,3 +386,74 @@ func TestReconcileFromCoreVerifiesPages(t *testing.T) {
 		})
 	}
 }
+
+// digestSource is a fakeSource that also answers the set's digest.
+type digestSource struct {
+	fakeSource
+	digest  wire.DesiredDigest
+	err     error
+	digests int
+}
+
+func (d *digestSource) Digest(_ context.Context, nodeID string) (wire.DesiredDigest, error) {
+	d.digests++
+	return d.digest, d.err
+}
+
+// fastUnits is a fakeUnits that is a FastConverger.
+type fastUnits struct {
+	fakeUnits
+	unchanged bool
+	err       error
+	asked     []wire.DesiredDigest
+}
+
+func (f *fastUnits) ReconcileUnchanged(_ context.Context, d wire.DesiredDigest) (bool, string, error) {
+	f.asked = append(f.asked, d)
+	return f.unchanged, "test", f.err
+}
+
+// The converge fast path: the core's digest first; the unit manager's
+// yes ends the converge without reading the set; anything else (its no,
+// its error, no digest) converges in full; revisions ahead fail for good
+// as the full read would.
+func TestReconcileFromCoreFastPath(t *testing.T) {
+	d := wire.DesiredDigest{Digest: wire.SetDigest([]wire.Job{tenantJob}), Jobs: 1}
+	set := wire.DesiredSet{Jobs: []wire.Job{tenantJob}, Snapshot: wire.Snapshot{Xmin: 100, Xmax: 100}}
+	for _, tc := range []struct {
+		name      string
+		digestErr error
+		unchanged bool
+		unitsErr  error
+		want      retry
+		full      bool // the set was read and reconciled
+	}{
+		{"unchanged", nil, true, nil, noError, false},
+		{"changed", nil, false, nil, noError, true},
+		{"node state unreadable", nil, true, errors.New("list units: bus gone"), noError, true},
+		{"an older core (404)", errors.New("core API answered 404"), true, nil, noError, true},
+		{"revisions ahead", fmt.Errorf("digest: %w", wire.ErrRevisionsAhead), true, nil, final, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := &digestSource{fakeSource: fakeSource{set: set}, digest: d, err: tc.digestErr}
+			u := &fastUnits{fakeUnits: fakeUnits{rep: wire.NodeReport{Written: []string{"x.timer"}}}, unchanged: tc.unchanged, err: tc.unitsErr}
+			a := &NodeActivities{Units: u, Admission: admitAll, Desired: src}
+			rep, err := a.ReconcileFromCore(context.Background(), wire.DesiredSetRef{NodeID: "n1"})
+			if c := classify(err); c != tc.want {
+				t.Fatalf("error %v: class %d, want %d", err, c, tc.want)
+			}
+			if src.digests != 1 {
+				t.Errorf("asked the digest %d times, want once", src.digests)
+			}
+			if read := src.called == 1 && u.reconciled; read != tc.full {
+				t.Errorf("read the set %d times, reconciled %v; want a full converge %v", src.called, u.reconciled, tc.full)
+			}
+			if tc.want == noError && !tc.full && (rep.Desired != 1 || len(rep.Written) != 0) {
+				t.Errorf("fast report %+v, want the set's size and nothing done", rep)
+			}
+			if tc.digestErr == nil && tc.want == noError && (len(u.asked) != 1 || u.asked[0] != d) {
+				t.Errorf("unit manager asked %+v, want the core's digest", u.asked)
+			}
+		})
+	}
+}

@@ -145,6 +145,9 @@ func startNodeWorker(ctx context.Context, cfg nodeconf.Config, nm *metrics.Node,
 		return nil, err
 	}
 	m.SetObserver(nm)
+	// What admission decides by besides the accounts (which the fast
+	// path's fingerprint reads): another storage dir converges in full.
+	m.SetFastPathKey("admission web_storage_dir=" + cfg.WebStorageDir)
 	warnControlPlane(ctx, cfg, log)
 	go startsLoop(ctx, cfg, m, log.With("component", "starts"))
 	w := worker.New(tc, workflows.NodeTaskQueue(cfg.NodeID), worker.Options{MaxConcurrentActivityExecutionSize: activitySlots})

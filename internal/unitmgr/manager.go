@@ -42,6 +42,7 @@ type Manager struct {
 	cancel    cancelPaths // zero: the node's (see cancelPaths)
 	obs       Observer    // nil: nothing observes
 	q         applyQueue  // Apply, Delete, Reconcile and Remove wait here (queue.go)
+	fast      fastPath    // the converge stamp (fastpath.go); read and written under lock
 }
 
 // Observer is told what each plan+apply did, for the agent's metrics
@@ -137,38 +138,46 @@ func (m *Manager) acquire(ctx context.Context) (release func(), err error) {
 }
 
 func (m *Manager) plan(ctx context.Context, req Request) (Plan, error) {
-	return m.timedPlan(ctx, req, newPhaseTimer())
+	p, _, err := m.timedPlan(ctx, req, newPhaseTimer())
+	return p, err
 }
 
 // timedPlan observes and plans, charging each to t (observe, plan).
-func (m *Manager) timedPlan(ctx context.Context, req Request, t *phaseTimer) (Plan, error) {
+func (m *Manager) timedPlan(ctx context.Context, req Request, t *phaseTimer) (Plan, Observed, error) {
 	if req.Now.IsZero() {
 		req.Now = m.now()
 	}
 	obs, err := m.observe(ctx, req)
 	if err != nil {
-		return Plan{}, err
+		return Plan{}, obs, err
 	}
 	t.lap("observe")
 	p, err := MakePlan(m.layout, req, obs)
 	if err != nil {
-		return Plan{}, err
+		return Plan{}, obs, err
 	}
 	nameChanges(m.layout, p.Steps, os.ReadFile)
 	t.lap("plan")
-	return p, nil
+	return p, obs, nil
 }
 
 func (m *Manager) planAndRun(ctx context.Context, req Request, e *executor) (wire.NodeReport, error) {
 	t := newPhaseTimer()
-	p, err := m.timedPlan(ctx, req, t)
+	before := m.stateBefore(ctx, req) // for the stamp an empty plan leaves (fastpath.go)
+	t.lap("fingerprint")
+	p, obs, err := m.timedPlan(ctx, req, t)
 	if err != nil {
+		m.dropStamp()
 		return wire.NodeReport{}, err
 	}
 	for _, s := range p.Steps {
 		m.log.Debug("unit step", "op", req.Op, "kind", s.Kind, "unit", s.Unit, "target", s.Target, "reason", s.Reason)
 	}
+	if len(p.Steps) > 0 {
+		m.dropStamp() // before the first step: a crash mid-apply leaves no stamp of the state before it
+	}
 	rep, err := e.run(ctx, p)
+	m.settleStamp(req, before, p, obs, err)
 	t.lap("apply")
 	// One line per reconcile with its three parts (observe and apply log
 	// their own phases), so a converge's time on the node is accounted for.

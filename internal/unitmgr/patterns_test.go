@@ -76,8 +76,9 @@ func TestApplyListsOnlyItsUnits(t *testing.T) {
 	if _, err := m.Reconcile(ctx, wire.DesiredSet{Jobs: []wire.Job{job(idA), job(idB), job(idC)}, Snapshot: testSnap}); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.listed[0]; !slices.Equal(got, []string{"cron-*"}) {
-		t.Errorf("reconcile listed %v, want every cron unit", got)
+	// (The fast path's fingerprint lists the cron timers not active too.)
+	if !slices.ContainsFunc(f.listed, func(got []string) bool { return slices.Equal(got, []string{"cron-*"}) }) {
+		t.Errorf("reconcile listed %v, want every cron unit", f.listed)
 	}
 	f.listed = nil
 	rep, err := m.Apply(ctx, []wire.Job{job(idB, version(2), func(j *wire.Job) { j.Schedule = "*/7 * * * *" })})
