@@ -67,3 +67,41 @@ func (s *Server) desiredJobs(c echo.Context) error {
 	}
 	return c.JSONBlob(http.StatusOK, body)
 }
+
+// desiredDigest serves the digest of the calling node's whole desired set
+// (wire.DesiredDigest; docs/semantics.md, "The desired set's digest"): a
+// node whose last no-op converge planned nothing for a set with this
+// digest skips reading the pages. The same node check and revisions check
+// as desiredJobs. With a PageKey the answer is signed like a page, but for
+// the cursor wire.DesiredDigestCursor and limit 0, which no page request
+// has: a digest never verifies as a page, nor a page as a digest.
+func (s *Server) desiredDigest(c echo.Context) error {
+	n := nodeOf(c)
+	nodeID, err := pathID(c, "node")
+	if err != nil {
+		return err
+	}
+	if nodeID != n.ID {
+		return errNotYourSet
+	}
+	d, ok, err := s.store.NodeDesiredDigest(c.Request().Context(), n.ID)
+	if errors.Is(err, wire.ErrRevisionsAhead) {
+		s.log.Error("desired set digest refused: job revisions ahead of the transaction counter", "node", n.Name, "err", err)
+		return &apiError{http.StatusConflict, ProblemDetail{Code: "revisions_ahead", Message: wire.ErrRevisionsAhead.Error()}}
+	}
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errNotFound // the node was deleted since it authenticated
+	}
+	body, err := json.Marshal(d)
+	if err != nil {
+		return fmt.Errorf("desired digest: marshal: %w", err)
+	}
+	if s.cfg.PageKey != nil {
+		req := trust.PageRequest{Node: nodeID, After: wire.DesiredDigestCursor, Limit: 0}
+		c.Response().Header().Set(trust.PageSignatureHeader, trust.SignPage(s.cfg.PageKey, req, body, s.now()))
+	}
+	return c.JSONBlob(http.StatusOK, body)
+}

@@ -147,3 +147,72 @@ func TestDesiredPagesUnsignedWithoutKey(t *testing.T) {
 		t.Errorf("%d %q %s: want 200 without a signature", code, hdr.Get(trust.PageSignatureHeader), body)
 	}
 }
+
+// A node reads the digest of its own set: the SetDigest of the jobs its
+// pages list, signed for the digest request (cursor "digest", limit 0)
+// and for no page request; another node's digest, or this node's by
+// another node, is refused.
+func TestNodeReadsItsDesiredDigest(t *testing.T) {
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	core := map[string]ed25519.PublicKey{trust.KeyID(key.Public().(ed25519.PublicKey)): key.Public().(ed25519.PublicKey)}
+	v := newEnvWith(t, Config{PageKey: key})
+	nodes := v.mustJSON("GET", "/api/v1/admin/shards/"+v.shardID+"/nodes", adminKey, "", 200)["nodes"].([]any)
+	nodeID := nodes[0].(map[string]any)["id"].(string)
+	v.createJob("")
+	v.createJob("")
+	otherShard := v.mustJSON("POST", "/api/v1/admin/shards", adminKey, `{"name":"web-2","web_storage_dir":"/srv/shared/www"}`, 201)["id"].(string)
+	other := v.mustJSON("POST", "/api/v1/admin/shards/"+otherShard+"/nodes", adminKey, `{"name":"node9"}`, 201)
+	otherID, otherCred := other["id"].(string), other["credential"].(string)
+	sameShard := v.mustJSON("POST", "/api/v1/admin/shards/"+v.shardID+"/nodes", adminKey, `{"name":"node2"}`, 201)
+
+	path := "/internal/v1/nodes/" + nodeID + "/desired-digest"
+	code, hdr, body := v.doHeaders("GET", path, v.node, "", nil)
+	if code != 200 {
+		t.Fatalf("GET %s: %d %s", path, code, body)
+	}
+	sig := hdr.Get(trust.PageSignatureHeader)
+	if err := trust.VerifyPage(core, time.Minute, trust.PageRequest{Node: nodeID, After: wire.DesiredDigestCursor, Limit: 0}, body, sig, time.Now()); err != nil {
+		t.Errorf("digest does not verify for the digest request: %v (header %q)", err, sig)
+	}
+	for _, req := range []trust.PageRequest{
+		{Node: nodeID, After: "", Limit: wire.DesiredPageSize},
+		{Node: nodeID, After: "", Limit: 0},
+		{Node: nodeID, After: wire.DesiredDigestCursor, Limit: 1},
+		{Node: otherID, After: wire.DesiredDigestCursor, Limit: 0},
+	} {
+		if err := trust.VerifyPage(core, time.Minute, req, body, sig, time.Now()); !errors.Is(err, trust.ErrPageBadSignature) {
+			t.Errorf("the digest verifies as %+v: %v", req, err)
+		}
+	}
+	var d wire.DesiredDigest
+	if err := json.Unmarshal(body, &d); err != nil {
+		t.Fatal(err)
+	}
+	_, _, pageBody := v.doHeaders("GET", "/internal/v1/nodes/"+nodeID+"/desired-jobs", v.node, "", nil)
+	var page wire.DesiredPage
+	if err := json.Unmarshal(pageBody, &page); err != nil {
+		t.Fatal(err)
+	}
+	if d.Jobs != 2 || len(page.Jobs) != 2 || d.Digest != wire.SetDigest(page.Jobs) {
+		t.Errorf("digest %+v; want the SetDigest %s of the page's %d jobs", d, wire.SetDigest(page.Jobs), len(page.Jobs))
+	}
+
+	for _, tc := range []struct {
+		name, path, cred string
+		want             int
+	}{
+		{"this node reads another node's digest", "/internal/v1/nodes/" + otherID + "/desired-digest", v.node, 403},
+		{"another shard's node reads this node's digest", path, otherCred, 403},
+		{"a node of the same shard reads this node's digest", path, sameShard["credential"].(string), 403},
+		{"no credential", path, "", 401},
+		{"a tenant key", path, v.key, 401},
+		{"not an id", "/internal/v1/nodes/node1/desired-digest", v.node, 404},
+	} {
+		if code, out := v.do("GET", tc.path, tc.cred, ""); code != tc.want {
+			t.Errorf("%s: %d %s, want %d", tc.name, code, out, tc.want)
+		}
+	}
+}

@@ -164,6 +164,7 @@ func New(st *store.Store, cfg Config) *echo.Echo {
 	internal.POST("/cron-jobs/:id/started", s.started)
 	internal.POST("/nodes/announce", s.announce)
 	internal.GET("/nodes/:node/desired-jobs", s.desiredJobs)
+	internal.GET("/nodes/:node/desired-digest", s.desiredDigest)
 	s.reqs.setRoutes(e.Routes())
 	return e
 }

@@ -206,6 +206,92 @@ func (c Client) page(ctx context.Context, nodeID, after string, st *readStats) (
 	return p, nil
 }
 
+// maxDigest bounds a digest's answer: {"digest":"<64 hex>","jobs":n} is
+// under 100 bytes; a Problem under a few hundred.
+const maxDigest = 4 << 10
+
+// Digest reads the digest of nodeID's whole desired set
+// (GET /internal/v1/nodes/{node}/desired-digest; docs/semantics.md, "The
+// desired set's digest"): the converge fast path compares it with the
+// digest of the set its last no-op converge planned nothing for. Errors
+// are those of a page: 409 revisions_ahead is wire.ErrRevisionsAhead, a
+// refusal that will not change is ErrRefused, and 404 (a core from before
+// the endpoint) a plain error on which the node reads the set in full.
+// With Pages the answer must carry the core's signature for the cursor
+// wire.DesiredDigestCursor and limit 0, which no page has, so neither a
+// page nor a digest passes as the other.
+func (c Client) Digest(ctx context.Context, nodeID string) (wire.DesiredDigest, error) {
+	u := c.BaseURL + "/internal/v1/nodes/" + url.PathEscape(nodeID) + "/desired-digest"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return wire.DesiredDigest{}, fmt.Errorf("desired digest request: %w", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Credential)
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return wire.DesiredDigest{}, fmt.Errorf("desired digest: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxDigest+1))
+	if err != nil {
+		return wire.DesiredDigest{}, fmt.Errorf("desired digest: read answer: %w", err)
+	}
+	if len(body) > maxDigest {
+		if resp.StatusCode != http.StatusOK {
+			// A proxy's large error page: its status decides, as for a page.
+			return wire.DesiredDigest{}, answerError(resp.StatusCode, nil)
+		}
+		return wire.DesiredDigest{}, fmt.Errorf("desired digest: an answer over %d bytes", maxDigest)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return wire.DesiredDigest{}, answerError(resp.StatusCode, body)
+	}
+	if c.Pages != nil {
+		sreq := trust.PageRequest{Node: nodeID, After: wire.DesiredDigestCursor, Limit: 0}
+		if err := c.Pages.Verify(sreq, body, resp.Header.Get(trust.PageSignatureHeader)); err != nil {
+			c.log().Error("desired-set digest refused: not signed by the core for this request; the set is read in full",
+				"node", nodeID, "url", c.BaseURL, "err", err)
+			return wire.DesiredDigest{}, fmt.Errorf("desired digest: %w", err)
+		}
+	}
+	return decodeDigest(body)
+}
+
+// decodeDigest reads a digest strictly: one JSON object, a digest of 64
+// lower-case hex digits (what wire.SetDigest makes; a missing one is "")
+// and a count that is not negative. Fields it does not know are ignored,
+// as in a page, so a later core may add some without costing older nodes
+// their fast path.
+func decodeDigest(body []byte) (wire.DesiredDigest, error) {
+	var d wire.DesiredDigest
+	if err := json.Unmarshal(body, &d); err != nil {
+		return wire.DesiredDigest{}, fmt.Errorf("desired digest: decode: %w", err)
+	}
+	if !isDigest(d.Digest) {
+		return wire.DesiredDigest{}, fmt.Errorf("desired digest: %q is not 64 lower-case hex digits", d.Digest)
+	}
+	if d.Jobs < 0 {
+		return wire.DesiredDigest{}, fmt.Errorf("desired digest: %d jobs", d.Jobs)
+	}
+	return d, nil
+}
+
+func isDigest(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, r := range s {
+		if (r < '0' || r > '9') && (r < 'a' || r > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 func (c Client) log() *slog.Logger {
 	if c.Log != nil {
 		return c.Log
