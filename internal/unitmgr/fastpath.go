@@ -112,6 +112,17 @@ func (m *Manager) ReconcileUnchanged(ctx context.Context, d wire.DesiredDigest) 
 		return false, "", err
 	}
 	defer release()
+	start := time.Now()
+	fast, why, err := m.unchanged(ctx, d)
+	if fast && m.obs != nil {
+		// A converge all the same: the node's last-converge time (which
+		// alerts watch) moves as after a full one that did nothing.
+		m.obs.Applied(string(OpReconcile), false, time.Since(start), map[string]int{}, nil, m.now())
+	}
+	return fast, why, err
+}
+
+func (m *Manager) unchanged(ctx context.Context, d wire.DesiredDigest) (bool, string, error) {
 	st := m.stamp()
 	switch age := m.now().Sub(st.taken()); {
 	case st == nil:

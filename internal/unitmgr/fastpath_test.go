@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/hostcron/hostcron/internal/metrics"
 	"github.com/hostcron/hostcron/internal/wire"
 )
 
@@ -79,8 +82,15 @@ func (n *fastNode) unit(id, ext string) string {
 
 func TestFastPathAfterAConvergeThatPlannedNothing(t *testing.T) {
 	n := newFastNode(t)
+	nm := metrics.NewNode(nil)
+	n.m.SetObserver(nm)
+	later := testNow.Add(time.Minute)
+	n.m.now = func() time.Time { return later }
 	if fast, why := n.fast(t); !fast {
 		t.Fatalf("not fast with nothing changed: %s", why)
+	}
+	if v := testutil.ToFloat64(nm.LastConverge); v != float64(later.Unix()) {
+		t.Errorf("a fast converge left the converge time at %v, want %v", v, later.Unix())
 	}
 	other := n.digest
 	other.Digest = wire.SetDigest(n.set.Jobs[:2])

@@ -1,0 +1,100 @@
+//go:build e2e
+
+package flow
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestConvergeFastPath: on a real node, a converge after one that planned
+// nothing skips the set (the core's digest and the node's fingerprint
+// agree), across an agent restart; a timer stopped by hand makes the next
+// converge run in full, which starts it again (systemd keeps a stopped
+// timer that timers.target wants loaded, so the fingerprint sees it).
+func TestConvergeFastPath(t *testing.T) {
+	const node = "node2"
+	id := createJob(t, "0 4 * * *")
+	waitStatus(t, id, "active", 60*time.Second)
+	timer := unitName(id) + ".timer"
+
+	// The first converge after the job's apply plans nothing and leaves
+	// the stamp; the next one is fast.
+	if line := convergeOnRestart(t, node); fast(line) {
+		t.Logf("first converge after the apply: %s", line) // may be fast already if an earlier converge stamped
+	}
+	if line := convergeOnRestart(t, node); !fast(line) {
+		t.Fatalf("the converge after a converge that planned nothing was not fast: %s", line)
+	}
+
+	if out, err := c.Exec(node, nil, "systemctl", "stop", timer); err != nil {
+		t.Fatalf("stop %s: %v %s", timer, err, out)
+	}
+	if out, _ := c.Exec(node, nil, "systemctl", "show", "-p", "LoadState", "-p", "ActiveState", "--value", timer); strings.Join(strings.Fields(out), " ") != "loaded inactive" {
+		t.Fatalf("a stopped timer that timers.target wants: %q, want loaded inactive", out)
+	}
+	line := convergeOnRestart(t, node)
+	if fast(line) {
+		t.Fatalf("the converge after a timer was stopped by hand was fast: %s", line)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for !c.State(t, node)[unitName(id)].TimerActive {
+		if time.Now().After(deadline) {
+			t.Fatalf("the full converge did not start %s again", timer)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	call(t, "DELETE", "/api/v1/cron-jobs/"+id, "", 202)
+	waitGone(t, id, 60*time.Second)
+}
+
+// fast tells whether the agent's line says the converge was done by the
+// fast path (the agent logs JSON).
+func fast(line string) bool { return strings.Contains(line, `"unchanged":true`) }
+
+// fastPathLine matches the agent's log line of a converge's fast path.
+var fastPathLine = regexp.MustCompile(`.*converge fast path.*`)
+
+// convergeOnRestart restarts node's agent (which announces itself, so
+// the core converges it) and returns the agent's "converge fast path"
+// line of that converge.
+func convergeOnRestart(t *testing.T, node string) string {
+	t.Helper()
+	since := time.Now().Add(-time.Second).Format("2006-01-02 15:04:05")
+	if out, err := c.Exec(node, nil, "systemctl", "restart", "hostcron-node-agent.service"); err != nil {
+		t.Fatalf("restart agent on %s: %v %s", node, err, out)
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		out, _ := c.Exec(node, nil, "journalctl", "-q", "--no-pager", "-o", "cat", "-u", "hostcron-node-agent.service", "--since", since)
+		if m := fastPathLine.FindAllString(out, -1); len(m) > 0 {
+			line := m[len(m)-1]
+			if !fast(line) {
+				waitConverged(t, node, since)
+			}
+			return line
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no converge fast path line within 90 s of the agent's restart:\n%s", node, out)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// waitConverged waits for the agent's line of a full converge's end.
+func waitConverged(t *testing.T, node, since string) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		out, _ := c.Exec(node, nil, "journalctl", "-q", "--no-pager", "-o", "cat", "-u", "hostcron-node-agent.service", "--since", since)
+		if strings.Contains(out, "converge reconciled") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no full converge within 90 s:\n%s", node, out)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
