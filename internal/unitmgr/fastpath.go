@@ -84,6 +84,10 @@ type fastPath struct {
 	// inputs are files the converge depends on outside the units: the
 	// account databases admission reads (nil: /etc/passwd, /etc/group).
 	inputs []string
+	// accountsInFiles: the accounts are read from inputs alone (set by
+	// New from the build, accountsFromFiles; tests set it); false turns
+	// the fast path off.
+	accountsInFiles bool
 }
 
 // SetFastPathKey makes key part of every stamp's fingerprint: the agent
@@ -96,9 +100,6 @@ func (m *Manager) SetFastPathKey(key string) { m.fast.key = key }
 // directories' owners are read from (os/user without cgo).
 var defaultInputs = []string{"/etc/passwd", "/etc/group"}
 
-// nonActiveStates are the ActiveStates of a timer that does not wait for
-// its next elapse.
-var nonActiveStates = []string{"inactive", "failed", "activating", "deactivating", "reloading", "maintenance", "refreshing"}
 
 // ReconcileUnchanged reports whether a converge to a set with digest d
 // has nothing to do: the node's last core reconcile planned nothing for a
@@ -125,6 +126,8 @@ func (m *Manager) ReconcileUnchanged(ctx context.Context, d wire.DesiredDigest) 
 func (m *Manager) unchanged(ctx context.Context, d wire.DesiredDigest) (bool, string, error) {
 	st := m.stamp()
 	switch age := m.now().Sub(st.taken()); {
+	case !m.fast.accountsInFiles:
+		return false, "this agent reads accounts through NSS (a cgo build), which no file shows changed", nil
 	case st == nil:
 		return false, "no stamp: the last converge planned changes, or none ran", nil
 	case st.SetDigest != d.Digest || st.Jobs != d.Jobs:
@@ -140,10 +143,10 @@ func (m *Manager) unchanged(ctx context.Context, d wire.DesiredDigest) (bool, st
 		return false, "the node's units, specs, enablement, timers or accounts changed", nil
 	}
 	if busy, err := m.disabledBusy(ctx, st.Disabled); err != nil || busy != "" {
-		// A disabled job's timer runs (started by hand), or its service
-		// (a run-now, a catch-up): the full plan stops the one and
-		// decides whether to end the other.
-		return false, "a disabled job's unit is active: " + busy, err
+		// A disabled job's service runs (a run-now, a catch-up): the
+		// full plan decides whether to end it. (A disabled job's timer
+		// started by hand is in the fingerprint.)
+		return false, "a disabled job's service is active: " + busy, err
 	}
 	for _, l := range st.LockDirs {
 		if !m.lockDirOK(l.Dir, l.User, l.Group) {
@@ -153,20 +156,19 @@ func (m *Manager) unchanged(ctx context.Context, d wire.DesiredDigest) (bool, st
 	return true, "", nil
 }
 
-// disabledBusy names a unit of a disabled job that systemd holds active
-// (or starting, stopping), or "" if none is.
+// disabledBusy names the service of a disabled job that systemd holds
+// running (or starting, stopping), or "" if none is. It lists the cron
+// services that run, which are few whatever the node holds.
 func (m *Manager) disabledBusy(ctx context.Context, disabled []string) (string, error) {
 	if len(disabled) == 0 {
 		return "", nil
 	}
-	// By name while few (listPatterns), else every cron unit active.
-	us, err := m.sys.ListUnits(ctx, busyStates, listPatterns(disabled))
+	us, err := m.sys.ListUnits(ctx, busyStates, []string{wire.UnitPrefix + "*" + extService})
 	if err != nil {
-		return "", fmt.Errorf("list active units of disabled jobs: %w", err)
+		return "", fmt.Errorf("list running cron services: %w", err)
 	}
 	for _, u := range us {
-		n := strings.TrimSuffix(strings.TrimSuffix(u.Name, extTimer), extService)
-		if _, found := slices.BinarySearch(disabled, n); found {
+		if _, found := slices.BinarySearch(disabled, strings.TrimSuffix(u.Name, extService)); found {
 			return u.Name, nil
 		}
 	}
@@ -269,7 +271,10 @@ func stampable(req Request, p Plan, obs Observed) bool {
 		return false
 	}
 	for _, j := range req.Jobs {
-		if _, ok := obs.Tombstones[j.UnitName()]; ok {
+		// A live one may expire or be lifted by a newer snapshot; an
+		// expired one changes no plan (tombstoneSteps and Refuses skip
+		// it) and stays expired.
+		if t, ok := obs.Tombstones[j.UnitName()]; ok && t.live(req.Now) {
 			return false
 		}
 	}
@@ -309,8 +314,8 @@ func disabledUnits(jobs []wire.Job) []string {
 // (with the dirty marker, the tombstones and temp files) and
 // timers.target.wants (lstat: an edit in place changes ctime, a rewrite
 // the inode); the same of the account databases and of the running
-// binary; the layout and the agent's key; and the cron timers systemd
-// holds that are not active, with their states.
+// binary; the layout and the agent's key; and every cron timer systemd
+// holds, with its load and active state.
 func (m *Manager) fingerprint(ctx context.Context) (string, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "format %d\nkey %q\nlayout %+v\n", stampFormat, m.fast.key, m.layout)
@@ -337,12 +342,16 @@ func (m *Manager) fingerprint(ctx context.Context) (string, error) {
 			return "", err
 		}
 	}
-	idle, err := m.sys.ListUnits(ctx, nonActiveStates, []string{wire.UnitPrefix + "*" + extTimer})
+	// Every cron timer systemd holds, in whatever state: a stopped timer
+	// may be unloaded at once (systemd collects an inactive unit nothing
+	// references, and a link added to timers.target.wants without a
+	// reload is no reference), so only the whole list shows it gone.
+	timers, err := m.sys.ListUnits(ctx, nil, []string{wire.UnitPrefix + "*" + extTimer})
 	if err != nil {
-		return "", fmt.Errorf("list cron timers not active: %w", err)
+		return "", fmt.Errorf("list cron timers: %w", err)
 	}
-	slices.SortFunc(idle, func(a, b LoadedUnit) int { return strings.Compare(a.Name, b.Name) })
-	for _, u := range idle {
+	slices.SortFunc(timers, func(a, b LoadedUnit) int { return strings.Compare(a.Name, b.Name) })
+	for _, u := range timers {
 		fmt.Fprintf(h, "timer %s %s %s\n", u.Name, u.LoadState, u.ActiveState)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil

@@ -34,7 +34,7 @@ func newFastNode(t *testing.T) *fastNode {
 	if err := os.WriteFile(n.passwd, []byte("acme:x:1000:1000::/srv/www/acme:/bin/sh\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	m.fast.inputs = []string{n.passwd}
+	m.fast.inputs, m.fast.accountsInFiles = []string{n.passwd}, true // as the agent's static build
 	n.set = wire.DesiredSet{Snapshot: testSnap, Jobs: []wire.Job{job(idA, rev(90)), job(idB, rev(91)), job(idC, rev(92), disabled)}}
 	n.digest = wire.DesiredDigest{Digest: wire.SetDigest(n.set.Jobs), Jobs: len(n.set.Jobs)}
 	rep, err := m.Reconcile(context.Background(), n.set)
@@ -143,6 +143,17 @@ func TestFastPathRefusesEveryDrift(t *testing.T) {
 				t.Errorf("the timer was not started again")
 			}
 		}},
+		{"enabled timer stopped and collected", func(t *testing.T, n *fastNode) {
+			// Not held: systemd unloads an inactive timer nothing
+			// references (the review's case: enabled by a link, no reload).
+			if err := n.f.StopUnit(context.Background(), job(idA).UnitName()+extTimer); err != nil {
+				t.Fatal(err)
+			}
+		}, func(t *testing.T, n *fastNode, _ wire.NodeReport) {
+			if !n.f.active[job(idA).UnitName()+extTimer] {
+				t.Errorf("the timer was not started again")
+			}
+		}},
 		{"disabled timer started", func(t *testing.T, n *fastNode) {
 			n.f.active[job(idC).UnitName()+extTimer] = true
 		}, func(t *testing.T, n *fastNode, _ wire.NodeReport) {
@@ -221,6 +232,13 @@ func TestFastPathChecksBeyondTheFingerprint(t *testing.T) {
 			t.Fatalf("fast on a stamp from the future (the clock went back)")
 		}
 	})
+	t.Run("accounts through NSS", func(t *testing.T) {
+		n := newFastNode(t)
+		n.m.fast.accountsInFiles = false
+		if fast, why := n.fast(t); fast || !strings.Contains(why, "NSS") {
+			t.Fatalf("fast %v (%s) in a build that reads accounts through NSS", fast, why)
+		}
+	})
 	t.Run("another configuration", func(t *testing.T) {
 		n := newFastNode(t)
 		n.m.SetFastPathKey("another config")
@@ -236,7 +254,7 @@ func TestFastPathSurvivesARestart(t *testing.T) {
 	n := newFastNode(t)
 	restarted := func() *Manager {
 		m := New(n.f, n.m.layout.UnitDir, n.m.layout.Paths, slog.New(slog.NewTextHandler(io.Discard, nil)))
-		m.lockDirOK, m.now, m.fast.inputs = n.m.lockDirOK, n.m.now, n.m.fast.inputs
+		m.lockDirOK, m.now, m.fast.inputs, m.fast.accountsInFiles = n.m.lockDirOK, n.m.now, n.m.fast.inputs, true
 		return m
 	}
 	n.m = restarted()

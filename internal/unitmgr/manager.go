@@ -60,7 +60,8 @@ func (m *Manager) SetObserver(o Observer) { m.obs = o }
 
 // New returns a manager that talks to systemd through sys.
 func New(sys Systemd, unitDir string, paths units.Paths, log *slog.Logger) *Manager {
-	return &Manager{lock: make(chan struct{}, 1), sys: sys, layout: Layout{UnitDir: unitDir, Paths: paths}, log: log, now: time.Now, lockDir: ensureLockDir, lockDirOK: lockDirOK}
+	return &Manager{lock: make(chan struct{}, 1), sys: sys, layout: Layout{UnitDir: unitDir, Paths: paths}, log: log, now: time.Now, lockDir: ensureLockDir, lockDirOK: lockDirOK,
+		fast: fastPath{accountsInFiles: accountsFromFiles}}
 }
 
 // SetNode sets what the node adds to every job's units (IPAddressDeny=, see

@@ -26,8 +26,11 @@ type DesiredDigest struct {
 const DesiredDigestCursor = "digest"
 
 // SetDigest is a SHA-256 over every job of a desired set as it travels
-// (its JSON, NotBefore in UTC), in id order: two sets digest alike only
-// if every job a node would render from them is the same. Core and node
+// (its JSON), in id order: two sets digest alike only if every job a node
+// would render from them is the same. NotBefore keeps the offset it came
+// with, since the spec a node writes keeps it too (the review: in UTC, a
+// core replica in another time zone would digest alike a set whose specs
+// a full converge rewrites). Core and node
 // compute it from the same type, so a node that read the set in pages and
 // the core that reads it whole agree when the contents do; a core and a
 // node of different versions that disagree cost only the fast path (a
@@ -41,9 +44,7 @@ func SetDigest(jobs []Job) string {
 	h := sha256.New()
 	enc := json.NewEncoder(h) // one line per job: the encoder ends each with '\n'
 	for _, i := range order {
-		j := jobs[i]
-		j.NotBefore = j.NotBefore.UTC()
-		if err := enc.Encode(j); err != nil {
+		if err := enc.Encode(jobs[i]); err != nil {
 			// A Job of plain values always encodes; if one ever did
 			// not, no digest may match another.
 			return "unencodable: " + err.Error()

@@ -12,8 +12,7 @@ import (
 // TestConvergeFastPath: on a real node, a converge after one that planned
 // nothing skips the set (the core's digest and the node's fingerprint
 // agree), across an agent restart; a timer stopped by hand makes the next
-// converge run in full, which starts it again (systemd keeps a stopped
-// timer that timers.target wants loaded, so the fingerprint sees it).
+// converge run in full, which starts it again.
 func TestConvergeFastPath(t *testing.T) {
 	const node = "node2"
 	id := createJob(t, "0 4 * * *")
@@ -32,9 +31,10 @@ func TestConvergeFastPath(t *testing.T) {
 	if out, err := c.Exec(node, nil, "systemctl", "stop", timer); err != nil {
 		t.Fatalf("stop %s: %v %s", timer, err, out)
 	}
-	if out, _ := c.Exec(node, nil, "systemctl", "show", "-p", "LoadState", "-p", "ActiveState", "--value", timer); strings.Join(strings.Fields(out), " ") != "loaded inactive" {
-		t.Fatalf("a stopped timer that timers.target wants: %q, want loaded inactive", out)
-	}
+	// systemd may unload the stopped timer at once (nothing references
+	// it: the agent enabled it by a link, with no reload); the fast path's
+	// list of every cron timer systemd holds shows it either way. (Not
+	// checked with systemctl show, which would load it again.)
 	line := convergeOnRestart(t, node)
 	if fast(line) {
 		t.Fatalf("the converge after a timer was stopped by hand was fast: %s", line)

@@ -64,10 +64,21 @@ func TestConvergeShardOntoEmptyNode(t *testing.T) {
 	if len(res2.Written) != 0 || res2.Reloads != 0 {
 		t.Errorf("converge with nothing changed wrote %d files, %d reloads", len(res2.Written), res2.Reloads)
 	}
+	hwmNoop := agentPeakKB(t)
 	printPhases(t, first.runID, "first")
 	printPhases(t, noop.runID, "noop")
-	fmt.Printf("BENCH temporal_converge jobs=%d converge_s=%.2f timers=%d noop_s=%.2f agent_hwm_kb=%d agent_hwm_after_noop_kb=%d\n",
-		n, first.took.Seconds(), timers, noop.took.Seconds(), hwm, agentPeakKB(t))
+	// That converge planned nothing, so it left the fast path's stamp:
+	// the next one, of a restarted agent again, skips the set.
+	if _, err := c.Exec("node1", nil, "systemctl", "restart", "hostcron-node-agent"); err != nil {
+		t.Fatal(err)
+	}
+	fast, res3 := convergeAfter(t, noop.runID)
+	if len(res3.Written) != 0 || res3.Reloads != 0 || res3.Jobs != n {
+		t.Errorf("converge with nothing changed, again: %d jobs, wrote %d files, %d reloads", res3.Jobs, len(res3.Written), res3.Reloads)
+	}
+	printPhases(t, fast.runID, "fast")
+	fmt.Printf("BENCH temporal_converge jobs=%d converge_s=%.2f timers=%d noop_s=%.2f fast_s=%.2f agent_hwm_kb=%d agent_hwm_after_noop_kb=%d agent_hwm_after_fast_kb=%d\n",
+		n, first.took.Seconds(), timers, noop.took.Seconds(), fast.took.Seconds(), hwm, hwmNoop, agentPeakKB(t))
 }
 
 // seed stores n active jobs of acme that fire once a year (so none runs
@@ -141,7 +152,7 @@ func printPhases(t *testing.T, runID, label string) {
 		}
 		fmt.Printf("PHASE %s history +%7.1f ms %s\n", label, float64(at.Sub(start).Microseconds())/1000, ev.GetEventType())
 	}
-	out, err := c.Exec("node1", nil, "sh", "-c", `journalctl -u hostcron-node-agent -o short-iso-precise --no-pager | grep -E 'desired set read|observed|planned and applied|applied|converge reconciled|announced|node agent started' | tail -n 12`)
+	out, err := c.Exec("node1", nil, "sh", "-c", `journalctl -u hostcron-node-agent -o short-iso-precise --no-pager | grep -E 'desired set read|observed|planned and applied|applied|converge reconciled|converge fast path|announced|node agent started' | tail -n 12`)
 	if err != nil {
 		t.Logf("agent journal: %v %s", err, out)
 		return
