@@ -100,7 +100,6 @@ func (m *Manager) SetFastPathKey(key string) { m.fast.key = key }
 // directories' owners are read from (os/user without cgo).
 var defaultInputs = []string{"/etc/passwd", "/etc/group"}
 
-
 // ReconcileUnchanged reports whether a converge to a set with digest d
 // has nothing to do: the node's last core reconcile planned nothing for a
 // set of that digest, less than FastPathMaxAge ago, and nothing it was
