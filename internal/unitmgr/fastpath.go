@@ -34,13 +34,13 @@ import (
 
 // FastPathMaxAge bounds how long a stamp stands: at least this often a
 // converge runs in full whatever the fingerprint says (a backstop for
-// what it does not cover: a timer systemd no longer holds at all, a lock
-// directory's contents).
+// what it does not cover: a lock directory's contents, accounts changed
+// other than by a write to their files).
 const FastPathMaxAge = time.Hour
 
 // stampFormat changes whenever what a stamp means does: a stamp of
 // another format never matches.
-const stampFormat = 1
+const stampFormat = 2
 
 // stampFile names the stamp in the spec dir (root-only). It starts with
 // none of the prefixes the fingerprint or the listing read there.
@@ -226,7 +226,7 @@ func (m *Manager) stateBefore(ctx context.Context, req Request) string {
 	if req.Op != OpReconcile || req.Operator {
 		return ""
 	}
-	state, err := m.fingerprint(ctx)
+	state, err := m.fileState()
 	if err != nil {
 		m.log.Warn("converge fingerprint not taken; no fast path after this converge", "err", err)
 		return ""
@@ -246,8 +246,9 @@ func (m *Manager) settleStamp(req Request, before string, p Plan, obs Observed, 
 	if before == "" || !stampable(req, p, obs) {
 		return
 	}
-	st := &stamp{Format: stampFormat, SetDigest: wire.SetDigest(req.Jobs), Jobs: len(req.Jobs), State: before,
-		LockDirs: lockDirsOf(req.Jobs), Disabled: disabledUnits(req.Jobs), Taken: m.now()}
+	st := &stamp{Format: stampFormat, SetDigest: wire.SetDigest(req.Jobs), Jobs: len(req.Jobs), State: observedState(before, obs),
+		LockDirs: lockDirsOf(req.Jobs), Disabled: disabledUnits(req.Jobs),
+		Taken: m.now().Round(0)} // wall clock only: a stamp from the future (the clock went back) must show as one
 	m.fast.current, m.fast.loaded = st, true
 	b, merr := json.Marshal(st)
 	if merr == nil {
@@ -270,10 +271,12 @@ func stampable(req Request, p Plan, obs Observed) bool {
 		return false
 	}
 	for _, j := range req.Jobs {
-		// A live one may expire or be lifted by a newer snapshot; an
-		// expired one changes no plan (tombstoneSteps and Refuses skip
-		// it) and stays expired.
-		if t, ok := obs.Tombstones[j.UnitName()]; ok && t.live(req.Now) {
+		// One that refuses the job made the plan report it stale (and
+		// may expire). One that does not never will, whatever the time
+		// (the job is the same; a tombstone only expires), and nothing
+		// lifts it: Refuses is all a plan asks of it (lifts, and
+		// tombstoneSteps, which skips the expired).
+		if t, ok := obs.Tombstones[j.UnitName()]; ok && t.Refuses(j, req.Now) {
 			return false
 		}
 	}
@@ -316,6 +319,41 @@ func disabledUnits(jobs []wire.Job) []string {
 // binary; the layout and the agent's key; and every cron timer systemd
 // holds, with its load and active state.
 func (m *Manager) fingerprint(ctx context.Context) (string, error) {
+	files, err := m.fileState()
+	if err != nil {
+		return "", err
+	}
+	timers, err := m.sys.ListUnits(ctx, nil, []string{wire.UnitPrefix + "*" + extTimer})
+	if err != nil {
+		return "", fmt.Errorf("list cron timers: %w", err)
+	}
+	return timerState(files, timers), nil
+}
+
+// timerState completes the file state with the cron timers systemd holds.
+func timerState(files string, timers []LoadedUnit) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\n", files)
+	slices.SortFunc(timers, func(a, b LoadedUnit) int { return strings.Compare(a.Name, b.Name) })
+	for _, u := range timers {
+		fmt.Fprintf(h, "timer %s %s %s\n", u.Name, u.LoadState, u.ActiveState)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// observedState is the stamp's state: files stat'ed before the observe,
+// timers as the observe saw them (what the plan was made from).
+func observedState(files string, obs Observed) string {
+	var timers []LoadedUnit
+	for _, u := range obs.Loaded {
+		if strings.HasSuffix(u.Name, extTimer) {
+			timers = append(timers, u)
+		}
+	}
+	return timerState(files, timers)
+}
+
+func (m *Manager) fileState() (string, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "format %d\nkey %q\nlayout %+v\n", stampFormat, m.fast.key, m.layout)
 	inputs := m.fast.inputs
@@ -340,18 +378,6 @@ func (m *Manager) fingerprint(ctx context.Context) (string, error) {
 		if err := statDir(h, d.dir, d.keep); err != nil {
 			return "", err
 		}
-	}
-	// Every cron timer systemd holds, in whatever state: a stopped timer
-	// may be unloaded at once (systemd collects an inactive unit nothing
-	// references, and a link added to timers.target.wants without a
-	// reload is no reference), so only the whole list shows it gone.
-	timers, err := m.sys.ListUnits(ctx, nil, []string{wire.UnitPrefix + "*" + extTimer})
-	if err != nil {
-		return "", fmt.Errorf("list cron timers: %w", err)
-	}
-	slices.SortFunc(timers, func(a, b LoadedUnit) int { return strings.Compare(a.Name, b.Name) })
-	for _, u := range timers {
-		fmt.Fprintf(h, "timer %s %s %s\n", u.Name, u.LoadState, u.ActiveState)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }

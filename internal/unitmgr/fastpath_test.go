@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -335,4 +336,48 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// abaSys starts a timer by hand just before the observe's listing (after
+// the fingerprint's), once: the second review's case.
+type abaSys struct {
+	*fakeSystemd
+	arm   bool
+	timer string
+}
+
+func (a *abaSys) ListUnits(ctx context.Context, states, patterns []string) ([]LoadedUnit, error) {
+	if a.arm && slices.Equal(patterns, listPatterns(nil)) { // the observe's listing
+		a.arm = false
+		a.fakeSystemd.mu.Lock()
+		a.fakeSystemd.active[a.timer] = true // systemctl start by hand, in the window
+		a.fakeSystemd.mu.Unlock()
+	}
+	return a.fakeSystemd.ListUnits(ctx, states, patterns)
+}
+
+// A timer stopped, started between the converge's file stats and its
+// observation, then stopped again: systemd's state can go back (files
+// cannot: ctime and inodes only move on), so the stamp holds the timers
+// the plan was made from, not an earlier listing of them.
+func TestFastPathStampHoldsTheTimersThePlanSaw(t *testing.T) {
+	n := newFastNode(t)
+	timer := job(idA).UnitName() + extTimer
+	if err := n.f.StopUnit(context.Background(), timer); err != nil {
+		t.Fatal(err)
+	}
+	n.m.sys = &abaSys{fakeSystemd: n.f, arm: true, timer: timer}
+	if _, err := n.m.Reconcile(context.Background(), n.set); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.f.StopUnit(context.Background(), timer); err != nil {
+		t.Fatal(err)
+	}
+	p, err := n.m.plan(context.Background(), Request{Op: OpReconcile, Jobs: n.set.Jobs, Snapshot: n.set.Snapshot})
+	if err != nil || len(p.Steps) == 0 {
+		t.Fatalf("full plan: %v %+v", err, p.Steps)
+	}
+	if fast, _ := n.fast(t); fast {
+		t.Fatalf("fast path reports nothing to do while a full converge plans %d step(s): %s %s", len(p.Steps), p.Steps[0].Kind, p.Steps[0].Target)
+	}
 }

@@ -21,3 +21,6 @@ echo "| again (agent restarted): the fast path (the core's digest, the node's fi
 echo "| node-agent peak RSS (VmHWM) after the first converge | $(( $(val agent_hwm_kb) / 1024 )) MiB |"
 echo "| node-agent peak RSS (VmHWM) of the restarted agent after its full no-op converge | $(( $(val agent_hwm_after_noop_kb) / 1024 )) MiB |"
 echo "| node-agent peak RSS (VmHWM) of the restarted agent after its fast converge | $(( $(val agent_hwm_after_fast_kb) / 1024 )) MiB |"
+echo
+echo "Where each converge's time went (workflow history, then the agent's lines):"
+grep '^PHASE' "$out" || true
