@@ -62,7 +62,7 @@ type DigestSource interface {
 // FastConverger tells whether a converge to a set of a digest has
 // nothing to do (*unitmgr.Manager has it).
 type FastConverger interface {
-	ReconcileUnchanged(ctx context.Context, d wire.DesiredDigest) (bool, string, error)
+	ReconcileUnchanged(ctx context.Context, digest func(context.Context) (wire.DesiredDigest, error)) (bool, string, error)
 }
 
 // CoreActivities read and write the core's database.
@@ -259,18 +259,19 @@ func (a *NodeActivities) fastConverge(ctx context.Context, nodeID string) (rep w
 	}
 	log := activityLog(ctx)
 	began := time.Now()
-	d, err := ds.Digest(ctx, nodeID)
-	digest := time.Since(began)
+	var d wire.DesiredDigest
+	var digest time.Duration
+	fast, why, err := fc.ReconcileUnchanged(ctx, func(ctx context.Context) (wire.DesiredDigest, error) {
+		var err error
+		d, err = ds.Digest(ctx, nodeID)
+		digest = time.Since(began)
+		return d, err
+	})
 	switch {
 	case errors.Is(err, wire.ErrRevisionsAhead):
 		return wire.NodeReport{}, false, temporal.NewNonRetryableApplicationError(err.Error(), "RevisionsAhead", nil)
 	case err != nil:
-		log.Warn("converge fast path: no digest from the core; converging in full", "node", nodeID, "err", err)
-		return wire.NodeReport{}, false, nil
-	}
-	fast, why, err := fc.ReconcileUnchanged(ctx, d)
-	if err != nil {
-		log.Warn("converge fast path: node state not read; converging in full", "node", nodeID, "err", err)
+		log.Warn("converge fast path: no digest from the core, or the node's state not read; converging in full", "node", nodeID, "err", err)
 		return wire.NodeReport{}, false, nil
 	}
 	log.Info("converge fast path", "node", nodeID, "jobs", d.Jobs, "unchanged", fast, "why_not", why,

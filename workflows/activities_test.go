@@ -408,7 +408,11 @@ type fastUnits struct {
 	asked     []wire.DesiredDigest
 }
 
-func (f *fastUnits) ReconcileUnchanged(_ context.Context, d wire.DesiredDigest) (bool, string, error) {
+func (f *fastUnits) ReconcileUnchanged(ctx context.Context, digest func(context.Context) (wire.DesiredDigest, error)) (bool, string, error) {
+	d, err := digest(ctx)
+	if err != nil {
+		return false, "", fmt.Errorf("desired set digest: %w", err)
+	}
 	f.asked = append(f.asked, d)
 	return f.unchanged, "test", f.err
 }

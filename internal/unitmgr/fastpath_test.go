@@ -56,7 +56,7 @@ func newFastNode(t *testing.T) *fastNode {
 
 func (n *fastNode) fast(t *testing.T) (bool, string) {
 	t.Helper()
-	ok, why, err := n.m.ReconcileUnchanged(context.Background(), n.digest)
+	ok, why, err := n.m.ReconcileUnchanged(context.Background(), answer(n.digest))
 	if err != nil {
 		t.Fatalf("fast path: %v", err)
 	}
@@ -95,13 +95,19 @@ func TestFastPathAfterAConvergeThatPlannedNothing(t *testing.T) {
 	}
 	other := n.digest
 	other.Digest = wire.SetDigest(n.set.Jobs[:2])
-	if ok, _, _ := n.m.ReconcileUnchanged(context.Background(), other); ok {
+	if ok, _, _ := n.m.ReconcileUnchanged(context.Background(), answer(other)); ok {
 		t.Errorf("fast for another set")
 	}
 	other = n.digest
 	other.Jobs++
-	if ok, _, _ := n.m.ReconcileUnchanged(context.Background(), other); ok {
+	if ok, _, _ := n.m.ReconcileUnchanged(context.Background(), answer(other)); ok {
 		t.Errorf("fast for a set of another size")
+	}
+	// The core's error is the caller's to judge (revisions ahead fail the
+	// converge): returned, wrapped, never fast.
+	failing := func(context.Context) (wire.DesiredDigest, error) { return wire.DesiredDigest{}, wire.ErrRevisionsAhead }
+	if ok, _, err := n.m.ReconcileUnchanged(context.Background(), failing); ok || !errors.Is(err, wire.ErrRevisionsAhead) {
+		t.Errorf("a failed digest: fast %v, error %v; want the core's error", ok, err)
 	}
 }
 
@@ -296,6 +302,11 @@ func TestFastPathStampDroppedAndWithheld(t *testing.T) {
 	if len(rep.Kept) != 1 {
 		t.Fatalf("report %+v, want one kept unit", rep)
 	}
+}
+
+// answer is a core that answers d.
+func answer(d wire.DesiredDigest) func(context.Context) (wire.DesiredDigest, error) {
+	return func(context.Context) (wire.DesiredDigest, error) { return d, nil }
 }
 
 func editInPlace(t *testing.T, path string) {
