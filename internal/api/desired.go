@@ -9,6 +9,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/hostcron/hostcron/internal/store"
 	"github.com/hostcron/hostcron/internal/trust"
 	"github.com/hostcron/hostcron/internal/wire"
 )
@@ -45,24 +46,38 @@ func (s *Server) desiredJobs(c echo.Context) error {
 		}
 	}
 	page, ok, err := s.store.NodeDesiredPage(c.Request().Context(), n.ID, after, limit)
-	if errors.Is(err, wire.ErrRevisionsAhead) {
-		s.log.Error("desired set refused: job revisions ahead of the transaction counter", "node", n.Name, "err", err)
-		return &apiError{http.StatusConflict, ProblemDetail{Code: "revisions_ahead", Message: wire.ErrRevisionsAhead.Error()}}
-	}
-	if err != nil {
+	if err := s.desiredReadError("desired set", n, ok, err); err != nil {
 		return err
 	}
-	if !ok {
-		return errNotFound // the node was deleted since it authenticated
+	return s.serveSigned(c, trust.PageRequest{Node: nodeID, After: after, Limit: limit}, page, "desired page")
+}
+
+// desiredReadError is the answer to a failed read of a node's desired set
+// (its pages or its digest), or nil: revisions ahead of the transaction
+// counter are 409 revisions_ahead (and an operator's error, logged), a
+// node deleted since it authenticated 404.
+func (s *Server) desiredReadError(what string, n store.Node, ok bool, err error) error {
+	switch {
+	case errors.Is(err, wire.ErrRevisionsAhead):
+		s.log.Error(what+" refused: job revisions ahead of the transaction counter", "node", n.Name, "err", err)
+		return &apiError{http.StatusConflict, ProblemDetail{Code: "revisions_ahead", Message: wire.ErrRevisionsAhead.Error()}}
+	case err != nil:
+		return err
+	case !ok:
+		return errNotFound
 	}
-	// The signature covers the exact bytes served, so the page is
-	// marshalled here rather than by c.JSON.
-	body, err := json.Marshal(page)
+	return nil
+}
+
+// serveSigned answers v as JSON, with the core's signature for req when
+// it has a PageKey. The signature covers the exact bytes served, so v is
+// marshalled here rather than by c.JSON.
+func (s *Server) serveSigned(c echo.Context, req trust.PageRequest, v any, what string) error {
+	body, err := json.Marshal(v)
 	if err != nil {
-		return fmt.Errorf("desired page: marshal: %w", err)
+		return fmt.Errorf("%s: marshal: %w", what, err)
 	}
 	if s.cfg.PageKey != nil {
-		req := trust.PageRequest{Node: nodeID, After: after, Limit: limit}
 		c.Response().Header().Set(trust.PageSignatureHeader, trust.SignPage(s.cfg.PageKey, req, body, s.now()))
 	}
 	return c.JSONBlob(http.StatusOK, body)
@@ -85,23 +100,8 @@ func (s *Server) desiredDigest(c echo.Context) error {
 		return errNotYourSet
 	}
 	d, ok, err := s.store.NodeDesiredDigest(c.Request().Context(), n.ID)
-	if errors.Is(err, wire.ErrRevisionsAhead) {
-		s.log.Error("desired set digest refused: job revisions ahead of the transaction counter", "node", n.Name, "err", err)
-		return &apiError{http.StatusConflict, ProblemDetail{Code: "revisions_ahead", Message: wire.ErrRevisionsAhead.Error()}}
-	}
-	if err != nil {
+	if err := s.desiredReadError("desired set digest", n, ok, err); err != nil {
 		return err
 	}
-	if !ok {
-		return errNotFound // the node was deleted since it authenticated
-	}
-	body, err := json.Marshal(d)
-	if err != nil {
-		return fmt.Errorf("desired digest: marshal: %w", err)
-	}
-	if s.cfg.PageKey != nil {
-		req := trust.PageRequest{Node: nodeID, After: wire.DesiredDigestCursor, Limit: 0}
-		c.Response().Header().Set(trust.PageSignatureHeader, trust.SignPage(s.cfg.PageKey, req, body, s.now()))
-	}
-	return c.JSONBlob(http.StatusOK, body)
+	return s.serveSigned(c, trust.PageRequest{Node: nodeID, After: wire.DesiredDigestCursor, Limit: 0}, d, "desired digest")
 }
