@@ -1,11 +1,13 @@
 package api
 
 import (
+	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -213,6 +215,25 @@ func TestNodeReadsItsDesiredDigest(t *testing.T) {
 	} {
 		if code, out := v.do("GET", tc.path, tc.cred, ""); code != tc.want {
 			t.Errorf("%s: %d %s, want %d", tc.name, code, out, tc.want)
+		}
+	}
+}
+
+// A job whose revision is ahead of the transaction counter (a logical
+// restore) refuses the node its set and its digest alike: 409
+// revisions_ahead, so neither a full converge nor the fast path runs.
+func TestDesiredReadsRefuseRevisionsAhead(t *testing.T) {
+	v := newEnv(t)
+	nodes := v.mustJSON("GET", "/api/v1/admin/shards/"+v.shardID+"/nodes", adminKey, "", 200)["nodes"].([]any)
+	nodeID := nodes[0].(map[string]any)["id"].(string)
+	id := v.createJob("")["id"].(string)
+	if _, err := v.store.Pool().Exec(context.Background(), `UPDATE cron_jobs SET rev = '900000000000'::xid8 WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/desired-jobs", "/desired-digest"} {
+		code, _, body := v.doHeaders("GET", "/internal/v1/nodes/"+nodeID+path, v.node, "", nil)
+		if code != 409 || !strings.Contains(string(body), "revisions_ahead") {
+			t.Errorf("GET %s: %d %s, want 409 revisions_ahead", path, code, body)
 		}
 	}
 }
