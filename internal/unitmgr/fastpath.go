@@ -102,12 +102,13 @@ func (m *Manager) SetFastPathKey(key string) { m.fast.key = key }
 var defaultInputs = []string{"/etc/passwd", "/etc/group"}
 
 // ReconcileUnchanged reports whether a converge to the set whose digest
-// the core answers (digest, called while the node's fingerprint is taken,
-// and only if the node has a stamp) has nothing to do: the node's last core reconcile planned nothing for a
-// set of that digest, less than FastPathMaxAge ago, and nothing it was
-// planned from has changed. false comes with why, for the log; the caller
-// then converges in full. An error is the fingerprint's (a directory that
-// cannot be read); the caller converges in full, which reports it.
+// the core answers has nothing to do: the node's last core reconcile
+// planned nothing for a set of that digest, less than FastPathMaxAge ago,
+// and nothing it was planned from has changed. digest is called only if
+// the node has a stamp, while its fingerprint is taken. false comes with
+// why, for the log; the caller then converges in full. An error is the
+// digest's (wrapped: the caller tells revisions ahead from the rest) or
+// the fingerprint's (a directory that cannot be read).
 func (m *Manager) ReconcileUnchanged(ctx context.Context, digest func(context.Context) (wire.DesiredDigest, error)) (bool, string, error) {
 	release, err := m.acquire(ctx)
 	if err != nil {
