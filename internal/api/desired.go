@@ -27,13 +27,9 @@ var errNotYourSet = &apiError{http.StatusForbidden, ProblemDetail{Code: "forbidd
 // signature, bound to this request (node, cursor, limit), in
 // trust.PageSignatureHeader.
 func (s *Server) desiredJobs(c echo.Context) error {
-	n := nodeOf(c)
-	nodeID, err := pathID(c, "node")
+	n, nodeID, err := ownSet(c)
 	if err != nil {
 		return err
-	}
-	if nodeID != n.ID {
-		return errNotYourSet
 	}
 	after := c.QueryParam("after")
 	if after != "" && !wire.ValidID(after) {
@@ -50,6 +46,21 @@ func (s *Server) desiredJobs(c echo.Context) error {
 		return err
 	}
 	return s.serveSigned(c, trust.PageRequest{Node: nodeID, After: after, Limit: limit}, page, "desired page")
+}
+
+// ownSet is the calling node and the node id its path names, which must
+// be its own: a node reads only its own desired set (or its digest),
+// whatever a task it was handed names.
+func ownSet(c echo.Context) (store.Node, string, error) {
+	n := nodeOf(c)
+	nodeID, err := pathID(c, "node")
+	if err != nil {
+		return store.Node{}, "", err
+	}
+	if nodeID != n.ID {
+		return store.Node{}, "", errNotYourSet
+	}
+	return n, nodeID, nil
 }
 
 // desiredReadError is the answer to a failed read of a node's desired set
@@ -91,13 +102,9 @@ func (s *Server) serveSigned(c echo.Context, req trust.PageRequest, v any, what 
 // the cursor wire.DesiredDigestCursor and limit 0, which no page request
 // has: a digest never verifies as a page, nor a page as a digest.
 func (s *Server) desiredDigest(c echo.Context) error {
-	n := nodeOf(c)
-	nodeID, err := pathID(c, "node")
+	n, nodeID, err := ownSet(c)
 	if err != nil {
 		return err
-	}
-	if nodeID != n.ID {
-		return errNotYourSet
 	}
 	d, ok, err := s.store.NodeDesiredDigest(c.Request().Context(), n.ID)
 	if err := s.desiredReadError("desired set digest", n, ok, err); err != nil {

@@ -152,17 +152,7 @@ func (c Client) page(ctx context.Context, nodeID, after string, st *readStats) (
 	if after != "" {
 		q.Set("after", after)
 	}
-	u := c.BaseURL + "/internal/v1/nodes/" + url.PathEscape(nodeID) + "/desired-jobs?" + q.Encode()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return wire.DesiredPage{}, fmt.Errorf("desired page request: %w", err)
-	}
-	req.Header.Set("Authorization", "Bearer "+c.Credential)
-	hc := c.HTTP
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	resp, err := hc.Do(req)
+	resp, err := c.get(ctx, nodeID, "/desired-jobs?"+q.Encode())
 	if err != nil {
 		return wire.DesiredPage{}, fmt.Errorf("desired page: %w", err)
 	}
@@ -221,17 +211,7 @@ const maxDigest = 4 << 10
 // wire.DesiredDigestCursor and limit 0, which no page has, so neither a
 // page nor a digest passes as the other.
 func (c Client) Digest(ctx context.Context, nodeID string) (wire.DesiredDigest, error) {
-	u := c.BaseURL + "/internal/v1/nodes/" + url.PathEscape(nodeID) + "/desired-digest"
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return wire.DesiredDigest{}, fmt.Errorf("desired digest request: %w", err)
-	}
-	req.Header.Set("Authorization", "Bearer "+c.Credential)
-	hc := c.HTTP
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	resp, err := hc.Do(req)
+	resp, err := c.get(ctx, nodeID, "/desired-digest")
 	if err != nil {
 		return wire.DesiredDigest{}, fmt.Errorf("desired digest: %w", err)
 	}
@@ -290,6 +270,22 @@ func isDigest(s string) bool {
 		}
 	}
 	return true
+}
+
+// get asks the core for path under nodeID's internal resources, as this
+// node (its credential); the caller reads and closes the answer.
+func (c Client) get(ctx context.Context, nodeID, path string) (*http.Response, error) {
+	u := c.BaseURL + "/internal/v1/nodes/" + url.PathEscape(nodeID) + path
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, fmt.Errorf("request: %w", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Credential)
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	return hc.Do(req)
 }
 
 func (c Client) log() *slog.Logger {

@@ -122,7 +122,7 @@ func TestFastPathRefusesEveryDrift(t *testing.T) {
 		{"timer edited in place", func(t *testing.T, n *fastNode) {
 			editInPlace(t, n.unit(idA, extTimer))
 		}, func(t *testing.T, n *fastNode, rep wire.NodeReport) {
-			if !contains(rep.Written, job(idA).UnitName()+extTimer) {
+			if !slices.Contains(rep.Written, job(idA).UnitName()+extTimer) {
 				t.Errorf("the edited timer was not rewritten: %+v", rep)
 			}
 		}},
@@ -338,15 +338,6 @@ func write(t *testing.T, path, content string) {
 	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // abaSys starts a timer by hand just before the observe's listing (after
