@@ -73,11 +73,22 @@ func TestNodeDesiredDigestIsThePagesDigest(t *testing.T) {
 
 	// check asserts the core's digest is the node's for page sizes 1 and
 	// 1000 and returns it.
-	check := func(when string) wire.DesiredDigest {
+	// It also asserts the core computed the digest afresh (a cache
+	// miss) if and only if fresh is true, and that asking again at once
+	// answers the same digest from the cache.
+	check := func(when string, fresh bool) wire.DesiredDigest {
 		t.Helper()
+		misses := st.DigestMisses()
 		d, ok, err := st.NodeDesiredDigest(ctx, node)
 		if err != nil || !ok {
 			t.Fatalf("%s: digest ok=%v, %v", when, ok, err)
+		}
+		if computed := st.DigestMisses() > misses; computed != fresh {
+			t.Errorf("%s: digest computed afresh %v, want %v", when, computed, fresh)
+		}
+		misses = st.DigestMisses()
+		if again, _, err := st.NodeDesiredDigest(ctx, node); err != nil || again != d || st.DigestMisses() != misses {
+			t.Errorf("%s: asked again: %+v, %v, computed afresh %v; want %+v from the cache", when, again, err, st.DigestMisses() != misses, d)
 		}
 		for _, limit := range []int{1, 1000} {
 			set := nodeSide(t, st, node, limit)
@@ -88,7 +99,7 @@ func TestNodeDesiredDigestIsThePagesDigest(t *testing.T) {
 		return d
 	}
 
-	first := check("created")
+	first := check("created", true)
 	if first.Jobs != 3 {
 		t.Errorf("digest of %d jobs, want 3 (plain, disabled, env; not the one being deleted)", first.Jobs)
 	}
@@ -112,7 +123,7 @@ func TestNodeDesiredDigestIsThePagesDigest(t *testing.T) {
 
 	// Another shard's job is not this node's set.
 	b.job(t, st, "elsewhere")
-	if again := check("another shard's job created"); again != first {
+	if again := check("another shard's job created", false); again != first {
 		t.Errorf("another shard's job changed the digest: %+v, was %+v", again, first)
 	}
 
@@ -141,6 +152,29 @@ func TestNodeDesiredDigestIsThePagesDigest(t *testing.T) {
 			_, err := st.Pool().Exec(ctx, `UPDATE webroots SET path = '/srv/web1/tweb1/current' WHERE id = $1`, a.webroot)
 			return err
 		}},
+		// Written behind the store's back: neither version nor rev
+		// moves, and the digest must still see it (the core's cache is
+		// keyed by the values themselves).
+		{"a job's command, neither version nor rev moved", func() error {
+			_, err := st.Pool().Exec(ctx, `UPDATE cron_jobs SET command = 'env3' WHERE id = $1`, env.ID)
+			return err
+		}},
+		{"a job's not_before by a microsecond", func() error {
+			_, err := st.Pool().Exec(ctx, `UPDATE cron_jobs SET not_before = not_before + interval '1 microsecond' WHERE id = $1`, plain.ID)
+			return err
+		}},
+		{"an environment value emptied", func() error {
+			_, err := st.Pool().Exec(ctx, `UPDATE cron_jobs SET environment = jsonb_set(environment, '{APP_ENV}', '""') WHERE id = $1`, env.ID)
+			return err
+		}},
+		{"the tenant's name", func() error {
+			_, err := st.Pool().Exec(ctx, `UPDATE tenants SET name = name || 'x' WHERE id = $1`, a.tenant)
+			return err
+		}},
+		{"the shard's web_storage_dir", func() error {
+			_, err := st.Pool().Exec(ctx, `UPDATE shards SET web_storage_dir = web_storage_dir || '2' WHERE id = (SELECT shard_id FROM nodes WHERE id = $1)`, node)
+			return err
+		}},
 		{"a job deleted", func() error {
 			_, err := st.DeleteJob(ctx, disabled.ID, 0)
 			return err
@@ -149,7 +183,7 @@ func TestNodeDesiredDigestIsThePagesDigest(t *testing.T) {
 		if err := change.do(); err != nil {
 			t.Fatalf("%s: %v", change.name, err)
 		}
-		d := check(change.name)
+		d := check(change.name, true)
 		if d.Digest == prev.Digest {
 			t.Errorf("%s: digest unchanged (%s)", change.name, d.Digest)
 		}
@@ -183,5 +217,67 @@ func TestNodeDesiredDigestRefusesRevisionsAhead(t *testing.T) {
 	}
 	if d, _, err := st.NodeDesiredDigest(ctx, a.nodes["node1"]); !errors.Is(err, wire.ErrRevisionsAhead) {
 		t.Errorf("digest %+v, %v; want ErrRevisionsAhead", d, err)
+	}
+	// Nor from the cache: a digest cached for these very values (as
+	// after a logical restore behind a running core, where the rows, so
+	// the key, are the same and the transaction counter younger) is
+	// refused all the same.
+	planted := wire.DesiredDigest{Digest: "planted", Jobs: 1}
+	if err := st.PlantDigest(ctx, a.nodes["node1"], planted); err != nil {
+		t.Fatal(err)
+	}
+	if d, _, err := st.NodeDesiredDigest(ctx, a.nodes["node1"]); !errors.Is(err, wire.ErrRevisionsAhead) {
+		t.Errorf("with a digest cached for the same rows: %+v, %v; want ErrRevisionsAhead", d, err)
+	}
+	// The premise: with the rev seen again, the planted digest is what
+	// the cache answers.
+	if _, err := st.Pool().Exec(ctx, `UPDATE cron_jobs SET rev = pg_current_xact_id() WHERE id = $1`, j.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PlantDigest(ctx, a.nodes["node1"], planted); err != nil {
+		t.Fatal(err)
+	}
+	if d, _, err := st.NodeDesiredDigest(ctx, a.nodes["node1"]); err != nil || d != planted {
+		t.Errorf("revisions seen, digest cached: %+v, %v; want the cached %+v", d, err, planted)
+	}
+}
+
+// The cache's key does not depend on how the session prints dates: in
+// DateStyle Postgres a timestamptz prints its zone as an abbreviation,
+// and across Moscow's change of offset on 2014-10-26 two instants an
+// hour apart print alike ("Sun Oct 26 01:30:00 2014 MSK", the review's
+// finding). A not_before moved from one to the other behind the store's
+// back must still change the digest.
+func TestNodeDesiredDigestKeyIgnoresDateStyle(t *testing.T) {
+	st := pgtest.New(t)
+	ctx := context.Background()
+	a := newShard(t, st, "web1", "node1")
+	j := a.job(t, st, "one")
+	if _, err := st.Pool().Exec(ctx, `DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET DateStyle = %L', current_database(), 'Postgres, MDY');
+		EXECUTE format('ALTER DATABASE %I SET TimeZone = %L', current_database(), 'Europe/Moscow'); END $$`); err != nil {
+		t.Fatal(err)
+	}
+	st.Pool().Reset() // new sessions take the database's settings
+	var a1, a2 string
+	if err := st.Pool().QueryRow(ctx, `SELECT '2014-10-25 21:30Z'::timestamptz::text, '2014-10-25 22:30Z'::timestamptz::text`).Scan(&a1, &a2); err != nil {
+		t.Fatal(err)
+	}
+	if a1 != a2 {
+		t.Fatalf("premise: the two instants print %q and %q in this session, want alike", a1, a2)
+	}
+	set := func(at string) wire.DesiredDigest {
+		t.Helper()
+		if _, err := st.Pool().Exec(ctx, `UPDATE cron_jobs SET not_before = $2::timestamptz WHERE id = $1`, j.ID, at); err != nil {
+			t.Fatal(err)
+		}
+		d, _, err := st.NodeDesiredDigest(ctx, a.nodes["node1"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	before := set("2014-10-25 21:30Z")
+	if after := set("2014-10-25 22:30Z"); after == before {
+		t.Errorf("not_before moved by an hour, digest unchanged: %+v", after)
 	}
 }

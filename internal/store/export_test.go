@@ -1,6 +1,12 @@
 package store
 
-import "context"
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/hostcron/hostcron/internal/wire"
+)
 
 // Exec runs any statement on the chores' connection: tests make a duty
 // hang with it.
@@ -27,3 +33,29 @@ var (
 	RunKeyWhere    = runKeyWhere
 	RecountSQL     = recountSQL
 )
+
+// ForgetDigests empties NodeDesiredDigest's cache, so the next call reads
+// the jobs (the benchmark's miss).
+func (s *Store) ForgetDigests() { s.digests.forget() }
+
+// DigestMisses is how many digests NodeDesiredDigest has computed (and
+// put in its cache) rather than answered from it.
+func (s *Store) DigestMisses() int {
+	s.digests.mu.Lock()
+	defer s.digests.mu.Unlock()
+	return s.digests.misses
+}
+
+// PlantDigest puts d in NodeDesiredDigest's cache under the key the
+// node's shard has now, as if it had been computed for these very rows
+// (a test of what a hit may answer).
+func (s *Store) PlantDigest(ctx context.Context, nodeID string, d wire.DesiredDigest) error {
+	_, err := s.readForNode(ctx, nodeID, func(tx pgx.Tx, shardID string, _ wire.Snapshot) error {
+		key, _, err := setKey(ctx, tx, shardID)
+		if err == nil {
+			s.digests.put(shardID, key, d)
+		}
+		return err
+	})
+	return err
+}

@@ -41,6 +41,7 @@ func conflict(format string, args ...any) error {
 type Store struct {
 	pool          *pgxpool.Pool
 	quotaDefaults *quota.Limits // nil: DefaultQuotas
+	digests       digestCache   // NodeDesiredDigest's, per shard
 }
 
 // Open connects to PostgreSQL.
