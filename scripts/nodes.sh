@@ -126,7 +126,10 @@ wait_node() {
 
 stop_node() {
   local n=$1 d=$NODES_DIR/$1 npid
-  if [ -f "$d/nspawn.pid" ] && npid=$(cat "$d/nspawn.pid") && kill -0 "$npid" 2>/dev/null; then
+  # Only the node's own nspawn (or the shell about to exec it), whose
+  # command line names its root: a run killed without its teardown leaves
+  # the file behind, and after a restart its PID may be anyone's.
+  if [ -f "$d/nspawn.pid" ] && npid=$(cat "$d/nspawn.pid") && tr '\0' ' ' 2>/dev/null <"/proc/$npid/cmdline" | grep -qF -- "$d/root"; then
     kill -TERM "$npid"                       # nspawn asks the node's systemd to halt
     for _ in $(seq 1 40); do kill -0 "$npid" 2>/dev/null || break; sleep 0.25; done
     kill -0 "$npid" 2>/dev/null && { kill -TERM "$npid"; sleep 1; }   # second TERM: immediate

@@ -125,6 +125,9 @@ func Start(opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := ReapStale(repo); err != nil {
+		return nil, err
+	}
 	c := &Cluster{Repo: repo, opts: opts, NodeIDs: map[string]string{},
 		Tenants: map[string]store.Tenant{}, Webroots: map[string]store.Webroot{}}
 	c.base = fmt.Sprintf("/run/hostcron-e2e-%d", os.Getpid())
