@@ -136,6 +136,10 @@ stop_node() {
     kill -0 "$npid" 2>/dev/null && kill -KILL "$npid"
   fi
   rm -f "$d/nspawn.pid"
+  # Whatever is left in the node's cgroup goes too: a node whose nspawn
+  # was killed (a run reaped after SIGKILL) keeps its systemd running.
+  kill_cgroup "$n"
+  local cg
   if mountpoint -q "$d/root"; then umount "$d/root" 2>/dev/null || umount -l "$d/root"; fi
   local c v1=(); for c in $V1_CONTROLLERS; do v1+=("/sys/fs/cgroup/$c/$CGP/$n"); done
   for cg in "$CG2/$CGP/$n" ${CG1:+"$CG1/$CGP/$n"} "${v1[@]}"; do
@@ -143,15 +147,26 @@ stop_node() {
   done
 }
 
+# kill_cgroup: SIGKILL every process in the node's cgroups, and wait (up
+# to 5 s) for them to be gone, so the cgroups can be removed.
+kill_cgroup() {
+  local n=$1 cg pid left
+  for _ in $(seq 1 50); do
+    left=
+    for cg in "$CG2/$CGP/$n" ${CG1:+"$CG1/$CGP/$n"}; do
+      [ -d "$cg" ] || continue
+      for pid in $(find "$cg" -name cgroup.procs -exec cat {} + 2>/dev/null); do kill -KILL "$pid" 2>/dev/null || true; left=1; done
+    done
+    [ -z "$left" ] && return 0
+    sleep 0.1
+  done
+}
+
 # kill_node: SIGKILL every process of the node, so nothing in it (no
 # ExecStopPost, no shutdown) runs; then the usual cleanup.
 kill_node() {
-  local n=$1 cg pid
-  for cg in "$CG2/$CGP/$n" ${CG1:+"$CG1/$CGP/$n"}; do
-    [ -d "$cg" ] || continue
-    for pid in $(find "$cg" -name cgroup.procs -exec cat {} + 2>/dev/null); do kill -KILL "$pid" 2>/dev/null || true; done
-  done
-  stop_node "$n"
+  kill_cgroup "$1"
+  stop_node "$1"
 }
 
 cmd=${1:-}; shift || true
@@ -175,7 +190,9 @@ case $cmd in
       rmdir "$root/$CGP" "$root/hostcron-nodes" 2>/dev/null || true   # the parent only once empty
     done
     # the tmpfs is shared by all clusters: unmount it when no node is left
-    if mountpoint -q /run/systemd/nspawn && [ -z "$(ls -A /run/systemd/nspawn/propagate 2>/dev/null)" ]; then
+    # (not when reaping a dead run's nodes, KEEP_NSPAWN_TMPFS=1: a cluster
+    # starting beside may not have populated it yet)
+    if [ "${KEEP_NSPAWN_TMPFS:-0}" != 1 ] && mountpoint -q /run/systemd/nspawn && [ -z "$(ls -A /run/systemd/nspawn/propagate 2>/dev/null)" ]; then
       umount /run/systemd/nspawn 2>/dev/null || true
     fi
     [ "${KEEP_NODES:-0}" = 1 ] || rm -rf "$NODES_DIR" ;;

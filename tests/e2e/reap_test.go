@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -17,34 +18,60 @@ import (
 )
 
 // A run whose test binary was killed without its teardown (SIGKILL, a
-// machine stopped mid-run) leaves its directories, a node's overlay
-// mount, an nspawn.pid that may by now be anyone's, and its Temporal
-// running. The next run's harness reaps all of it, and nothing of a run
-// that is alive: not this tier's own cluster, not the process the stale
-// nspawn.pid names.
+// machine stopped mid-run) leaves a booted node (here with its nspawn
+// killed too, so only the node's cgroup still finds its systemd), the
+// node's overlay mount, an nspawn.pid that may by now be anyone's, its
+// Temporal running and its directories. The next run's harness reaps all
+// of it, and nothing of a run that is alive: not this tier's own cluster,
+// not the process the stale nspawn.pid names.
 func TestHarnessReapsStaleRuns(t *testing.T) {
 	gone := exec.Command("true")
 	if err := gone.Run(); err != nil {
 		t.Fatal(err)
 	}
-	base := fmt.Sprintf("/run/hostcron-e2e-%d", gone.Process.Pid) // a PID no test binary has
-	root := filepath.Join(base, "node1", "root")
-	for _, d := range []string{root, base + "-shared/www", base + "-bin"} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
+	base := fmt.Sprintf("/run/hostcron-e2e-%d", gone.Process.Pid) // a run nobody holds
+	nodes := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(c.Repo, "scripts/nodes.sh"), args...)
+		cmd.Env = append(os.Environ(), "NODES_DIR="+base, "SHARED="+base+"-shared", "KEEP_NSPAWN_TMPFS=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("nodes.sh %v: %v\n%s", args, err, out)
 		}
+		return strings.TrimSpace(string(out))
 	}
-	if err := syscall.Mount("tmpfs", root, "tmpfs", 0, "size=1m"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = syscall.Unmount(root, syscall.MNT_DETACH)
+	t.Cleanup(func() { // whatever the reap left, should it fail
+		cmd := exec.Command(filepath.Join(c.Repo, "scripts/nodes.sh"), "down")
+		cmd.Env = append(os.Environ(), "NODES_DIR="+base, "SHARED="+base+"-shared", "KEEP_NSPAWN_TMPFS=1")
+		_ = cmd.Run()
 		for _, d := range []string{base, base + "-shared", base + "-bin"} {
 			os.RemoveAll(d)
 		}
 	})
-	// The stale nspawn.pid names this test binary: it must not be killed.
-	if err := os.WriteFile(filepath.Join(base, "node1", "nspawn.pid"), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+	nodes("up", "1")
+	leader, err := strconv.Atoi(nodes("pid", "node1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nspawn, err := os.ReadFile(filepath.Join(base, "node1", "nspawn.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := exec.Command("kill", "-KILL", strings.TrimSpace(string(nspawn))).Run(); err != nil {
+		t.Fatal(err)
+	}
+	if !running(leader) {
+		t.Fatalf("premise: the node's systemd (PID %d) runs on after its nspawn is killed", leader)
+	}
+	// A second node's stale nspawn.pid names this test binary: it must
+	// not be killed.
+	if err := os.MkdirAll(filepath.Join(base, "node2", "root"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(base, "node2", "nspawn.pid"), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(base+"-bin", 0o755); err != nil {
 		t.Fatal(err)
 	}
 	// The dead run's Temporal, as a process naming its directory.
@@ -65,6 +92,12 @@ func TestHarnessReapsStaleRuns(t *testing.T) {
 			t.Errorf("%s: %v, want it removed", d, err)
 		}
 	}
+	if mounts, err := os.ReadFile("/proc/self/mountinfo"); err != nil || strings.Contains(string(mounts), base+"/") {
+		t.Errorf("a mount under %s is left (%v)", base, err)
+	}
+	if running(leader) {
+		t.Errorf("the dead run's node's systemd (PID %d) still runs", leader)
+	}
 	select {
 	case err := <-exited:
 		var ee *exec.ExitError
@@ -81,4 +114,15 @@ func TestHarnessReapsStaleRuns(t *testing.T) {
 	if out, err := c.Exec("node1", nil, "true"); err != nil {
 		t.Errorf("this run's node1 after the reap: %v\n%s", err, out)
 	}
+}
+
+// running says whether pid is a process that has not exited (a zombie
+// no parent has reaped yet has).
+func running(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	_, rest, _ := strings.Cut(string(stat), ") ")
+	return !strings.HasPrefix(rest, "Z")
 }

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 )
 
@@ -45,6 +46,11 @@ func (c *Cluster) setupControlPlane() error {
 	}
 	if strings.Contains(string(out), " "+ip.String()+"/") {
 		return fmt.Errorf("control-plane address %s is already in use on this host", ip)
+	}
+	// Recorded first, so a reaper removes it should this run be killed
+	// outright (reap.go).
+	if err := os.WriteFile(filepath.Join(c.base, controlPlaneRecord), []byte(ip.String()+"\n"), 0o644); err != nil {
+		return fmt.Errorf("record control-plane address: %w", err)
 	}
 	if out, err := exec.Command("ip", "addr", "add", ip.String()+"/32", "dev", "lo").CombinedOutput(); err != nil {
 		return fmt.Errorf("add control-plane address %s: %v\n%s", ip, err, out)

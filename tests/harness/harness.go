@@ -112,7 +112,8 @@ type Cluster struct {
 	controlPlane, firewalled string
 	pgDir                    string // the private PostgreSQL cluster ("" without one)
 	pgPort                   int
-	tport                    int // the embedded Temporal's frontend port
+	tport                    int      // the embedded Temporal's frontend port
+	claim                    *os.File // holds base's flock: this run is alive (reap.go)
 	stopOnce                 sync.Once
 }
 
@@ -125,9 +126,6 @@ func Start(opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := ReapStale(repo); err != nil {
-		return nil, err
-	}
 	c := &Cluster{Repo: repo, opts: opts, NodeIDs: map[string]string{},
 		Tenants: map[string]store.Tenant{}, Webroots: map[string]store.Webroot{}}
 	c.base = fmt.Sprintf("/run/hostcron-e2e-%d", os.Getpid())
@@ -137,6 +135,11 @@ func Start(opts Options) (*Cluster, error) {
 		users = append(users, fmt.Sprintf("%s:%d", t.name, t.uid))
 	}
 	c.env = []string{"NODES_DIR=" + c.base, "SHARED=" + c.Shared, "TENANTS=" + strings.Join(users, " ")}
+	// What runs killed outright left is reaped, and this run's base is
+	// held from here on (reap.go).
+	if c.claim, err = claimRun(repo, c.base); err != nil {
+		return nil, err
+	}
 	track(c)
 	if err := c.start(); err != nil {
 		c.Stop()
@@ -214,6 +217,9 @@ func (c *Cluster) stop() {
 	os.RemoveAll(c.bin)
 	os.RemoveAll(c.base + "-loki")
 	os.RemoveAll(c.base + "-trust")
+	if c.claim != nil {
+		c.claim.Close() // last: until here a reaper would take the run for dead
+	}
 }
 
 // startStore makes the cluster's database, the way unit tests get theirs,

@@ -3,6 +3,7 @@
 package harness
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,67 +16,118 @@ import (
 // runDir is where runs of the harness keep their directories.
 const runDir = "/run"
 
-// ReapStale tears down what earlier runs of the harness left when their
-// teardown never ran (staleRuns: a test binary killed with SIGKILL, a
-// machine stopped mid-run): the processes that name the run's
-// directories (its Temporal, Loki), its private PostgreSQL, its nodes
-// with their overlay mounts and cgroups (nodes.sh down), and the
-// directories. Start calls it first, so a killed run costs the next one
-// a few seconds instead of leaking for good. Runs side by side take
-// turns (a lock file), and a live run's leftovers are never touched.
-func ReapStale(repo string) error {
-	lock, err := os.OpenFile(filepath.Join(runDir, runPrefix+"reap.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+// controlPlaneRecord is the file in a run's base directory that names its
+// control-plane address, so a reaper can remove it from lo.
+const controlPlaneRecord = "control-plane"
+
+// claimRun reaps what dead runs left (reapLocked) and claims base for
+// this run: it makes the directory and holds an flock on it for as long
+// as the returned file stays open (Stop closes it; the kernel, when the
+// process dies). Both under the reap lock, so a reaper never sees a live
+// run's directory before its lock.
+func claimRun(repo, base string) (*os.File, error) {
+	unlock, err := reapLock()
 	if err != nil {
-		return fmt.Errorf("reap stale runs: %w", err)
+		return nil, err
 	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return fmt.Errorf("reap stale runs: lock: %w", err)
+	defer unlock()
+	reapLocked(repo)
+	if err := os.MkdirAll(base, 0o755); err != nil {
+		return nil, fmt.Errorf("claim %s: %w", base, err)
 	}
+	f, err := os.Open(base)
+	if err != nil {
+		return nil, fmt.Errorf("claim %s: %w", base, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("claim %s: another run holds it: %w", base, err)
+	}
+	return f, nil
+}
+
+// ReapStale tears down what earlier runs of the harness left when their
+// teardown never ran (a test binary killed with SIGKILL, a machine
+// stopped mid-run): a run whose base directory nobody holds (claimRun)
+// is over. Start reaps before it claims its own directory; the e2e tier
+// calls this to test it.
+func ReapStale(repo string) error {
+	unlock, err := reapLock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	reapLocked(repo)
+	return nil
+}
+
+// reapLock serializes reapers and claims across the tiers that start side
+// by side.
+func reapLock() (unlock func(), err error) {
+	f, err := os.OpenFile(filepath.Join(runDir, runPrefix+"reap.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("reap lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("reap lock: %w", err)
+	}
+	return func() { f.Close() }, nil
+}
+
+// reapLocked reaps every dead run. A reap that fails is reported, not
+// returned: a dead run's leftovers never collide with a new run's
+// directories, and one that cannot be removed must not stop every tier
+// on the host from starting.
+func reapLocked(repo string) {
 	entries, err := os.ReadDir(runDir)
 	if err != nil {
-		return fmt.Errorf("reap stale runs: %w", err)
+		fmt.Fprintf(os.Stderr, "harness: reap stale runs: %v\n", err)
+		return
 	}
 	var names []string
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
-	// Our own PID's directories are stale only before this process has
-	// a cluster (a PID come round again); once it has one they are its.
-	self := os.Getpid()
-	live.Lock()
-	if len(live.clusters) > 0 {
-		self = 0
-	}
-	live.Unlock()
-	for _, pid := range staleRuns(names, self, testBinaryRuns) {
+	for _, pid := range staleRuns(names, runHeld) {
 		base := filepath.Join(runDir, fmt.Sprintf("%s%d", runPrefix, pid))
-		fmt.Fprintf(os.Stderr, "harness: reaping %s (its test binary is gone without its teardown)\n", base)
+		fmt.Fprintf(os.Stderr, "harness: reaping %s (nobody holds it: its run ended without its teardown)\n", base)
 		if err := reap(repo, base, names); err != nil {
-			return fmt.Errorf("reap %s: %w", base, err)
+			fmt.Fprintf(os.Stderr, "harness: reap %s: %v\n", base, err)
 		}
 	}
-	return nil
 }
 
-// testBinaryRuns says whether pid is a running Go test binary.
-func testBinaryRuns(pid int) bool {
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	return err == nil && isTestBinary(cmdline)
+// runHeld says whether the run of pid holds its base directory. flock
+// locks belong to an open file, so a cluster of this very process holds
+// its own against this open too. No base directory: nobody holds it.
+func runHeld(pid int) bool {
+	f, err := os.Open(filepath.Join(runDir, fmt.Sprintf("%s%d", runPrefix, pid)))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	return errors.Is(syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB), syscall.EWOULDBLOCK)
 }
 
+// reap tears one dead run down: its nodes first (their nspawn named by
+// their pid files; killing processes that name the run's paths first
+// would kill the nspawns and leave their nodes running), then its
+// PostgreSQL, its control-plane address, any process still naming its
+// paths (Temporal, Loki), and its directories.
 func reap(repo, base string, names []string) error {
-	if _, err := os.Stat(base + "-pg"); err == nil {
-		if out, err := exec.Command(filepath.Join(repo, "scripts/pg.sh"), "stop", base+"-pg").CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "harness: stop %s-pg: %v\n%s", base, err, out)
-		}
-	}
-	killNaming(base + "-")
 	down := exec.Command(filepath.Join(repo, "scripts/nodes.sh"), "down")
-	down.Env = append(os.Environ(), "NODES_DIR="+base, "SHARED="+base+"-shared")
+	// KEEP_NSPAWN_TMPFS: the tmpfs is every cluster's; one starting now
+	// may not have populated it yet.
+	down.Env = append(os.Environ(), "NODES_DIR="+base, "SHARED="+base+"-shared", "KEEP_NSPAWN_TMPFS=1")
 	if out, err := down.CombinedOutput(); err != nil {
 		return fmt.Errorf("nodes.sh down: %v\n%s", err, out)
 	}
+	stopPostgres(repo, base+"-pg")
+	if ip, err := os.ReadFile(filepath.Join(base, controlPlaneRecord)); err == nil {
+		_ = exec.Command("ip", "addr", "del", strings.TrimSpace(string(ip))+"/32", "dev", "lo").Run()
+	}
+	killNaming(base + "-")
 	prefix := filepath.Base(base)
 	for _, n := range names {
 		if n == prefix || strings.HasPrefix(n, prefix+"-") {
@@ -85,6 +137,25 @@ func reap(repo, base string, names []string) error {
 		}
 	}
 	return nil
+}
+
+// stopPostgres stops a dead run's private PostgreSQL in dir, if its
+// postmaster still runs: only the process whose command line names dir
+// (after a restart the PID in postmaster.pid may be anyone's, even the
+// shared test cluster's postmaster).
+func stopPostgres(repo, dir string) {
+	pidFile, err := os.ReadFile(filepath.Join(dir, "data", "postmaster.pid"))
+	if err != nil {
+		return
+	}
+	first, _, _ := strings.Cut(string(pidFile), "\n")
+	cmdline, err := os.ReadFile("/proc/" + strings.TrimSpace(first) + "/cmdline")
+	if err != nil || !cmdlineNames(cmdline, dir) {
+		return
+	}
+	if out, err := exec.Command(filepath.Join(repo, "scripts/pg.sh"), "stop", dir).CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "harness: stop %s: %v\n%s", dir, err, out)
+	}
 }
 
 // killNaming kills every process whose command line names a path under
@@ -98,7 +169,7 @@ func killNaming(prefix string) {
 			continue
 		}
 		cmdline, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
-		if err == nil && strings.Contains(string(cmdline), prefix) {
+		if err == nil && cmdlineNames(cmdline, prefix) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}

@@ -11,14 +11,14 @@ import (
 const runPrefix = "hostcron-e2e-"
 
 // staleRuns picks, from the names of /run's entries, the PIDs of harness
-// runs that are over without their teardown: no test binary of that PID
-// runs (the binary was killed with SIGKILL, or the machine stopped; no
-// signal handler or timeout teardown ran), or the PID is this process's
-// own and it has not started a cluster yet (PIDs come round again, after
-// a restart soon). Sorted, each once.
+// runs that are over without their teardown (a test binary killed with
+// SIGKILL, the machine stopped mid-run: no signal handler or timeout
+// teardown ran). A run is alive while its process holds the lock on its
+// base directory (held), whatever its binary is called and whoever has
+// its PID now. Sorted, each once.
 //
 // This file has no build tag, so the unit tier tests it.
-func staleRuns(names []string, self int, testBinaryRuns func(pid int) bool) []int {
+func staleRuns(names []string, held func(pid int) bool) []int {
 	var pids []int
 	for _, n := range names {
 		rest, ok := strings.CutPrefix(n, runPrefix)
@@ -30,7 +30,7 @@ func staleRuns(names []string, self int, testBinaryRuns func(pid int) bool) []in
 		if err != nil || pid <= 0 || strconv.Itoa(pid) != digits {
 			continue // not ours: hostcron-e2e-reap.lock, or a name we never make
 		}
-		if pid == self || !testBinaryRuns(pid) {
+		if !held(pid) {
 			pids = append(pids, pid)
 		}
 	}
@@ -38,10 +38,9 @@ func staleRuns(names []string, self int, testBinaryRuns func(pid int) bool) []in
 	return slices.Compact(pids)
 }
 
-// isTestBinary says whether the command line of a process (the NUL
-// separated /proc/PID/cmdline) is a Go test binary's, as every run of
-// the harness is (go test runs pkg.test).
-func isTestBinary(cmdline []byte) bool {
-	argv0, _, _ := strings.Cut(string(cmdline), "\x00")
-	return strings.HasSuffix(argv0, ".test")
+// cmdlineNames says whether a process's command line (the NUL separated
+// /proc/PID/cmdline) contains s: whether a PID read from a file is still
+// the process that wrote it, and not whoever has it after a restart.
+func cmdlineNames(cmdline []byte, s string) bool {
+	return s != "" && strings.Contains(strings.ReplaceAll(string(cmdline), "\x00", " "), s)
 }
