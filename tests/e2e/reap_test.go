@@ -25,11 +25,27 @@ import (
 // of it, and nothing of a run that is alive: not this tier's own cluster,
 // not the process the stale nspawn.pid names.
 func TestHarnessReapsStaleRuns(t *testing.T) {
+	// A PID nobody else can have while the test runs: a child that has
+	// exited, a zombie until the cleanup waits for it.
 	gone := exec.Command("true")
-	if err := gone.Run(); err != nil {
+	if err := gone.Start(); err != nil {
 		t.Fatal(err)
 	}
-	base := fmt.Sprintf("/run/hostcron-e2e-%d", gone.Process.Pid) // a run nobody holds
+	t.Cleanup(func() { _ = gone.Wait() })
+	base := fmt.Sprintf("/run/hostcron-e2e-%d", gone.Process.Pid)
+	// Held while it is built, so no tier starting beside reaps it half
+	// made; let go right before the reap: a run nobody holds.
+	if err := os.MkdirAll(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	hold, err := os.Open(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Close()
+	if err := syscall.Flock(int(hold.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
 	nodes := func(args ...string) string {
 		t.Helper()
 		cmd := exec.Command(filepath.Join(c.Repo, "scripts/nodes.sh"), args...)
@@ -83,6 +99,7 @@ func TestHarnessReapsStaleRuns(t *testing.T) {
 	go func() { exited <- temporal.Wait() }()
 	t.Cleanup(func() { _ = temporal.Process.Kill() })
 
+	hold.Close()
 	if err := harness.ReapStale(c.Repo); err != nil {
 		t.Fatal(err)
 	}

@@ -194,7 +194,10 @@ func (c *Cluster) Stop() {
 
 func (c *Cluster) stop() {
 	c.unfirewallControlPlane()
-	if out, err := c.NodesSh("down"); err != nil {
+	// KEEP_NODES: the base directory goes last, with the claim on it
+	// (below); gone earlier, a reaper would take this run for dead while
+	// it still stops its servers.
+	if out, err := c.runEnv([]string{"KEEP_NODES=1"}, nil, filepath.Join(c.Repo, "scripts/nodes.sh"), "down"); err != nil {
 		fmt.Fprintf(os.Stderr, "nodes down: %v\n%s", err, out)
 	}
 	c.StopAPI()
@@ -217,8 +220,9 @@ func (c *Cluster) stop() {
 	os.RemoveAll(c.bin)
 	os.RemoveAll(c.base + "-loki")
 	os.RemoveAll(c.base + "-trust")
+	os.RemoveAll(c.base)
 	if c.claim != nil {
-		c.claim.Close() // last: until here a reaper would take the run for dead
+		c.claim.Close() // last: held, the run is alive to a reaper
 	}
 }
 

@@ -5,6 +5,7 @@ package harness
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -114,29 +115,45 @@ func runHeld(pid int) bool {
 // their pid files; killing processes that name the run's paths first
 // would kill the nspawns and leave their nodes running), then its
 // PostgreSQL, its control-plane address, any process still naming its
-// paths (Temporal, Loki), and its directories.
+// paths (Temporal, Loki), and its directories. Every step is tried
+// whatever the others did.
 func reap(repo, base string, names []string) error {
+	var errs []error
 	down := exec.Command(filepath.Join(repo, "scripts/nodes.sh"), "down")
 	// KEEP_NSPAWN_TMPFS: the tmpfs is every cluster's; one starting now
 	// may not have populated it yet.
 	down.Env = append(os.Environ(), "NODES_DIR="+base, "SHARED="+base+"-shared", "KEEP_NSPAWN_TMPFS=1")
 	if out, err := down.CombinedOutput(); err != nil {
-		return fmt.Errorf("nodes.sh down: %v\n%s", err, out)
+		errs = append(errs, fmt.Errorf("nodes.sh down: %v\n%s", err, out))
 	}
 	stopPostgres(repo, base+"-pg")
-	if ip, err := os.ReadFile(filepath.Join(base, controlPlaneRecord)); err == nil {
-		_ = exec.Command("ip", "addr", "del", strings.TrimSpace(string(ip))+"/32", "dev", "lo").Run()
+	if ip, ok := recordedControlPlane(base); ok {
+		_ = exec.Command("ip", "addr", "del", ip+"/32", "dev", "lo").Run()
 	}
 	killNaming(base + "-")
 	prefix := filepath.Base(base)
 	for _, n := range names {
 		if n == prefix || strings.HasPrefix(n, prefix+"-") {
 			if err := os.RemoveAll(filepath.Join(runDir, n)); err != nil {
-				return err
+				errs = append(errs, err)
 			}
 		}
 	}
-	return nil
+	return errors.Join(errs...)
+}
+
+// recordedControlPlane is the control-plane address a run recorded, if it
+// is one the harness hands out (setupControlPlane: inside 198.18.0.0/15).
+func recordedControlPlane(base string) (string, bool) {
+	b, err := os.ReadFile(filepath.Join(base, controlPlaneRecord))
+	if err != nil {
+		return "", false
+	}
+	ip, err := netip.ParseAddr(strings.TrimSpace(string(b)))
+	if err != nil || !netip.MustParsePrefix("198.18.0.0/15").Contains(ip) {
+		return "", false
+	}
+	return ip.String(), true
 }
 
 // stopPostgres stops a dead run's private PostgreSQL in dir, if its

@@ -57,41 +57,36 @@ func TestConvergeShardOntoEmptyNode(t *testing.T) {
 		t.Fatalf("converge of %d jobs: %d in the set, %d reloads, %d active timers", n, res.Jobs, res.Reloads, timers)
 	}
 	hwm := agentPeakKB(t)
-	if _, err := c.Exec("node1", nil, "systemctl", "restart", "hostcron-node-agent"); err != nil {
-		t.Fatal(err)
-	}
-	noop, res2 := convergeAfter(t, first.runID)
-	if len(res2.Written) != 0 || res2.Reloads != 0 {
-		t.Errorf("converge with nothing changed wrote %d files, %d reloads", len(res2.Written), res2.Reloads)
-	}
-	hwmNoop := agentPeakKB(t)
 	printPhases(t, first.runID, "first")
-	printPhases(t, noop.runID, "noop")
-	// That converge planned nothing, so it left the fast path's stamp:
-	// the next one, of a restarted agent again, skips the set.
-	if _, err := c.Exec("node1", nil, "systemctl", "restart", "hostcron-node-agent"); err != nil {
-		t.Fatal(err)
-	}
-	fast, res3 := convergeAfter(t, noop.runID)
-	if len(res3.Written) != 0 || res3.Reloads != 0 || res3.Jobs != n {
-		t.Errorf("converge with nothing changed, again: %d jobs, wrote %d files, %d reloads", res3.Jobs, len(res3.Written), res3.Reloads)
-	}
-	printPhases(t, fast.runID, "fast")
+	// The agent restarted, so it announces itself and converges with
+	// nothing changed: in full the first time (which leaves the fast
+	// path's stamp, as it planned nothing), then by the fast path; the
+	// third time the core answers the digest from its cache, as for the
+	// second node of a shard to ask or any periodic converge of a shard
+	// at rest.
+	noop := restartUnchanged(t, first.runID, "noop", n)
+	hwmNoop := agentPeakKB(t)
+	fast := restartUnchanged(t, noop.runID, "fast", n)
 	hwmFast := agentPeakKB(t)
-	// Once more: the core digested this set for the converge before and
-	// nothing changed since, so it answers from its cache (as for the
-	// second node of a shard to ask, or any periodic converge of a
-	// shard at rest).
-	if _, err := c.Exec("node1", nil, "systemctl", "restart", "hostcron-node-agent"); err != nil {
-		t.Fatal(err)
-	}
-	cached, res4 := convergeAfter(t, fast.runID)
-	if len(res4.Written) != 0 || res4.Reloads != 0 || res4.Jobs != n {
-		t.Errorf("converge with nothing changed, a third time: %d jobs, wrote %d files, %d reloads", res4.Jobs, len(res4.Written), res4.Reloads)
-	}
-	printPhases(t, cached.runID, "fast_cached")
+	cached := restartUnchanged(t, fast.runID, "fast_cached", n)
 	fmt.Printf("BENCH temporal_converge jobs=%d converge_s=%.2f timers=%d noop_s=%.2f fast_s=%.2f fast_cached_s=%.2f agent_hwm_kb=%d agent_hwm_after_noop_kb=%d agent_hwm_after_fast_kb=%d\n",
 		n, first.took.Seconds(), timers, noop.took.Seconds(), fast.took.Seconds(), cached.took.Seconds(), hwm, hwmNoop, hwmFast)
+}
+
+// restartUnchanged restarts node1's agent and returns the converge that
+// follows the one of runID, failing the test if it wrote or reloaded
+// anything or saw other than n jobs; its phases are printed as label.
+func restartUnchanged(t *testing.T, runID, label string, n int) convergeRun {
+	t.Helper()
+	if _, err := c.Exec("node1", nil, "systemctl", "restart", "hostcron-node-agent"); err != nil {
+		t.Fatal(err)
+	}
+	run, res := convergeAfter(t, runID)
+	if len(res.Written) != 0 || res.Reloads != 0 || res.Jobs != n {
+		t.Errorf("%s: converge with nothing changed: %d jobs, wrote %d files, %d reloads", label, res.Jobs, len(res.Written), res.Reloads)
+	}
+	printPhases(t, run.runID, label)
+	return run
 }
 
 // seed stores n active jobs of acme that fire once a year (so none runs
