@@ -21,7 +21,7 @@ import (
 // machine stopped mid-run) leaves a booted node (here with its nspawn
 // killed too, so only the node's cgroup still finds its systemd), the
 // node's overlay mount, an nspawn.pid that may by now be anyone's, its
-// Temporal running and its directories. The next run's harness reaps all
+// Temporal running, its control-plane address on lo and its directories. The next run's harness reaps all
 // of it, and nothing of a run that is alive: not this tier's own cluster,
 // not the process the stale nspawn.pid names.
 func TestHarnessReapsStaleRuns(t *testing.T) {
@@ -90,6 +90,15 @@ func TestHarnessReapsStaleRuns(t *testing.T) {
 	if err := os.MkdirAll(base+"-bin", 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// Its control-plane address, on lo and recorded (setupControlPlane).
+	const ip = "198.19.255.253"
+	if out, err := exec.Command("ip", "addr", "add", ip+"/32", "dev", "lo").CombinedOutput(); err != nil {
+		t.Fatalf("ip addr add: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("ip", "addr", "del", ip+"/32", "dev", "lo").Run() })
+	if err := os.WriteFile(filepath.Join(base, "control-plane"), []byte(ip+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	// The dead run's Temporal, as a process naming its directory.
 	temporal := exec.Command("bash", "-c", `exec -a "$0" sleep 300`, base+"-bin/temporal-dev")
 	if err := temporal.Start(); err != nil {
@@ -111,6 +120,9 @@ func TestHarnessReapsStaleRuns(t *testing.T) {
 	}
 	if mounts, err := os.ReadFile("/proc/self/mountinfo"); err != nil || strings.Contains(string(mounts), base+"/") {
 		t.Errorf("a mount under %s is left (%v)", base, err)
+	}
+	if out, err := exec.Command("ip", "-o", "addr", "show", "dev", "lo").CombinedOutput(); err != nil || strings.Contains(string(out), " "+ip+"/") {
+		t.Errorf("the dead run's control-plane address %s is still on lo (%v)", ip, err)
 	}
 	if running(leader) {
 		t.Errorf("the dead run's node's systemd (PID %d) still runs", leader)

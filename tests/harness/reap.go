@@ -119,6 +119,7 @@ func runHeld(pid int) bool {
 // whatever the others did.
 func reap(repo, base string, names []string) error {
 	var errs []error
+	ip, hasIP := recordedControlPlane(base) // read now: nodes.sh down removes base
 	down := exec.Command(filepath.Join(repo, "scripts/nodes.sh"), "down")
 	// KEEP_NSPAWN_TMPFS: the tmpfs is every cluster's; one starting now
 	// may not have populated it yet.
@@ -127,7 +128,7 @@ func reap(repo, base string, names []string) error {
 		errs = append(errs, fmt.Errorf("nodes.sh down: %v\n%s", err, out))
 	}
 	stopPostgres(repo, base+"-pg")
-	if ip, ok := recordedControlPlane(base); ok {
+	if hasIP {
 		_ = exec.Command("ip", "addr", "del", ip+"/32", "dev", "lo").Run()
 	}
 	killNaming(base + "-")
