@@ -9,17 +9,19 @@ here=$(cd "$(dirname "$0")" && pwd)
 # gone. A live owner is a with-pg.sh process (its PID in owner, its
 # command line naming this script); a PID come round to anyone else is
 # not. Side by side runs take turns (flock).
+# names PID TEXT: whether process PID's command line contains TEXT.
+names() { [ -n "$1" ] && tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline" | grep -qF -- "$2"; }
 exec 9>/tmp/hostcron-pg.reap.lock
 flock 9
 for old in /tmp/hostcron-pg.*/; do
   [ -f "$old/owner" ] || continue
   owner=$(cat "$old/owner")
-  tr '\0' ' ' 2>/dev/null <"/proc/$owner/cmdline" | grep -q 'with-pg\.sh' && continue
+  names "$owner" with-pg.sh && continue
   echo "with-pg: reaping $old (its with-pg.sh, PID $owner, is gone)" >&2
   # Its postmaster only (its command line names the cluster): after a
   # restart the PID in postmaster.pid may be anyone's.
   pm=$(head -1 "$old/pg/data/postmaster.pid" 2>/dev/null || true)
-  if [ -n "$pm" ] && tr '\0' ' ' 2>/dev/null <"/proc/$pm/cmdline" | grep -qF -- "$old"; then
+  if names "$pm" "$old"; then
     "$here/pg.sh" stop "$old/pg" >/dev/null 2>&1 || true
   fi
   rm -rf "$old"

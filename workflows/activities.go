@@ -262,9 +262,10 @@ func (a *NodeActivities) fastConverge(ctx context.Context, nodeID string) (rep w
 	var d wire.DesiredDigest
 	var digest time.Duration
 	fast, why, err := fc.ReconcileUnchanged(ctx, func(ctx context.Context) (wire.DesiredDigest, error) {
+		asked := time.Now() // the digest's own time, not the lock's or the stamp's before it
 		var err error
 		d, err = ds.Digest(ctx, nodeID)
-		digest = time.Since(began)
+		digest = time.Since(asked)
 		return d, err
 	})
 	switch {

@@ -46,20 +46,23 @@ func TestHarnessReapsStaleRuns(t *testing.T) {
 	if err := syscall.Flock(int(hold.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		t.Fatal(err)
 	}
-	nodes := func(args ...string) string {
-		t.Helper()
+	// nodes.sh for the dead run's nodes (the shared nspawn tmpfs kept:
+	// this tier's own and its siblings' nodes use it).
+	nodesSh := func(args ...string) *exec.Cmd {
 		cmd := exec.Command(filepath.Join(c.Repo, "scripts/nodes.sh"), args...)
 		cmd.Env = append(os.Environ(), "NODES_DIR="+base, "SHARED="+base+"-shared", "KEEP_NSPAWN_TMPFS=1")
-		out, err := cmd.CombinedOutput()
+		return cmd
+	}
+	nodes := func(args ...string) string {
+		t.Helper()
+		out, err := nodesSh(args...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("nodes.sh %v: %v\n%s", args, err, out)
 		}
 		return strings.TrimSpace(string(out))
 	}
 	t.Cleanup(func() { // whatever the reap left, should it fail
-		cmd := exec.Command(filepath.Join(c.Repo, "scripts/nodes.sh"), "down")
-		cmd.Env = append(os.Environ(), "NODES_DIR="+base, "SHARED="+base+"-shared", "KEEP_NSPAWN_TMPFS=1")
-		_ = cmd.Run()
+		_ = nodesSh("down").Run()
 		for _, d := range []string{base, base + "-shared", base + "-bin"} {
 			os.RemoveAll(d)
 		}

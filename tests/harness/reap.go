@@ -36,13 +36,24 @@ func claimRun(repo, base string) (*os.File, error) {
 	if err := os.MkdirAll(base, 0o755); err != nil {
 		return nil, fmt.Errorf("claim %s: %w", base, err)
 	}
-	f, err := os.Open(base)
+	f, err := lockRun(base)
 	if err != nil {
 		return nil, fmt.Errorf("claim %s: %w", base, err)
 	}
+	return f, nil
+}
+
+// lockRun takes the flock on a run's base directory without waiting: an
+// error wrapping syscall.EWOULDBLOCK if a live run holds it. The lock
+// stands while the returned file is open.
+func lockRun(base string) (*os.File, error) {
+	f, err := os.Open(base)
+	if err != nil {
+		return nil, err
+	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("claim %s: another run holds it: %w", base, err)
+		return nil, fmt.Errorf("lock %s: %w", base, err)
 	}
 	return f, nil
 }
@@ -103,12 +114,11 @@ func reapLocked(repo string) {
 // locks belong to an open file, so a cluster of this very process holds
 // its own against this open too. No base directory: nobody holds it.
 func runHeld(pid int) bool {
-	f, err := os.Open(filepath.Join(runDir, fmt.Sprintf("%s%d", runPrefix, pid)))
-	if err != nil {
-		return false
+	f, err := lockRun(filepath.Join(runDir, fmt.Sprintf("%s%d", runPrefix, pid)))
+	if err == nil {
+		f.Close()
 	}
-	defer f.Close()
-	return errors.Is(syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB), syscall.EWOULDBLOCK)
+	return errors.Is(err, syscall.EWOULDBLOCK)
 }
 
 // reap tears one dead run down: its nodes first (their nspawn named by
