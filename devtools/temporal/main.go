@@ -61,8 +61,20 @@ func run(ip string, port int, dbFile, namespace string, tf tlsFiles, log *slog.L
 	} {
 		hosts[name] = static.SingleLocalHost(net.JoinHostPort(ip, strconv.Itoa(cfg.Services[svc].RPC.GRPCPort)))
 	}
+	// The transfer queue hands every new workflow and activity task to
+	// matching. Its reads (each takes every task waiting, up to 100) are
+	// rate-limited per history shard: 20 a second, burst 20, sized for
+	// clusters of hundreds of shards. This server has one shard, so that
+	// is the whole cluster's budget, and a create costs six or seven reads
+	// in 100-200 ms (a workflow task per step, the nodes' activity tasks).
+	// Creates one after another drain the burst within a second, and then
+	// every step waits for the next token: 40-45 ms a step, three steps of
+	// a create -> active (docs/benchmarks.md, "Create -> active: one
+	// history shard's read limit"). The limit only caps how often the
+	// queue reads when tasks keep coming; an idle server reads no more.
 	dyn := dynamicconfig.StaticClient{
 		dynamicconfig.FrontendMaxNamespaceVisibilityRPSPerInstance.Key(): 100,
+		dynamicconfig.TransferProcessorMaxPollRPS.Key():                  transferReadsPerSecond,
 	}
 	srv, err := temporal.NewServer(
 		temporal.WithConfig(cfg),
@@ -86,6 +98,10 @@ func run(ip string, port int, dbFile, namespace string, tf tlsFiles, log *slog.L
 	srv.Stop()
 	return nil
 }
+
+// transferReadsPerSecond is the single history shard's transfer queue
+// read limit (see run).
+const transferReadsPerSecond = 1000
 
 func serverConfig(ip string, port int, dbFile, namespace string) (*config.Config, error) {
 	sql := &config.SQL{PluginName: sqliteplugin.PluginName}
