@@ -83,7 +83,7 @@ func agentReplaces(t *testing.T, specPath string, next *jobspec.Spec) {
 	if next != nil {
 		b, _ = next.Marshal()
 	}
-	if err := jobspec.KeepReplaced(specPath, strings.TrimSuffix(filepath.Base(specPath), ".json"), b, time.Now()); err != nil {
+	if err := jobspec.KeepReplaced(specPath, strings.TrimSuffix(filepath.Base(specPath), ".json"), b); err != nil {
 		t.Fatal(err)
 	}
 	if next == nil {

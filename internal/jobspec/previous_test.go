@@ -69,9 +69,9 @@ func TestKeepReplaced(t *testing.T) {
 	}
 	v1 := Spec{ID: "j", Version: 1, Schedule: "0 * * * *", Timezone: "UTC", Command: "true"}
 	v2, v3 := v1, v1
-	v2.Version, v2.Command = 2, "false"                                       // command only
-	v3.Version, v3.Schedule = 3, "30 * * * *"                                 // schedule
-	if err := KeepReplaced(path, "cron-acme-j", write(v1), now); err != nil { // nothing there yet
+	v2.Version, v2.Command = 2, "false"                                  // command only
+	v3.Version, v3.Schedule = 3, "30 * * * *"                            // schedule
+	if err := KeepReplaced(path, "cron-acme-j", write(v1)); err != nil { // nothing there yet
 		t.Fatal(err)
 	}
 	for _, step := range []struct {
@@ -80,7 +80,7 @@ func TestKeepReplaced(t *testing.T) {
 		if err := os.WriteFile(path, write(step.cur), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if err := KeepReplaced(path, "cron-acme-j", write(step.next), now); err != nil {
+		if err := KeepReplaced(path, "cron-acme-j", write(step.next)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -94,11 +94,11 @@ func TestKeepReplaced(t *testing.T) {
 	if fi, err := os.Stat(kept[0]); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("kept spec mode %v %v: want root-only 0600", fi.Mode(), err)
 	}
-	// A delete keeps the last spec; any later keep prunes what is too old.
+	// A delete keeps the last spec; a later PruneKept drops what is too old.
 	if err := os.WriteFile(path, write(v3), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := KeepReplaced(path, "cron-acme-j", nil, now); err != nil {
+	if err := KeepReplaced(path, "cron-acme-j", nil); err != nil {
 		t.Fatal(err)
 	}
 	long := now.Add(-KeepPrevious - time.Second)
@@ -109,16 +109,26 @@ func TestKeepReplaced(t *testing.T) {
 	if err := os.WriteFile(other, write(Spec{ID: "k", Version: 1, Schedule: "* * * * *"}), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := KeepReplaced(other, "cron-acme-k", nil, now); err != nil {
+	if err := KeepReplaced(other, "cron-acme-k", nil); err != nil {
 		t.Fatal(err)
 	}
-	entries, _ := os.ReadDir(filepath.Join(dir, PreviousDir))
-	var names []string
-	for _, e := range entries {
-		names = append(names, e.Name())
+	names := func() string {
+		entries, _ := os.ReadDir(filepath.Join(dir, PreviousDir))
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		return fmt.Sprint(names)
 	}
-	if want := fmt.Sprint([]string{"cron-acme-j.v3.json", "cron-acme-k.v1.json"}); fmt.Sprint(names) != want {
-		t.Fatalf("kept %v, want %s (v2 older than %s)", names, want, KeepPrevious)
+	// Keeping does not prune (a batch prunes once, after its keeps).
+	if want := fmt.Sprint([]string{"cron-acme-j.v2.json", "cron-acme-j.v3.json", "cron-acme-k.v1.json"}); names() != want {
+		t.Fatalf("kept %v before the prune, want %s", names(), want)
+	}
+	if err := PruneKept(dir, now); err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprint([]string{"cron-acme-j.v3.json", "cron-acme-k.v1.json"}); names() != want {
+		t.Fatalf("kept %v, want %s (v2 older than %s)", names(), want, KeepPrevious)
 	}
 }
 
@@ -138,7 +148,7 @@ func TestKeepReplacedDropsEnvironment(t *testing.T) {
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := KeepReplaced(path, "cron-acme-j", nil, time.Now()); err != nil {
+	if err := KeepReplaced(path, "cron-acme-j", nil); err != nil {
 		t.Fatal(err)
 	}
 	kept, err := Kept(dir, "cron-acme-j")

@@ -306,6 +306,8 @@ func (e *executor) writeBatch(steps []Step, failed map[string]bool, rep *wire.No
 	defer b.Close()
 	idx := make([]int, len(steps))
 	dirs := map[string]error{}
+	specDirs := map[string]bool{}
+	defer e.pruneKept(specDirs)
 	var r rendering
 	for k, s := range steps {
 		idx[k] = -1
@@ -318,7 +320,7 @@ func (e *executor) writeBatch(steps []Step, failed map[string]bool, rep *wire.No
 			return err
 		}
 		if !isUnitFile(s.Target) {
-			e.keepReplacedSpec(s, content) // before its rename replaces the spec a running run reads
+			e.keepReplacedSpec(s, content, specDirs) // before its rename replaces the spec a running run reads
 		}
 		if err := e.mkdirOnce(dirs, filepath.Dir(s.Target)); err != nil {
 			e.fail(rep, failed, s, err)
@@ -442,9 +444,11 @@ func (e *executor) mkdirOnce(done map[string]error, dir string) error {
 // load a unit the plan meant to be gone.
 func (e *executor) removeBatch(steps []Step, rep *wire.NodeReport) error {
 	dirs := map[string]bool{}
+	specDirs := map[string]bool{}
+	defer e.pruneKept(specDirs)
 	for _, s := range steps {
 		if !isUnitFile(s.Target) {
-			e.keepReplacedSpec(s, nil)
+			e.keepReplacedSpec(s, nil, specDirs)
 		}
 		if err := os.Remove(s.Target); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("remove %s: %w", s.Target, err)
@@ -505,14 +509,31 @@ func (e *executor) enableLinks(files []string) error {
 	return atomicfile.SyncDir(wants)
 }
 
+// pruneKeptSpecs is jobspec.PruneKept; a test counts the calls.
+var pruneKeptSpecs = jobspec.PruneKept
+
 // keepReplacedSpec keeps the spec s replaces (with next) or removes (next
 // nil), so a run that started under it still reports after a schedule
 // change or a delete (jobspec.KeepReplaced; the hook cannot read the run's own copy). A spec
 // that cannot be kept does not hold up the change: that run's outcome is
-// then refused by the hook and the slot is recorded lost.
-func (e *executor) keepReplacedSpec(s Step, next []byte) {
-	if err := jobspec.KeepReplaced(s.Target, s.Unit, next, time.Now()); err != nil {
+// then refused by the hook and the slot is recorded lost. The spec's
+// directory is pruned once the batch's keeps are done (pruneKept).
+func (e *executor) keepReplacedSpec(s Step, next []byte, specDirs map[string]bool) {
+	if err := jobspec.KeepReplaced(s.Target, s.Unit, next); err != nil {
 		e.log.Warn("replaced job spec not kept: a run under way may go unreported", "unit", s.Unit, "err", err)
+	}
+	specDirs[filepath.Dir(s.Target)] = true
+}
+
+// pruneKept drops the expired kept specs of each spec directory a batch
+// wrote or removed a spec in (whether or not it kept one): one read of
+// each directory per batch, not per spec. A failed prune leaves old
+// copies for the next batch and costs no job.
+func (e *executor) pruneKept(specDirs map[string]bool) {
+	for dir := range specDirs {
+		if err := pruneKeptSpecs(dir, time.Now()); err != nil {
+			e.log.Warn("prune kept job specs", "dir", dir, "err", err)
+		}
 	}
 }
 
