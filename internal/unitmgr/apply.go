@@ -306,8 +306,8 @@ func (e *executor) writeBatch(steps []Step, failed map[string]bool, rep *wire.No
 	defer b.Close()
 	idx := make([]int, len(steps))
 	dirs := map[string]error{}
-	specDirs := map[string]bool{}
-	defer e.pruneKept(specDirs)
+	keptSpecs := false
+	defer func() { e.pruneKept(keptSpecs) }()
 	var r rendering
 	for k, s := range steps {
 		idx[k] = -1
@@ -320,7 +320,8 @@ func (e *executor) writeBatch(steps []Step, failed map[string]bool, rep *wire.No
 			return err
 		}
 		if !isUnitFile(s.Target) {
-			e.keepReplacedSpec(s, content, specDirs) // before its rename replaces the spec a running run reads
+			e.keepReplacedSpec(s, content) // before its rename replaces the spec a running run reads
+			keptSpecs = true
 		}
 		if err := e.mkdirOnce(dirs, filepath.Dir(s.Target)); err != nil {
 			e.fail(rep, failed, s, err)
@@ -444,11 +445,12 @@ func (e *executor) mkdirOnce(done map[string]error, dir string) error {
 // load a unit the plan meant to be gone.
 func (e *executor) removeBatch(steps []Step, rep *wire.NodeReport) error {
 	dirs := map[string]bool{}
-	specDirs := map[string]bool{}
-	defer e.pruneKept(specDirs)
+	keptSpecs := false
+	defer func() { e.pruneKept(keptSpecs) }()
 	for _, s := range steps {
 		if !isUnitFile(s.Target) {
-			e.keepReplacedSpec(s, nil, specDirs)
+			e.keepReplacedSpec(s, nil)
+			keptSpecs = true
 		}
 		if err := os.Remove(s.Target); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("remove %s: %w", s.Target, err)
@@ -516,24 +518,24 @@ var pruneKeptSpecs = jobspec.PruneKept
 // nil), so a run that started under it still reports after a schedule
 // change or a delete (jobspec.KeepReplaced; the hook cannot read the run's own copy). A spec
 // that cannot be kept does not hold up the change: that run's outcome is
-// then refused by the hook and the slot is recorded lost. The spec's
-// directory is pruned once the batch's keeps are done (pruneKept).
-func (e *executor) keepReplacedSpec(s Step, next []byte, specDirs map[string]bool) {
+// then refused by the hook and the slot is recorded lost. The batch
+// prunes the kept specs once its keeps are done (pruneKept).
+func (e *executor) keepReplacedSpec(s Step, next []byte) {
 	if err := jobspec.KeepReplaced(s.Target, s.Unit, next); err != nil {
 		e.log.Warn("replaced job spec not kept: a run under way may go unreported", "unit", s.Unit, "err", err)
 	}
-	specDirs[filepath.Dir(s.Target)] = true
 }
 
-// pruneKept drops the expired kept specs of each spec directory a batch
-// wrote or removed a spec in (whether or not it kept one): one read of
-// each directory per batch, not per spec. A failed prune leaves old
-// copies for the next batch and costs no job.
-func (e *executor) pruneKept(specDirs map[string]bool) {
-	for dir := range specDirs {
-		if err := pruneKeptSpecs(dir, time.Now()); err != nil {
-			e.log.Warn("prune kept job specs", "dir", dir, "err", err)
-		}
+// pruneKept drops the expired kept specs when the batch wrote or removed a
+// spec (whether or not it kept one): one read of the spec dir's kept specs
+// per batch, not per spec. A failed prune leaves old copies for the next
+// batch and costs no job.
+func (e *executor) pruneKept(specsChanged bool) {
+	if !specsChanged {
+		return
+	}
+	if err := pruneKeptSpecs(e.layout.Paths.SpecDir, time.Now()); err != nil {
+		e.log.Warn("prune kept job specs", "dir", e.layout.Paths.SpecDir, "err", err)
 	}
 }
 

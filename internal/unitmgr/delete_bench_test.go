@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strconv"
 	"testing"
 
 	"github.com/hostcron/hostcron/internal/jobspec"
@@ -15,10 +14,7 @@ import (
 // each job's spec is kept for the runs under way (jobspec.KeepReplaced)
 // and the kept specs are pruned, once per batch.
 func BenchmarkDeleteAll(b *testing.B) {
-	n := 2000
-	if v, err := strconv.Atoi(os.Getenv("BENCH_DELETE_JOBS")); err == nil && v > 0 {
-		n = v
-	}
+	n := envCount("BENCH_DELETE_JOBS", 2000)
 	ctx := context.Background()
 	for range b.N {
 		b.StopTimer()

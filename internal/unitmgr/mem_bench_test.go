@@ -17,11 +17,14 @@ import (
 
 // benchJobs is the size of the in-process converge benchmarks
 // (BENCH_RECONCILE_JOBS, default 10,000: issue 16's timers per node).
-func benchJobs() int {
-	if n, err := strconv.Atoi(os.Getenv("BENCH_RECONCILE_JOBS")); err == nil && n > 0 {
+func benchJobs() int { return envCount("BENCH_RECONCILE_JOBS", 10000) }
+
+// envCount is the positive count in the environment variable name, else def.
+func envCount(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
 		return n
 	}
-	return 10000
+	return def
 }
 
 // pagedSet is a desired set of n jobs as desiredset.Assemble makes it:
