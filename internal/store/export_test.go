@@ -27,10 +27,13 @@ func SetSweepBatch(n int) int {
 }
 
 // StoredRunQuery is storedRunQuery and RecountSQL recountSQL, for the
-// plan and recount tests; RunKeyWhere is runKeyWhere.
+// plan and recount tests; RunKeyWhere is runKeyWhere, RunIdentity
+// runIdentity, RunningWhere runningWhere.
 var (
 	StoredRunQuery = storedRunQuery
 	RunKeyWhere    = runKeyWhere
+	RunIdentity    = runIdentity
+	RunningWhere   = runningWhere
 	RecountSQL     = recountSQL
 )
 

@@ -801,7 +801,7 @@ func dropQueuedRetry(ctx context.Context, tx pgx.Tx, jobID string, key runkey.Ke
 		return false, wrap(err, "cancel a queued retry")
 	}
 	_, err = tx.Exec(ctx, `UPDATE cron_job_runs SET superseded = false, retry_due_at = NULL
-		WHERE run_key = $1 AND scheduled_at = $3 AND cron_job_id = $2`, previousAttempt(key), jobID, key.Slot)
+		WHERE `+runIdentity("", "$1", "$2")+` AND scheduled_at = $3`, previousAttempt(key), jobID, key.Slot)
 	return true, wrap(err, "cancel a queued retry: count the attempt before")
 }
 

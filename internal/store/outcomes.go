@@ -249,7 +249,7 @@ type lockedJob struct {
 // committed (READ COMMITTED takes each statement's snapshot at its start).
 // pgx.ErrNoRows: no such job on the shard.
 // The read names the key's slot when it has one (runKeyWhere): one probe
-// of one month's (run_key, scheduled_at) index instead of one per month.
+// of one month's identity index instead of one per month.
 func lockForOutcome(ctx context.Context, tx pgx.Tx, node Node, jobID, runKey string) (lockedJob, error) {
 	var l lockedJob
 	pipe := &pgx.Batch{}
@@ -485,7 +485,7 @@ func runWrite(node Node, jobID string, o Outcome, stored *storedRun, warnings []
 			       invocation_id = @invocation_id, output_tail = @output_tail, output_truncated = @output_truncated,
 			       output_dropped_bytes = @output_dropped_bytes,
 			       trigger = coalesce(NULLIF(@trigger, ''), split_part(run_key, '#', 2))
-			WHERE run_key = @run_key AND scheduled_at = @stored_at AND cron_job_id = @cron_job_id RETURNING id`
+			WHERE ` + runIdentity("", "@run_key", "@cron_job_id") + ` AND scheduled_at = @stored_at RETURNING id`
 	}
 	return sql, args
 }

@@ -114,7 +114,7 @@ func retryAfterRecord(ctx context.Context, tx pgx.Tx, job CronJob, o Outcome, at
 		// would never count a failure).
 		// The attempt before is of the same slot: its record sits there.
 		_, err := tx.Exec(ctx, `UPDATE cron_job_runs SET superseded = $3, retry_due_at = NULL
-			WHERE run_key = $1 AND scheduled_at = $4 AND cron_job_id = $2`, previousAttempt(key), job.ID, counted(o.Result), key.Slot)
+			WHERE `+runIdentity("", "$1", "$2")+` AND scheduled_at = $4`, previousAttempt(key), job.ID, counted(o.Result), key.Slot)
 		if err != nil {
 			return "", fmt.Errorf("retry: supersede the attempt before: %w", err)
 		}
@@ -181,7 +181,8 @@ func (c Chores) ResolveDroppedRetries(ctx context.Context, now time.Time, grace 
 		WHERE j.id = r.cron_job_id AND r.retry_due_at IS NOT NULL
 		  AND r.retry_due_at + make_interval(secs => j.timeout_seconds) + $2::interval < $1
 		  -- A retry is of its failed attempt's slot (runlookup.go): one month.
-		  AND NOT EXISTS (SELECT 1 FROM cron_job_runs x WHERE x.run_key = r.retry_key AND x.scheduled_at = r.scheduled_at
+		  AND NOT EXISTS (SELECT 1 FROM cron_job_runs x WHERE `+runIdentity("x.", "r.retry_key", "r.cron_job_id")+`
+		                  AND x.scheduled_at = r.scheduled_at
 		                  AND x.result NOT IN `+placeholderResults+`)`,
 		now, grace)
 	if err != nil {

@@ -9,17 +9,20 @@ import (
 )
 
 // Run history is partitioned by month of scheduled_at (migration 027) and
-// its unique key is (run_key, scheduled_at): a lookup by run_key alone
-// probes the key index of every month (the default partition, the months
-// of the retention and those ahead), one that also names scheduled_at
-// probes one month's. Every key that names a slot (scheduled, catch-up,
-// backfill, retry) has its record at that slot: the outcome and start
-// endpoints refuse any other scheduled_at (api.checkOutcome), so does
-// recording an outcome (outcomeSlotMismatch), and the sweeper writes the
-// key's slot. So a lookup by such a key names its slot. A manual key
-// names none: its record's scheduled_at is the request's time its report
-// carries, so it is looked up by key alone, in every month, which also
-// holds a manual key to one row whatever time a report carries.
+// its unique key is a run's identity (migration 029): the job, the key's
+// trigger, request and attempt, and scheduled_at, columns computed from
+// the run key by the database's run_key_* functions. A lookup by key
+// alone probes the identity index of every month (the default partition,
+// the months of the retention and those ahead), one that also names
+// scheduled_at probes one month's. Every key that names a slot
+// (scheduled, catch-up, backfill, retry) has its record at that slot: the
+// outcome and start endpoints refuse any other scheduled_at
+// (api.checkOutcome), so does recording an outcome (outcomeSlotMismatch),
+// and the sweeper writes the key's slot. So a lookup by such a key names
+// its slot. A manual key names none: its record's scheduled_at is the
+// request's time its report carries, so it is looked up by key alone, in
+// every month, which also holds a manual key to one row whatever time a
+// report carries.
 
 // keySlot is the slot a run key names; false for a manual key (and for a
 // key that does not parse, which the API refuses).
@@ -36,12 +39,25 @@ func keySlot(runKey string) (time.Time, bool) {
 // placeholders numbered from first: the key and, when the key names one,
 // its slot (one partition). args are the values in placeholder order.
 func runKeyWhere(prefix, runKey string, first int) (cond string, args []any) {
-	cond = prefix + "run_key = $" + strconv.Itoa(first)
+	key := "$" + strconv.Itoa(first)
+	cond = runIdentity(prefix, key, "run_key_job("+key+")")
 	slot, ok := keySlot(runKey)
 	if !ok {
 		return cond, []any{runKey}
 	}
 	return cond + " AND " + prefix + "scheduled_at = $" + strconv.Itoa(first+1), []any{runKey, slot}
+}
+
+// runIdentity is the condition that a row of cron_job_runs (columns
+// qualified by prefix) is a run of the run key the SQL expression key
+// holds, of the job the expression job holds, in any month: the prefix of
+// the identity key (cron_job_runs_identity) computed from the key as the
+// row's own columns are. A lookup that knows the slot adds scheduled_at.
+func runIdentity(prefix, key, job string) string {
+	return prefix + "cron_job_id = " + job +
+		" AND " + prefix + "key_trigger = run_key_trigger(" + key + ")" +
+		" AND " + prefix + "key_request = run_key_request(" + key + ")" +
+		" AND " + prefix + "attempt = run_key_attempt(" + key + ")"
 }
 
 // outcomeSlotMismatch refuses an outcome whose scheduled_at is not the

@@ -21,9 +21,11 @@ func TestRunKeyWhereNamesTheKeysSlot(t *testing.T) {
 		{"not a key", "garbage", false},
 	} {
 		cond, args := runKeyWhere("r.", tc.key, 3)
-		want, wantArgs := "r.run_key = $3", []any{tc.key}
+		identity := "r.cron_job_id = run_key_job($3) AND r.key_trigger = run_key_trigger($3)" +
+			" AND r.key_request = run_key_request($3) AND r.attempt = run_key_attempt($3)"
+		want, wantArgs := identity, []any{tc.key}
 		if tc.slot {
-			want, wantArgs = "r.run_key = $3 AND r.scheduled_at = $4", []any{tc.key, slot}
+			want, wantArgs = identity+" AND r.scheduled_at = $4", []any{tc.key, slot}
 		}
 		if cond != want || len(args) != len(wantArgs) || args[0] != wantArgs[0] ||
 			(tc.slot && !args[1].(time.Time).Equal(slot)) {

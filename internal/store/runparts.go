@@ -163,6 +163,14 @@ func (c Chores) createRunPartition(ctx context.Context, month time.Time) error {
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
 	ident := pgx.Identifier{name}.Sanitize()
+	// The move names the columns it writes: a generated column (the run's
+	// identity, 029) is computed by the new month, never copied into it.
+	var columns string
+	err = tx.QueryRow(ctx, `SELECT string_agg(quote_ident(attname), ', ' ORDER BY attnum) FROM pg_attribute
+		WHERE attrelid = 'cron_job_runs'::regclass AND attnum > 0 AND NOT attisdropped AND attgenerated = ''`).Scan(&columns)
+	if err != nil {
+		return fmt.Errorf("create run partition %s: columns: %w", name, err)
+	}
 	steps := []struct {
 		sql  string
 		args []any
@@ -174,12 +182,12 @@ func (c Chores) createRunPartition(ctx context.Context, month time.Time) error {
 		// on every pass), and no upgrade from the move's lock can
 		// deadlock with an outcome writing a row the move took.
 		{`LOCK TABLE cron_job_runs_default IN ACCESS EXCLUSIVE MODE`, nil},
-		{`CREATE TABLE ` + ident + ` (LIKE cron_job_runs INCLUDING DEFAULTS INCLUDING CONSTRAINTS)`, nil},
+		{`CREATE TABLE ` + ident + ` (LIKE cron_job_runs INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING GENERATED)`, nil},
 		// Lets ATTACH skip scanning the new month for rows outside it.
 		{`ALTER TABLE ` + ident + ` ADD CONSTRAINT ` + pgx.Identifier{name + "_month"}.Sanitize() +
 			` CHECK (scheduled_at >= '` + from.Format(time.RFC3339) + `' AND scheduled_at < '` + to.Format(time.RFC3339) + `')`, nil},
-		{`WITH moved AS (DELETE FROM cron_job_runs_default WHERE scheduled_at >= $1 AND scheduled_at < $2 RETURNING *)
-			INSERT INTO ` + ident + ` SELECT * FROM moved`, []any{from, to}},
+		{`WITH moved AS (DELETE FROM cron_job_runs_default WHERE scheduled_at >= $1 AND scheduled_at < $2 RETURNING ` + columns + `)
+			INSERT INTO ` + ident + ` (` + columns + `) SELECT ` + columns + ` FROM moved`, []any{from, to}},
 		{`ALTER TABLE cron_job_runs ATTACH PARTITION ` + ident + ` FOR VALUES FROM ('` + from.Format(time.RFC3339) +
 			`') TO ('` + to.Format(time.RFC3339) + `')`, nil},
 		{`ALTER TABLE ` + ident + ` DROP CONSTRAINT ` + pgx.Identifier{name + "_month"}.Sanitize(), nil},

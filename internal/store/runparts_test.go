@@ -105,7 +105,8 @@ func TestRunPartitionRotation(t *testing.T) {
 // Migration 027 turns a plain history into the partitioned one keeping
 // every run, its id and the id sequence (the API shows the ids): the test
 // rebuilds the plain table of 026 from the migrated one, with runs of this
-// month, last month and two years ago, and runs 027 again.
+// month, last month and two years ago, and runs 027 again (and 029, which
+// the rest of the test's writes need).
 func TestMigration027KeepsRunsAndIds(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
@@ -128,6 +129,7 @@ func TestMigration027KeepsRunsAndIds(t *testing.T) {
 		return out
 	}
 	before := ids()
+	unmigrate029(t, f)
 	_, err := f.st.Pool().Exec(ctx, `
 		ALTER SEQUENCE cron_job_runs_id_seq OWNED BY NONE;
 		ALTER TABLE cron_job_runs RENAME TO runs_026;
@@ -137,10 +139,12 @@ func TestMigration027KeepsRunsAndIds(t *testing.T) {
 		ALTER SEQUENCE cron_job_runs_id_seq OWNED BY cron_job_runs.id;
 		ALTER TABLE cron_job_runs ADD PRIMARY KEY (id), ADD UNIQUE (run_key);`)
 	must(t, err)
-	sql, err := os.ReadFile("migrations/027_partition_runs.sql")
-	must(t, err)
-	_, err = f.st.Pool().Exec(ctx, string(sql))
-	must(t, err)
+	for _, m := range []string{"027_partition_runs.sql", "029_run_identity_columns.sql"} {
+		sql, err := os.ReadFile("migrations/" + m)
+		must(t, err)
+		_, err = f.st.Pool().Exec(ctx, string(sql))
+		must(t, err)
+	}
 	if f.count(`SELECT count(*) FROM pg_partitioned_table WHERE partrelid = 'cron_job_runs'::regclass`) != 1 {
 		t.Fatal("cron_job_runs is not partitioned after 027")
 	}

@@ -66,7 +66,8 @@ func (s *Store) RecordStart(ctx context.Context, node Node, jobID string, st wir
 // within the job's timeout and the cancel reach (systemd stops a run at
 // its timeout; a start of a node that died, or of a run the sweeper never
 // visits, must not read as running for days).
-const runningWhere = `NOT EXISTS (SELECT 1 FROM cron_job_runs r WHERE r.run_key = s.run_key AND r.result NOT IN ` + placeholderResults + `)
+var runningWhere = `NOT EXISTS (SELECT 1 FROM cron_job_runs r WHERE ` + runIdentity("r.", "s.run_key", "s.cron_job_id") +
+	` AND r.result NOT IN ` + placeholderResults + `)
 	AND s.received_at > now() - make_interval(secs => j.timeout_seconds) - interval '15 minutes'`
 
 // RunningRuns are a job's runs in progress, newest slot first (at most

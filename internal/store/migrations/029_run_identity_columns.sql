@@ -1,0 +1,79 @@
+-- A run's identity as columns, not free text (issue 16): the unique key of
+-- the run history was (run_key, scheduled_at), a 60-90 byte text per
+-- entry; it is now (cron_job_id, key_trigger, key_request, attempt,
+-- scheduled_at): a UUID, the key's trigger, the request of a manual or
+-- backfill run ('' for any other), the attempt (1 but for a retry) and
+-- the slot. docs/benchmarks.md, "Run identity by columns", measures both
+-- keys on the same history.
+--
+-- The key stays: nodes, the spool, notifications and the API speak it, and
+-- it is what the identity columns are computed from, by the functions
+-- below and nothing else, so the two can never disagree and every lookup
+-- computes the columns from a key the same way (store.runIdentity). A
+-- lookup by key probes the new index with the job, trigger, request and
+-- attempt as its prefix (and the slot, when the key names one: one
+-- month), a manual key without a slot as before.
+--
+-- The identity is at least as strict as the old key: the columns are a
+-- function of (run_key, scheduled_at) (the job's id is the key's first
+-- part: both writers write the key of the job they write), so two rows
+-- that agree on the old key agree on the new one.
+--
+-- Deploying: adding the generated columns rewrites the history under
+-- ACCESS EXCLUSIVE (about as long as 027's copy), and a core-api from
+-- before this migration writes lost runs with ON CONFLICT (run_key,
+-- scheduled_at), which no longer names a unique key, and looks runs up by
+-- run_key, which no index serves any more: stop the old replicas (or
+-- their sweepers) before migrating, as for 027. A sweep that failed
+-- catches up on the next pass.
+
+-- Not STRICT: a strict function whose body is not (a CASE) is never
+-- inlined, and a lookup that joins on a function call it cannot see into
+-- may filter a job's runs instead of probing the index.
+CREATE FUNCTION run_key_job(run_key text) RETURNS uuid
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE WHEN run_key ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}#'
+                THEN left(run_key, 36)::uuid END;
+COMMENT ON FUNCTION run_key_job(text) IS 'the job a run key names; NULL for a key that names none (finds no run)';
+
+CREATE FUNCTION run_key_trigger(run_key text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN split_part(run_key, '#', 2);
+COMMENT ON FUNCTION run_key_trigger(text) IS 'the trigger a run key names: scheduled (catch-up runs too), manual, backfill or retry';
+
+CREATE FUNCTION run_key_request(run_key text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE split_part(run_key, '#', 2)
+               WHEN 'manual' THEN split_part(run_key, '#', 3)
+               WHEN 'backfill' THEN split_part(run_key, '#', 4)
+               ELSE '' END;
+COMMENT ON FUNCTION run_key_request(text) IS 'the request a manual or backfill run key names; empty for any other';
+
+CREATE FUNCTION run_key_attempt(run_key text) RETURNS integer
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE WHEN split_part(run_key, '#', 2) = 'retry' THEN split_part(run_key, '#', 4)::integer ELSE 1 END;
+COMMENT ON FUNCTION run_key_attempt(text) IS 'the attempt a run key names: a retry''s last part, 1 for any other key';
+
+LOCK TABLE cron_job_runs IN ACCESS EXCLUSIVE MODE;
+
+ALTER TABLE cron_job_runs
+    ADD COLUMN key_trigger text GENERATED ALWAYS AS (run_key_trigger(run_key)) STORED,
+    ADD COLUMN key_request text GENERATED ALWAYS AS (run_key_request(run_key)) STORED;
+
+-- attempt was the retry key's last part and 1 by default; now it is the
+-- key's attempt whatever a writer supplies, and checked to be.
+CREATE OR REPLACE FUNCTION cron_job_runs_trigger_from_key() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.trigger IS NULL THEN
+        NEW.trigger := split_part(NEW.run_key, '#', 2);
+    END IF;
+    NEW.attempt := run_key_attempt(NEW.run_key);
+    RETURN NEW;
+END $$;
+ALTER TABLE cron_job_runs ADD CONSTRAINT cron_job_runs_identity_of_key
+    CHECK (cron_job_id = run_key_job(run_key) AND attempt = run_key_attempt(run_key));
+
+ALTER TABLE cron_job_runs DROP CONSTRAINT cron_job_runs_run_key_key;
+ALTER TABLE cron_job_runs ADD CONSTRAINT cron_job_runs_identity
+    UNIQUE (cron_job_id, key_trigger, key_request, attempt, scheduled_at);
+COMMENT ON COLUMN cron_job_runs.run_key IS '{job}#{trigger}#{slot or request}[#…]: the run''s name; its identity is cron_job_runs_identity, computed from it';

@@ -1,0 +1,155 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/hostcron/hostcron/internal/runkey"
+	"github.com/hostcron/hostcron/internal/wire"
+)
+
+// The database computes a run's identity from its key (migration 029's
+// run_key_* functions) as runkey.Parse reads the key: the job, the
+// trigger, the request and the attempt of every kind of key.
+func TestRunIdentityFunctionsReadKeysAsRunkeyDoes(t *testing.T) {
+	f := newFixture(t)
+	const job = "0b6f4c1e-8a53-4c8e-9d7e-3f1f0e2a9b10"
+	slot := time.Date(2026, 11, 21, 9, 5, 0, 0, time.UTC)
+	for _, key := range []string{
+		runkey.Scheduled(job, slot), runkey.Manual(job, "4711"), runkey.Manual(job, "req-1"),
+		runkey.Backfill(job, slot, "r1"), runkey.Retry(job, slot, 2), runkey.Retry(job, slot, runkey.MaxAttempt),
+	} {
+		k, err := runkey.Parse(key)
+		must(t, err)
+		var gotJob, gotTrigger, gotRequest string
+		var gotAttempt int
+		must(t, f.st.Pool().QueryRow(context.Background(),
+			`SELECT run_key_job($1)::text, run_key_trigger($1), run_key_request($1), run_key_attempt($1)`, key).
+			Scan(&gotJob, &gotTrigger, &gotRequest, &gotAttempt))
+		wantRequest := k.Request
+		if gotJob != k.JobID || gotTrigger != string(k.Trigger) || gotRequest != wantRequest || gotAttempt != k.AttemptNumber() {
+			t.Errorf("%s: database reads job %s, trigger %s, request %q, attempt %d; runkey: %s, %s, %q, %d",
+				key, gotJob, gotTrigger, gotRequest, gotAttempt, k.JobID, k.Trigger, wantRequest, k.AttemptNumber())
+		}
+	}
+	var none *string
+	must(t, f.st.Pool().QueryRow(context.Background(), `SELECT run_key_job('garbage')::text`).Scan(&none))
+	if none != nil {
+		t.Errorf("run_key_job(garbage) = %q, want NULL (a key that names no job finds no run)", *none)
+	}
+}
+
+// A row's identity columns are its key's, whatever a writer supplies: a
+// row whose job is not its key's is refused, a supplied attempt is
+// replaced by the key's, and a second row of one identity is refused
+// (the catch-up trigger included: it is its scheduled key's run).
+func TestRunIdentityIsTheKeys(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	j, other := f.job(0), f.job(0)
+	slot := time.Now().UTC().Truncate(time.Minute).Add(-time.Hour)
+	insert := func(key, jobID string, attempt int, trigger string) error {
+		_, err := f.st.Pool().Exec(ctx, `INSERT INTO cron_job_runs (run_key, cron_job_id, version, scheduled_at, result, attempt, trigger)
+			VALUES ($1, $2, 1, $3, 'success', $4, NULLIF($5, ''))`, key, jobID, slot, attempt, trigger)
+		return err
+	}
+	violates := func(err error, constraint string) bool {
+		var pgErr *pgconn.PgError
+		return errors.As(err, &pgErr) && pgErr.ConstraintName == constraint
+	}
+	if err := insert(runkey.Scheduled(j.ID, slot), other.ID, 1, ""); !violates(err, "cron_job_runs_identity_of_key") {
+		t.Errorf("a run recorded under another job than its key's: %v, want the identity check to refuse it", err)
+	}
+	must(t, insert(runkey.Scheduled(j.ID, slot), j.ID, 3, ""))
+	if n := f.count(`SELECT attempt FROM cron_job_runs WHERE cron_job_id = $1`, j.ID); n != 1 {
+		t.Errorf("a scheduled run's attempt is %d, want the key's (1)", n)
+	}
+	var pgErr *pgconn.PgError
+	if err := insert(runkey.Scheduled(j.ID, slot), j.ID, 1, string(wire.TriggerCatchUp)); !errors.As(err, &pgErr) || pgErr.Code != "23505" {
+		t.Errorf("a second run of one key (as a catch-up): %v, want the identity key to refuse it", err)
+	}
+	must(t, insert(runkey.Retry(j.ID, slot, 2), j.ID, 1, ""))
+	must(t, insert(runkey.Backfill(j.ID, slot, "r1"), j.ID, 1, ""))
+	must(t, insert(runkey.Manual(j.ID, "r1"), j.ID, 1, ""))
+	var got []string
+	rows, err := f.st.Pool().Query(ctx, `SELECT key_trigger || '/' || key_request || '/' || attempt FROM cron_job_runs
+		WHERE cron_job_id = $1 ORDER BY 1`, j.ID)
+	must(t, err)
+	for rows.Next() {
+		var s string
+		must(t, rows.Scan(&s))
+		got = append(got, s)
+	}
+	must(t, rows.Err())
+	want := []string{"backfill/r1/1", "manual/r1/1", "retry//2", "scheduled//1"}
+	if len(got) != len(want) {
+		t.Fatalf("identities %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("identities %v, want %v", got, want)
+			break
+		}
+	}
+}
+
+// Migration 029 on a history of every kind of run: the runs and their ids
+// stay, each gets its key's identity, and the identity key holds after.
+func TestMigration029KeepsRunsAndComputesIdentity(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	j := f.job(0)
+	slot := time.Now().UTC().Truncate(time.Minute).Add(-time.Hour)
+	for _, key := range []string{runkey.Scheduled(j.ID, slot), runkey.Retry(j.ID, slot, 2),
+		runkey.Backfill(j.ID, slot, "r1"), runkey.Manual(j.ID, "17")} {
+		_, err := f.st.Pool().Exec(ctx, `INSERT INTO cron_job_runs (run_key, cron_job_id, version, scheduled_at, result)
+			VALUES ($1, $2, 1, $3, 'success')`, key, j.ID, slot)
+		must(t, err)
+	}
+	const identities = `SELECT string_agg(id || ':' || key_trigger || '/' || key_request || '/' || attempt, ' ' ORDER BY id)
+		FROM cron_job_runs`
+	var before, after string
+	must(t, f.st.Pool().QueryRow(ctx, identities).Scan(&before))
+	unmigrate029(t, f)
+	sql, err := os.ReadFile("migrations/029_run_identity_columns.sql")
+	must(t, err)
+	_, err = f.st.Pool().Exec(ctx, string(sql))
+	must(t, err)
+	must(t, f.st.Pool().QueryRow(ctx, identities).Scan(&after))
+	if after != before {
+		t.Errorf("after 029 the runs are %s, want %s", after, before)
+	}
+	_, err = f.st.Pool().Exec(ctx, `INSERT INTO cron_job_runs (run_key, cron_job_id, version, scheduled_at, result)
+		VALUES ($1, $2, 1, $3, 'success')`, runkey.Retry(j.ID, slot, 2), j.ID, slot)
+	if err == nil {
+		t.Error("a second run of a retry key was recorded after 029")
+	}
+}
+
+// unmigrate029 takes the history back to its shape before migration 029:
+// no identity columns, functions or check, the unique key (run_key,
+// scheduled_at), and 025's row trigger.
+func unmigrate029(t *testing.T, f *fixture) {
+	t.Helper()
+	_, err := f.st.Pool().Exec(context.Background(), `
+		ALTER TABLE cron_job_runs DROP CONSTRAINT cron_job_runs_identity, DROP CONSTRAINT cron_job_runs_identity_of_key,
+			DROP COLUMN key_trigger, DROP COLUMN key_request;
+		CREATE OR REPLACE FUNCTION cron_job_runs_trigger_from_key() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.trigger IS NULL THEN
+				NEW.trigger := split_part(NEW.run_key, '#', 2);
+			END IF;
+			IF split_part(NEW.run_key, '#', 2) = 'retry' THEN
+				NEW.attempt := split_part(NEW.run_key, '#', 4)::integer;
+			END IF;
+			RETURN NEW;
+		END $$;
+		DROP FUNCTION run_key_job(text), run_key_trigger(text), run_key_request(text), run_key_attempt(text);
+		ALTER TABLE cron_job_runs ADD CONSTRAINT cron_job_runs_run_key_key UNIQUE (run_key, scheduled_at);`)
+	must(t, err)
+}
