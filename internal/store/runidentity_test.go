@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/hostcron/hostcron/internal/runkey"
+	"github.com/hostcron/hostcron/internal/store"
 	"github.com/hostcron/hostcron/internal/wire"
 )
 
@@ -98,36 +100,97 @@ func TestRunIdentityIsTheKeys(t *testing.T) {
 	}
 }
 
-// Migration 029 on a history of every kind of run: the runs and their ids
-// stay, each gets its key's identity, and the identity key holds after.
+// Migration 029 on a history of every kind of run, in two months and the
+// default partition, with keys of the first version ({job}#{slot}#{version},
+// two versions of one slot): the runs and their ids stay, each gets the
+// identity its key names (as runkey reads it; a first-version key's
+// request is all of it after the job), distinct keys stay distinct, and
+// the identity key holds after.
 func TestMigration029KeepsRunsAndComputesIdentity(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	j := f.job(0)
 	slot := time.Now().UTC().Truncate(time.Minute).Add(-time.Hour)
-	for _, key := range []string{runkey.Scheduled(j.ID, slot), runkey.Retry(j.ID, slot, 2),
-		runkey.Backfill(j.ID, slot, "r1"), runkey.Manual(j.ID, "17")} {
-		_, err := f.st.Pool().Exec(ctx, `INSERT INTO cron_job_runs (run_key, cron_job_id, version, scheduled_at, result)
-			VALUES ($1, $2, 1, $3, 'success')`, key, j.ID, slot)
-		must(t, err)
+	lastMonth, longAgo := slot.AddDate(0, -1, 0), slot.AddDate(-3, 0, 0) // longAgo: the default partition
+	v1 := func(at time.Time, version int) string {
+		return j.ID + "#" + at.Format(time.RFC3339) + "#" + strconv.Itoa(version)
 	}
-	const identities = `SELECT string_agg(id || ':' || key_trigger || '/' || key_request || '/' || attempt, ' ' ORDER BY id)
-		FROM cron_job_runs`
-	var before, after string
-	must(t, f.st.Pool().QueryRow(ctx, identities).Scan(&before))
+	type run struct {
+		key  string
+		at   time.Time
+		want string // trigger/request/attempt
+	}
+	runs := []run{
+		{runkey.Scheduled(j.ID, slot), slot, "scheduled//1"},
+		{runkey.Retry(j.ID, slot, 2), slot, "retry//2"},
+		{runkey.Backfill(j.ID, lastMonth, "r1"), lastMonth, "backfill/r1/1"},
+		{runkey.Manual(j.ID, "17"), lastMonth, "manual/17/1"},
+		{runkey.Scheduled(j.ID, longAgo), longAgo, "scheduled//1"},
+		{v1(longAgo, 1), longAgo, longAgo.Format(time.RFC3339) + "/" + longAgo.Format(time.RFC3339) + "#1/1"},
+		{v1(longAgo, 2), longAgo, longAgo.Format(time.RFC3339) + "/" + longAgo.Format(time.RFC3339) + "#2/1"},
+	}
 	unmigrate029(t, f)
+	ids := map[string]int64{}
+	for _, r := range runs {
+		var id int64
+		must(t, f.st.Pool().QueryRow(ctx, `INSERT INTO cron_job_runs (run_key, cron_job_id, version, scheduled_at, result)
+			VALUES ($1, $2, 1, $3, 'success') RETURNING id`, r.key, j.ID, r.at).Scan(&id))
+		ids[r.key] = id
+	}
+	if got := f.partitionOf(runs[len(runs)-1].key); got != "cron_job_runs_default" {
+		t.Fatalf("the first version's run is in %s, want the default partition", got)
+	}
 	sql, err := os.ReadFile("migrations/029_run_identity_columns.sql")
 	must(t, err)
 	_, err = f.st.Pool().Exec(ctx, string(sql))
 	must(t, err)
-	must(t, f.st.Pool().QueryRow(ctx, identities).Scan(&after))
-	if after != before {
-		t.Errorf("after 029 the runs are %s, want %s", after, before)
+	for _, r := range runs {
+		var id int64
+		var got string
+		must(t, f.st.Pool().QueryRow(ctx, `SELECT id, key_trigger || '/' || key_request || '/' || attempt FROM cron_job_runs
+			WHERE run_key = $1`, r.key).Scan(&id, &got))
+		if id != ids[r.key] || got != r.want {
+			t.Errorf("%s after 029: id %d, identity %s; want id %d, identity %s", r.key, id, got, ids[r.key], r.want)
+		}
 	}
 	_, err = f.st.Pool().Exec(ctx, `INSERT INTO cron_job_runs (run_key, cron_job_id, version, scheduled_at, result)
 		VALUES ($1, $2, 1, $3, 'success')`, runkey.Retry(j.ID, slot, 2), j.ID, slot)
 	if err == nil {
 		t.Error("a second run of a retry key was recorded after 029")
+	}
+}
+
+// The identity holds no slot (a scheduled key's slot is its record's
+// scheduled_at): a lookup that compares a start's or a retry's key with
+// the runs must name the slot too. A run of another slot (of the same
+// job, trigger and attempt) neither ends a start nor stands for a retry
+// that never reported.
+func TestRunsOfOtherSlotsAreOtherRuns(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	j := f.job(0)
+	earlier := time.Now().UTC().Truncate(time.Minute).Add(-2 * time.Minute)
+	slot := earlier.Add(time.Minute)
+	f.outcome(j, earlier, wire.ResultSuccess)
+	noted, err := f.st.RecordStart(ctx, f.node, j.ID, wire.RunStart{RunKey: runkey.Scheduled(j.ID, slot), Version: j.Version,
+		ScheduledAt: slot, StartedAt: slot.Add(time.Second)})
+	must(t, err)
+	running, err := f.st.RunningRuns(ctx, j.ID)
+	must(t, err)
+	since, err := f.st.RunningSince(ctx, []string{j.ID})
+	must(t, err)
+	if !noted || len(running) != 1 || running[0].RunKey != runkey.Scheduled(j.ID, slot) || since[j.ID].IsZero() {
+		t.Errorf("a start after another slot's run: noted %v, running %+v, since %v; want the start running", noted, running, since)
+	}
+
+	r := f.retryJob(2, 0)
+	today := time.Now().UTC().Truncate(24 * time.Hour)
+	yesterday := today.Add(-24 * time.Hour)
+	f.attempt(r, runkey.Scheduled(r.ID, today), today, wire.ResultExitCode) // queues attempt 2 of today
+	f.attempt(r, runkey.Retry(r.ID, yesterday, 2), yesterday, wire.ResultSuccess)
+	n, err := f.st.ResolveDroppedRetries(ctx, time.Now().Add(time.Minute+store.RetryGrace+2*time.Minute), store.RetryGrace)
+	if err != nil || n != 1 {
+		t.Errorf("resolved %d (%v), want today's dropped retry (yesterday's attempt 2 is not today's)", n, err)
 	}
 }
 

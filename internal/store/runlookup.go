@@ -49,15 +49,26 @@ func runKeyWhere(prefix, runKey string, first int) (cond string, args []any) {
 }
 
 // runIdentity is the condition that a row of cron_job_runs (columns
-// qualified by prefix) is a run of the run key the SQL expression key
-// holds, of the job the expression job holds, in any month: the prefix of
-// the identity key (cron_job_runs_identity) computed from the key as the
-// row's own columns are. A lookup that knows the slot adds scheduled_at.
+// qualified by prefix) has the identity of the run key the SQL expression
+// key holds, of the job the expression job holds, but for the slot: the
+// identity key (cron_job_runs_identity) but its last column, computed
+// from the key as the row's own columns are. The slot is not in the key's
+// columns (a scheduled key's is its slot), so every caller adds it: the
+// slot the key names (scheduled_at = …), or runSlot when the key may be a
+// manual one, which names none.
 func runIdentity(prefix, key, job string) string {
 	return prefix + "cron_job_id = " + job +
 		" AND " + prefix + "key_trigger = run_key_trigger(" + key + ")" +
 		" AND " + prefix + "key_request = run_key_request(" + key + ")" +
 		" AND " + prefix + "attempt = run_key_attempt(" + key + ")"
+}
+
+// runSlot completes runIdentity for a key whose kind the statement does
+// not know: its record is at slot (the SQL expression of the slot its
+// report carried, which the endpoints hold to the key's) unless the key
+// is a manual one, whose record is in any month (runKeyWhere).
+func runSlot(prefix, slot string) string {
+	return "(" + prefix + "key_trigger = 'manual' OR " + prefix + "scheduled_at = " + slot + ")"
 }
 
 // outcomeSlotMismatch refuses an outcome whose scheduled_at is not the

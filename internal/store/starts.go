@@ -67,7 +67,7 @@ func (s *Store) RecordStart(ctx context.Context, node Node, jobID string, st wir
 // its timeout; a start of a node that died, or of a run the sweeper never
 // visits, must not read as running for days).
 var runningWhere = `NOT EXISTS (SELECT 1 FROM cron_job_runs r WHERE ` + runIdentity("r.", "s.run_key", "s.cron_job_id") +
-	` AND r.result NOT IN ` + placeholderResults + `)
+	` AND ` + runSlot("r.", "s.scheduled_at") + ` AND r.result NOT IN ` + placeholderResults + `)
 	AND s.received_at > now() - make_interval(secs => j.timeout_seconds) - interval '15 minutes'`
 
 // RunningRuns are a job's runs in progress, newest slot first (at most

@@ -103,7 +103,8 @@ manual_new=$(exec_ms "manual key, identity" "SELECT result FROM cron_job_runs, (
 manual_old=$(exec_ms "manual key, old key" "SELECT result FROM cron_job_runs WHERE run_key = '$manual'")
 running_new=$(exec_ms "runs still running, 100 starts, identity" "SELECT count(*) FROM cron_job_run_starts s WHERE NOT EXISTS
   (SELECT 1 FROM cron_job_runs r WHERE r.cron_job_id = s.cron_job_id AND r.key_trigger = run_key_trigger(s.run_key)
-     AND r.key_request = run_key_request(s.run_key) AND r.attempt = run_key_attempt(s.run_key) AND r.result <> 'lost')")
+     AND r.key_request = run_key_request(s.run_key) AND r.attempt = run_key_attempt(s.run_key)
+     AND (r.key_trigger = 'manual' OR r.scheduled_at = s.scheduled_at) AND r.result <> 'lost')")
 running_old=$(exec_ms "runs still running, 100 starts, old key" "SELECT count(*) FROM cron_job_run_starts s WHERE NOT EXISTS
   (SELECT 1 FROM cron_job_runs r WHERE r.run_key = s.run_key AND r.result <> 'lost')")
 

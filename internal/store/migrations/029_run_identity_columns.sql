@@ -14,10 +14,20 @@
 -- attempt as its prefix (and the slot, when the key names one: one
 -- month), a manual key without a slot as before.
 --
--- The identity is at least as strict as the old key: the columns are a
+-- The identity is exactly as strict as the old key. The columns are a
 -- function of (run_key, scheduled_at) (the job's id is the key's first
--- part: both writers write the key of the job they write), so two rows
--- that agree on the old key agree on the new one.
+-- part: both writers write the key of the job they write, and a check
+-- holds them to it), so two rows that agree on the old key agree on the
+-- new one. And the key is a function of the columns: the slot a key names
+-- is its scheduled_at (the outcome endpoint and the sweeper hold every
+-- key that names one to it), and for a key of no trigger this version
+-- writes (the first version's {job}#{slot}#{version}, of which one slot
+-- may hold several versions) the request is the whole key after the job,
+-- so no two keys either version wrote become one.
+--
+-- The columns are stored: a later change of these functions must rewrite
+-- the history (and be a migration of its own), or old rows keep the
+-- identity the old functions gave them.
 --
 -- Deploying: adding the generated columns rewrites the history under
 -- ACCESS EXCLUSIVE (about as long as 027's copy), and a core-api from
@@ -46,8 +56,10 @@ CREATE FUNCTION run_key_request(run_key text) RETURNS text
     RETURN CASE split_part(run_key, '#', 2)
                WHEN 'manual' THEN split_part(run_key, '#', 3)
                WHEN 'backfill' THEN split_part(run_key, '#', 4)
-               ELSE '' END;
-COMMENT ON FUNCTION run_key_request(text) IS 'the request a manual or backfill run key names; empty for any other';
+               WHEN 'scheduled' THEN ''
+               WHEN 'retry' THEN ''
+               ELSE substr(run_key, strpos(run_key, '#') + 1) END;
+COMMENT ON FUNCTION run_key_request(text) IS 'the request a manual or backfill run key names; empty for a scheduled or retry key; all after the job for a key of no known trigger';
 
 CREATE FUNCTION run_key_attempt(run_key text) RETURNS integer
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -61,17 +73,23 @@ ALTER TABLE cron_job_runs
     ADD COLUMN key_request text GENERATED ALWAYS AS (run_key_request(run_key)) STORED;
 
 -- attempt was the retry key's last part and 1 by default; now it is the
--- key's attempt whatever a writer supplies, and checked to be.
+-- key's attempt whatever a writer supplies, and checked to be
+-- (run_key_attempt). The trigger spells the rule out instead of calling
+-- it: a plpgsql body resolves names by the caller's search_path at run
+-- time, and records no dependency; the check does both by reference.
 CREATE OR REPLACE FUNCTION cron_job_runs_trigger_from_key() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF NEW.trigger IS NULL THEN
         NEW.trigger := split_part(NEW.run_key, '#', 2);
     END IF;
-    NEW.attempt := run_key_attempt(NEW.run_key);
+    NEW.attempt := CASE WHEN split_part(NEW.run_key, '#', 2) = 'retry'
+                        THEN split_part(NEW.run_key, '#', 4)::integer ELSE 1 END;
     RETURN NEW;
 END $$;
+-- A key that names no job (run_key_job NULL) is refused too: no lookup
+-- could find its row.
 ALTER TABLE cron_job_runs ADD CONSTRAINT cron_job_runs_identity_of_key
-    CHECK (cron_job_id = run_key_job(run_key) AND attempt = run_key_attempt(run_key));
+    CHECK (run_key_job(run_key) IS NOT DISTINCT FROM cron_job_id AND attempt = run_key_attempt(run_key));
 
 ALTER TABLE cron_job_runs DROP CONSTRAINT cron_job_runs_run_key_key;
 ALTER TABLE cron_job_runs ADD CONSTRAINT cron_job_runs_identity
