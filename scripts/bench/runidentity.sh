@@ -16,19 +16,12 @@
 # EXPLAIN output goes.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-if [ -z "${HOSTCRON_TEST_DATABASE_URL:-}" ]; then
-  exec scripts/with-pg.sh "$0" "$@"
-fi
+. scripts/bench/pglib.sh
 JOBS=${JOBS:-20000} RUNS=${RUNS:-50}
 OUT=${OUT:-/tmp/runidentity-explain.txt}
-bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
-db=$HOSTCRON_TEST_DATABASE_URL
-sql() { "$bin/psql" "$db" -X -q -v ON_ERROR_STOP=1 "$@"; }
-now() { date +%s.%N; }
-secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
 : >"$OUT"
 
-for m in internal/store/migrations/*.sql; do sql -1 -f "$m" >/dev/null; done
+migrate
 # The old key beside the new, both growing with the inserts as in
 # production; rebuilt afterwards (REINDEX), as a migration leaves them.
 sql -c "CREATE UNIQUE INDEX runs_old_key ON cron_job_runs (run_key, scheduled_at)"
