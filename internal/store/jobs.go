@@ -747,7 +747,7 @@ func (s *Store) CancelRun(ctx context.Context, jobID, runKey string) (CronJob, e
 		recorded, keyArgs := runKeyWhere("", runKey, 7)
 		queuedBy := "cron_job_id = $3 AND retry_key = $1"
 		if !key.Slot.IsZero() {
-			queuedBy += " AND scheduled_at = $8"
+			queuedBy += " AND scheduled_at = $" + strconv.Itoa(6+len(keyArgs)) // the key's slot, runKeyWhere's last
 		}
 		err = tx.QueryRow(ctx, `SELECT (SELECT result FROM cron_job_runs WHERE `+recorded+`), now(),
 			       EXISTS (SELECT 1 FROM cron_job_tasks WHERE id = $2 AND cron_job_id = $3 AND action = $4)
@@ -800,8 +800,8 @@ func dropQueuedRetry(ctx context.Context, tx pgx.Tx, jobID string, key runkey.Ke
 	if err != nil || tag.RowsAffected() == 0 {
 		return false, wrap(err, "cancel a queued retry")
 	}
-	_, err = tx.Exec(ctx, `UPDATE cron_job_runs SET superseded = false, retry_due_at = NULL
-		WHERE `+runIdentity("", "$1", "$2")+` AND scheduled_at = $3`, previousAttempt(key), jobID, key.Slot)
+	before, args := runKeyWhere("", previousAttempt(key), 1)
+	_, err = tx.Exec(ctx, `UPDATE cron_job_runs SET superseded = false, retry_due_at = NULL WHERE `+before, args...)
 	return true, wrap(err, "cancel a queued retry: count the attempt before")
 }
 

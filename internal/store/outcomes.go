@@ -474,7 +474,11 @@ func runWrite(node Node, jobID string, o Outcome, stored *storedRun, warnings []
 		        @cpu_seconds, @peak_memory_bytes, @warnings, @invocation_id,
 		        @output_tail, @output_truncated, @output_dropped_bytes, NULLIF(@trigger, '')) RETURNING id`
 	if stored != nil {
+		// By the key's identity (runKeyWhere's values) at the slot the
+		// read found.
+		k := keyIdentity(o.RunKey)
 		args["stored_at"] = stored.At
+		args["key_trigger"], args["key_request"], args["key_attempt"] = string(k.Trigger), k.Request, k.AttemptNumber()
 		// Every column of the run is the new report's: the replaced
 		// placeholder's output (none) must not outlive it, nor a
 		// cancelled record's stand beside another node's real run.
@@ -485,7 +489,8 @@ func runWrite(node Node, jobID string, o Outcome, stored *storedRun, warnings []
 			       invocation_id = @invocation_id, output_tail = @output_tail, output_truncated = @output_truncated,
 			       output_dropped_bytes = @output_dropped_bytes,
 			       trigger = coalesce(NULLIF(@trigger, ''), split_part(run_key, '#', 2))
-			WHERE ` + runIdentity("", "@run_key", "@cron_job_id") + ` AND scheduled_at = @stored_at RETURNING id`
+			WHERE cron_job_id = @cron_job_id AND key_trigger = @key_trigger AND key_request = @key_request
+			  AND attempt = @key_attempt AND scheduled_at = @stored_at RETURNING id`
 	}
 	return sql, args
 }

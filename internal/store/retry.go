@@ -113,8 +113,9 @@ func retryAfterRecord(ctx context.Context, tx pgx.Tx, job CronJob, o Outcome, at
 		// cancelled, by the tenant or by cancel_previous at the next slot,
 		// would never count a failure).
 		// The attempt before is of the same slot: its record sits there.
-		_, err := tx.Exec(ctx, `UPDATE cron_job_runs SET superseded = $3, retry_due_at = NULL
-			WHERE `+runIdentity("", "$1", "$2")+` AND scheduled_at = $4`, previousAttempt(key), job.ID, counted(o.Result), key.Slot)
+		before, args := runKeyWhere("", previousAttempt(key), 2)
+		_, err := tx.Exec(ctx, `UPDATE cron_job_runs SET superseded = $1, retry_due_at = NULL WHERE `+before,
+			append([]any{counted(o.Result)}, args...)...)
 		if err != nil {
 			return "", fmt.Errorf("retry: supersede the attempt before: %w", err)
 		}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hostcron/hostcron/internal/runkey"
+	"github.com/hostcron/hostcron/internal/wire"
 )
 
 // Run history is partitioned by month of scheduled_at (migration 027) and
@@ -36,39 +37,50 @@ func keySlot(runKey string) (time.Time, bool) {
 
 // runKeyWhere is the condition that selects the record of runKey in
 // cron_job_runs (columns qualified by prefix, e.g. "r." or ""), its
-// placeholders numbered from first: the key and, when the key names one,
-// its slot (one partition). args are the values in placeholder order.
+// placeholders numbered from first: the identity the key names (its job,
+// trigger, request and attempt, as runkey reads it) and, when the key
+// names one, its slot (one partition), last. args are the values in
+// placeholder order. The values are computed here, not by the database's
+// run_key_* functions from the key: a lookup by plain columns plans in
+// less than half the time (docs/benchmarks.md, "Run identity by
+// columns"), and an outcome plans its lookup every time. A key that does
+// not parse names no run: attempt 0, which no record has.
 func runKeyWhere(prefix, runKey string, first int) (cond string, args []any) {
-	key := "$" + strconv.Itoa(first)
-	cond = runIdentity(prefix, key, "run_key_job("+key+")")
-	slot, ok := keySlot(runKey)
-	if !ok {
-		return cond, []any{runKey}
+	k := keyIdentity(runKey)
+	n := func(i int) string { return "$" + strconv.Itoa(first+i) }
+	cond = prefix + "cron_job_id = " + n(0) + " AND " + prefix + "key_trigger = " + n(1) +
+		" AND " + prefix + "key_request = " + n(2) + " AND " + prefix + "attempt = " + n(3)
+	args = []any{k.JobID, string(k.Trigger), k.Request, k.AttemptNumber()}
+	if k.Slot.IsZero() {
+		return cond, args
 	}
-	return cond + " AND " + prefix + "scheduled_at = $" + strconv.Itoa(first+1), []any{runKey, slot}
+	return cond + " AND " + prefix + "scheduled_at = " + n(4), append(args, k.Slot)
+}
+
+// keyIdentity is the run key as runKeyWhere looks it up: parsed, or, for
+// a key that does not parse, one that names no run (the nil job, a retry's
+// attempt 0).
+func keyIdentity(runKey string) runkey.Key {
+	k, err := runkey.Parse(runKey)
+	if err != nil {
+		return runkey.Key{JobID: "00000000-0000-0000-0000-000000000000", Trigger: wire.TriggerRetry, Attempt: 0}
+	}
+	return k
 }
 
 // runIdentity is the condition that a row of cron_job_runs (columns
 // qualified by prefix) has the identity of the run key the SQL expression
-// key holds, of the job the expression job holds, but for the slot: the
+// key holds (a column: a lookup by a key's value is runKeyWhere's), of the job the expression job holds, but for the slot: the
 // identity key (cron_job_runs_identity) but its last column, computed
 // from the key as the row's own columns are. The slot is not in the key's
 // columns (a scheduled key's is its slot), so every caller adds it: the
-// slot the key names (scheduled_at = …), or runSlot when the key may be a
-// manual one, which names none.
+// slot the key names (scheduled_at = …), or none for a manual key, which
+// names none (runningWhere, which cannot tell, asks both ways).
 func runIdentity(prefix, key, job string) string {
 	return prefix + "cron_job_id = " + job +
 		" AND " + prefix + "key_trigger = run_key_trigger(" + key + ")" +
 		" AND " + prefix + "key_request = run_key_request(" + key + ")" +
 		" AND " + prefix + "attempt = run_key_attempt(" + key + ")"
-}
-
-// runSlot completes runIdentity for a key whose kind the statement does
-// not know: its record is at slot (the SQL expression of the slot its
-// report carried, which the endpoints hold to the key's) unless the key
-// is a manual one, whose record is in any month (runKeyWhere).
-func runSlot(prefix, slot string) string {
-	return "(" + prefix + "key_trigger = 'manual' OR " + prefix + "scheduled_at = " + slot + ")"
 }
 
 // outcomeSlotMismatch refuses an outcome whose scheduled_at is not the

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,26 +11,25 @@ import (
 func TestRunKeyWhereNamesTheKeysSlot(t *testing.T) {
 	const job = "0b6f4c1e-8a53-4c8e-9d7e-3f1f0e2a9b10"
 	slot := time.Date(2026, 11, 21, 9, 5, 0, 0, time.UTC)
+	const identity = "r.cron_job_id = $3 AND r.key_trigger = $4 AND r.key_request = $5 AND r.attempt = $6"
 	for _, tc := range []struct {
 		name, key string
-		slot      bool // the condition names scheduled_at
+		want      string
+		args      []any
 	}{
-		{"scheduled (and catch-up)", runkey.Scheduled(job, slot), true},
-		{"backfill", runkey.Backfill(job, slot, "r1"), true},
-		{"retry", runkey.Retry(job, slot, 2), true},
-		{"manual: its record's slot is the request's time", runkey.Manual(job, "4711"), false},
-		{"not a key", "garbage", false},
+		{"scheduled (and catch-up)", runkey.Scheduled(job, slot), identity + " AND r.scheduled_at = $7",
+			[]any{job, "scheduled", "", 1, slot}},
+		{"backfill", runkey.Backfill(job, slot, "r1"), identity + " AND r.scheduled_at = $7",
+			[]any{job, "backfill", "r1", 1, slot}},
+		{"retry", runkey.Retry(job, slot, 2), identity + " AND r.scheduled_at = $7", []any{job, "retry", "", 2, slot}},
+		{"manual: its record's slot is the request's time", runkey.Manual(job, "4711"), identity,
+			[]any{job, "manual", "4711", 1}},
+		{"not a key: attempt 0, which no record has", "garbage", identity,
+			[]any{"00000000-0000-0000-0000-000000000000", "retry", "", 0}},
 	} {
 		cond, args := runKeyWhere("r.", tc.key, 3)
-		identity := "r.cron_job_id = run_key_job($3) AND r.key_trigger = run_key_trigger($3)" +
-			" AND r.key_request = run_key_request($3) AND r.attempt = run_key_attempt($3)"
-		want, wantArgs := identity, []any{tc.key}
-		if tc.slot {
-			want, wantArgs = identity+" AND r.scheduled_at = $4", []any{tc.key, slot}
-		}
-		if cond != want || len(args) != len(wantArgs) || args[0] != wantArgs[0] ||
-			(tc.slot && !args[1].(time.Time).Equal(slot)) {
-			t.Errorf("%s: runKeyWhere = %q %v, want %q %v", tc.name, cond, args, want, wantArgs)
+		if cond != tc.want || fmt.Sprint(args) != fmt.Sprint(tc.args) {
+			t.Errorf("%s: runKeyWhere = %q %v, want %q %v", tc.name, cond, args, tc.want, tc.args)
 		}
 	}
 }

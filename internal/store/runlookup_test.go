@@ -45,8 +45,8 @@ func TestRunLookupsReadOneMonth(t *testing.T) {
 		{"outcome's read, retry key", "", nil, 1},
 		{"outcome's read, manual key", "", nil, 0},
 		{"a start's check (RecordStart)", `SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM cron_job_runs r WHERE ` + recorded + ` AND r.result <> 'lost')`, args, 1},
-		{"replace a placeholder (runWrite)", `UPDATE cron_job_runs SET result = 'success' WHERE ` + store.RunIdentity("", "$1", "$3") +
-			` AND scheduled_at = $2 RETURNING id`, []any{runkey.Scheduled(j.ID, slot), slot, j.ID}, 1},
+		{"replace a placeholder (runWrite)", `UPDATE cron_job_runs SET result = 'success' WHERE cron_job_id = $1 AND key_trigger = $2
+			AND key_request = $3 AND attempt = $4 AND scheduled_at = $5 RETURNING id`, []any{j.ID, "scheduled", "", 1, slot}, 1},
 		{"a lost run's check (sweep)", `SELECT (SELECT true FROM cron_job_runs r WHERE ` + store.RunIdentity("r.", "$1", "$2") +
 			` AND r.scheduled_at = $3) IS NULL`, []any{runkey.Scheduled(j.ID, slot), j.ID, slot}, 1},
 		{"a run still running (runningWhere)", `SELECT s.run_key FROM cron_job_run_starts s JOIN cron_jobs j ON j.id = s.cron_job_id

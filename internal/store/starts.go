@@ -66,16 +66,36 @@ func (s *Store) RecordStart(ctx context.Context, node Node, jobID string, st wir
 // within the job's timeout and the cancel reach (systemd stops a run at
 // its timeout; a start of a node that died, or of a run the sweeper never
 // visits, must not read as running for days).
+//
+// The record is looked up by the start's key at the start's slot (the
+// endpoint holds a start to its key's slot), and a manual key's, which
+// names no slot, in every month as well. Two conditions, not one with
+// "manual or the slot": a condition that mixes the run's columns with
+// the start's cannot bound the index probe by the slot, and reads every
+// scheduled run of the job in every month for each start (seconds for a
+// list of jobs that run every minute). The second is evaluated only for a
+// manual key (OR stops at its first true operand).
 var runningWhere = `NOT EXISTS (SELECT 1 FROM cron_job_runs r WHERE ` + runIdentity("r.", "s.run_key", "s.cron_job_id") +
-	` AND ` + runSlot("r.", "s.scheduled_at") + ` AND r.result NOT IN ` + placeholderResults + `)
+	` AND r.scheduled_at = s.scheduled_at AND r.result NOT IN ` + placeholderResults + `)
+	AND (run_key_trigger(s.run_key) <> 'manual' OR NOT EXISTS (SELECT 1 FROM cron_job_runs r WHERE ` +
+	runIdentity("r.", "s.run_key", "s.cron_job_id") + ` AND r.result NOT IN ` + placeholderResults + `))
 	AND s.received_at > now() - make_interval(secs => j.timeout_seconds) - interval '15 minutes'`
+
+// runningRunsSQL and runningSinceSQL are RunningRuns' and RunningSince's
+// statements.
+var (
+	runningRunsSQL = `SELECT s.run_key, s.cron_job_id, s.node_id, s.scheduled_at, s.started_at, s.invocation_id, s.trigger
+		FROM cron_job_run_starts s JOIN cron_jobs j ON j.id = s.cron_job_id
+		WHERE s.cron_job_id = $1 AND ` + runningWhere + ` ORDER BY s.scheduled_at DESC, s.run_key`
+	runningSinceSQL = `SELECT s.cron_job_id::text, min(s.started_at) FROM cron_job_run_starts s
+		JOIN cron_jobs j ON j.id = s.cron_job_id
+		WHERE s.cron_job_id = ANY($1::uuid[]) AND ` + runningWhere + ` GROUP BY 1`
+)
 
 // RunningRuns are a job's runs in progress, newest slot first (at most
 // one per node).
 func (s *Store) RunningRuns(ctx context.Context, jobID string) ([]RunningRun, error) {
-	rows, err := s.pool.Query(ctx, `SELECT s.run_key, s.cron_job_id, s.node_id, s.scheduled_at, s.started_at, s.invocation_id, s.trigger
-		FROM cron_job_run_starts s JOIN cron_jobs j ON j.id = s.cron_job_id
-		WHERE s.cron_job_id = $1 AND `+runningWhere+` ORDER BY s.scheduled_at DESC, s.run_key`, jobID)
+	rows, err := s.pool.Query(ctx, runningRunsSQL, jobID)
 	if err != nil {
 		return nil, fmt.Errorf("running runs: %w", err)
 	}
@@ -100,9 +120,7 @@ func (s *Store) RunningSince(ctx context.Context, ids []string) (map[string]time
 	if len(ids) == 0 {
 		return out, nil
 	}
-	rows, err := s.pool.Query(ctx, `SELECT s.cron_job_id::text, min(s.started_at) FROM cron_job_run_starts s
-		JOIN cron_jobs j ON j.id = s.cron_job_id
-		WHERE s.cron_job_id = ANY($1::uuid[]) AND `+runningWhere+` GROUP BY 1`, ids)
+	rows, err := s.pool.Query(ctx, runningSinceSQL, ids)
 	if err != nil {
 		return nil, fmt.Errorf("running since: %w", err)
 	}

@@ -8,16 +8,18 @@
 # (EXPLAIN ANALYZE, BUFFERS) and the time migration 029 takes on that
 # history.
 #
-#   JOBS=20000 RUNS=50 scripts/bench/runidentity.sh
+#   JOBS=20000 RUNS=50 HOT=20 HOT_RUNS=50000 scripts/bench/runidentity.sh
 #
-# Runs: one every 16.8 h over 35 days per job (several months); keys 94 %
-# scheduled (1 % of them run as catch-up), 2 % manual, 2 % retry, 1 %
-# backfill, as scripts/bench/runs10m.sh seeds them. OUT: where the
-# EXPLAIN output goes.
+# Runs: one every 16.8 h over 35 days per job (several months), and HOT
+# every-minute jobs with HOT_RUNS runs each (the history a lookup that
+# does not bound itself by the slot would read); keys 94 % scheduled (1 %
+# of them run as catch-up), 2 % manual, 2 % retry, 1 % backfill, as
+# scripts/bench/runs10m.sh seeds them. 100 runs in progress, those of the
+# HOT jobs among them. OUT: where the EXPLAIN output goes.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/bench/pglib.sh
-JOBS=${JOBS:-20000} RUNS=${RUNS:-50}
+JOBS=${JOBS:-20000} RUNS=${RUNS:-50} HOT=${HOT:-20} HOT_RUNS=${HOT_RUNS:-50000}
 OUT=${OUT:-/tmp/runidentity-explain.txt}
 : >"$OUT"
 
@@ -27,7 +29,7 @@ migrate
 sql -c "CREATE UNIQUE INDEX runs_old_key ON cron_job_runs (run_key, scheduled_at)"
 echo "seeding $JOBS jobs x $RUNS runs ($(cut -d' ' -f1-3 /proc/loadavg))" >&2
 t0=$(now)
-sql -v jobs="$JOBS" -v runs="$RUNS" <<'EOF'
+sql -v jobs="$JOBS" -v runs="$RUNS" -v hot="$HOT" -v hot_runs="$HOT_RUNS" <<'EOF'
 SET synchronous_commit = off;
 INSERT INTO shards (id, name, web_storage_dir) VALUES ('00000000-0000-0000-0000-000000000001', 's1', '/srv');
 INSERT INTO tenants (id, name, shard_id, linux_user, linux_group)
@@ -37,23 +39,32 @@ INSERT INTO webroots (id, tenant_id, path) VALUES ('00000000-0000-0000-0000-0000
 INSERT INTO cron_jobs (id, tenant_id, webroot_id, schedule, command, status, created_at, swept_until)
 SELECT md5(j::text)::uuid, '00000000-0000-0000-0000-000000000002', '00000000-0000-0000-0000-000000000003',
        '17 */8 * * *', 'true', 'active', now() - interval '40 days', now()
-FROM generate_series(1, :jobs) j;
+FROM generate_series(1, :jobs + :hot) j;
 INSERT INTO cron_job_runs (run_key, cron_job_id, version, scheduled_at, result, trigger)
 SELECT k.key, v.job, 1, v.slot, 'success', CASE WHEN v.h >= 50 AND v.h < 60 THEN 'catchup' END
-FROM generate_series(1, :runs) i, generate_series(1, :jobs) j,
-  LATERAL (SELECT ((i::bigint * 7919 + j::bigint * 104729) % 1000)::int AS h, md5(j::text)::uuid AS job,
-                  date_trunc('hour', now()) - interval '35 days' + (i - 1) * (interval '35 days' / :runs)
-                  + make_interval(mins => j % 480) AS slot) v,
+FROM (SELECT i, j, date_trunc('hour', now()) - interval '35 days' + (i - 1) * (interval '35 days' / :runs)
+             + make_interval(mins => j % 480) AS slot
+      FROM generate_series(1, :runs) i, generate_series(1, :jobs) j
+      UNION ALL
+      SELECT i, j, date_trunc('hour', now()) - (:hot_runs - i + 1) * interval '1 minute'
+      FROM generate_series(1, :hot_runs) i, generate_series(:jobs + 1, :jobs + :hot) j) g,
+  LATERAL (SELECT g.i, g.j, g.slot, ((g.i::bigint * 7919 + g.j::bigint * 104729) % 1000)::int AS h, md5(g.j::text)::uuid AS job) v,
   LATERAL (SELECT to_char(v.slot AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS s) f,
   LATERAL (SELECT v.job::text || CASE
-     WHEN v.h < 20 THEN '#manual#' || (i::bigint * 1000000 + j)
+     WHEN v.h < 20 THEN '#manual#' || (v.i::bigint * 1000000 + v.j)
      WHEN v.h < 40 THEN '#retry#' || f.s || '#2'
-     WHEN v.h < 50 THEN '#backfill#' || f.s || '#' || (i::bigint * 1000000 + j)
+     WHEN v.h < 50 THEN '#backfill#' || f.s || '#' || (v.i::bigint * 1000000 + v.j)
      ELSE '#scheduled#' || f.s END AS key) k;
 INSERT INTO cron_job_run_starts (cron_job_id, node_id, run_key, scheduled_at, started_at, invocation_id, trigger)
 SELECT id, '00000000-0000-0000-0000-000000000004', id::text || '#scheduled#' || to_char(date_trunc('hour', now()) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
        date_trunc('hour', now()), now(), '', 'scheduled'
-FROM cron_jobs LIMIT 100;
+FROM cron_jobs ORDER BY created_at, id LIMIT 100 - :hot;
+INSERT INTO cron_job_run_starts (cron_job_id, node_id, run_key, scheduled_at, started_at, invocation_id, trigger)
+SELECT md5(j::text)::uuid, '00000000-0000-0000-0000-000000000004',
+       md5(j::text)::uuid::text || '#scheduled#' || to_char(date_trunc('hour', now()) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+       date_trunc('hour', now()), now(), '', 'scheduled'
+FROM generate_series(:jobs + 1, :jobs + :hot) j
+ON CONFLICT DO NOTHING;
 EOF
 t1=$(now)
 sql -c "VACUUM (ANALYZE) cron_job_runs" -c "ANALYZE cron_jobs" -c "ANALYZE cron_job_run_starts"
@@ -89,15 +100,18 @@ exec_ms() {
   { echo "--- $1"; sql -At -c "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) $2"; } >>"$OUT"
   tail -1 "$OUT" | grep -o '[0-9.]* ms' | head -1
 }
-identity="cron_job_id = run_key_job(k) AND key_trigger = run_key_trigger(k) AND key_request = run_key_request(k) AND attempt = run_key_attempt(k)"
+identity="cron_job_id = left(k, 36)::uuid AND key_trigger = run_key_trigger(k) AND key_request = run_key_request(k) AND attempt = run_key_attempt(k)"
 scheduled_new=$(exec_ms "scheduled key, identity" "SELECT result FROM cron_job_runs, (SELECT '$key'::text AS k) p WHERE $identity AND scheduled_at = '$slot'")
 scheduled_old=$(exec_ms "scheduled key, old key" "SELECT result FROM cron_job_runs WHERE run_key = '$key' AND scheduled_at = '$slot'")
 manual_new=$(exec_ms "manual key, identity" "SELECT result FROM cron_job_runs, (SELECT '$manual'::text AS k) p WHERE $identity")
 manual_old=$(exec_ms "manual key, old key" "SELECT result FROM cron_job_runs WHERE run_key = '$manual'")
-running_new=$(exec_ms "runs still running, 100 starts, identity" "SELECT count(*) FROM cron_job_run_starts s WHERE NOT EXISTS
-  (SELECT 1 FROM cron_job_runs r WHERE r.cron_job_id = s.cron_job_id AND r.key_trigger = run_key_trigger(s.run_key)
-     AND r.key_request = run_key_request(s.run_key) AND r.attempt = run_key_attempt(s.run_key)
-     AND (r.key_trigger = 'manual' OR r.scheduled_at = s.scheduled_at) AND r.result <> 'lost')")
+# As runningWhere asks: at the start's slot, and for a manual key in any
+# month too.
+s_identity="r.cron_job_id = s.cron_job_id AND r.key_trigger = run_key_trigger(s.run_key)
+     AND r.key_request = run_key_request(s.run_key) AND r.attempt = run_key_attempt(s.run_key)"
+running_new=$(exec_ms "runs still running, 100 starts, identity" "SELECT count(*) FROM cron_job_run_starts s
+  WHERE NOT EXISTS (SELECT 1 FROM cron_job_runs r WHERE $s_identity AND r.scheduled_at = s.scheduled_at AND r.result <> 'lost')
+    AND (run_key_trigger(s.run_key) <> 'manual' OR NOT EXISTS (SELECT 1 FROM cron_job_runs r WHERE $s_identity AND r.result <> 'lost'))")
 running_old=$(exec_ms "runs still running, 100 starts, old key" "SELECT count(*) FROM cron_job_run_starts s WHERE NOT EXISTS
   (SELECT 1 FROM cron_job_runs r WHERE r.run_key = s.run_key AND r.result <> 'lost')")
 
@@ -106,7 +120,7 @@ sql -c "DROP INDEX runs_old_key" >/dev/null
 sql <<'EOF'
 ALTER TABLE cron_job_runs DROP CONSTRAINT cron_job_runs_identity, DROP CONSTRAINT cron_job_runs_identity_of_key,
   DROP COLUMN key_trigger, DROP COLUMN key_request;
-DROP FUNCTION run_key_job(text), run_key_trigger(text), run_key_request(text), run_key_attempt(text);
+DROP FUNCTION run_key_trigger(text), run_key_request(text), run_key_attempt(text);
 ALTER TABLE cron_job_runs ADD CONSTRAINT cron_job_runs_run_key_key UNIQUE (run_key, scheduled_at);
 VACUUM cron_job_runs;
 EOF
@@ -117,7 +131,7 @@ t4=$(now)
 cat <<EOF
 
 ## run identity: columns against the text key ($(date -u +%F), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg))
-$runs runs ($JOBS jobs x $RUNS), table $table
+$runs runs ($JOBS jobs x $RUNS, $HOT x $HOT_RUNS every minute), table $table
 
 | measure | text key (run_key, scheduled_at) | identity (job, trigger, request, attempt, slot) |
 |---|---|---|

@@ -7,12 +7,13 @@
 -- keys on the same history.
 --
 -- The key stays: nodes, the spool, notifications and the API speak it, and
--- it is what the identity columns are computed from, by the functions
--- below and nothing else, so the two can never disagree and every lookup
--- computes the columns from a key the same way (store.runIdentity). A
--- lookup by key probes the new index with the job, trigger, request and
--- attempt as its prefix (and the slot, when the key names one: one
--- month), a manual key without a slot as before.
+-- it is what the identity columns are computed from (generated columns, a
+-- row trigger and a check), so the two can never disagree. A lookup by a
+-- key's value computes the columns in Go (store.runKeyWhere, as
+-- runkey.Parse reads the key); a join on a key column, with the functions
+-- below (store.runIdentity). Each probes the new index with the job,
+-- trigger, request and attempt as its prefix and the slot, when the key
+-- names one (one month); a manual key without a slot, as before.
 --
 -- The identity is exactly as strict as the old key. The columns are a
 -- function of (run_key, scheduled_at) (the job's id is the key's first
@@ -25,9 +26,9 @@
 -- may hold several versions) the request is the whole key after the job,
 -- so no two keys either version wrote become one.
 --
--- The columns are stored: a later change of these functions must rewrite
--- the history (and be a migration of its own), or old rows keep the
--- identity the old functions gave them.
+-- The columns are stored: a later change of these rules must rewrite the
+-- history (and be a migration of its own), or old rows keep the identity
+-- the old rules gave them.
 --
 -- Deploying: adding the generated columns rewrites the history under
 -- ACCESS EXCLUSIVE (about as long as 027's copy), and a core-api from
@@ -38,14 +39,8 @@
 -- catches up on the next pass.
 
 -- Not STRICT: a strict function whose body is not (a CASE) is never
--- inlined, and a lookup that joins on a function call it cannot see into
--- may filter a job's runs instead of probing the index.
-CREATE FUNCTION run_key_job(run_key text) RETURNS uuid
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    RETURN CASE WHEN run_key ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}#'
-                THEN left(run_key, 36)::uuid END;
-COMMENT ON FUNCTION run_key_job(text) IS 'the job a run key names; NULL for a key that names none (finds no run)';
-
+-- inlined, and a join on a function call the planner cannot see into may
+-- filter a job's runs instead of probing the index.
 CREATE FUNCTION run_key_trigger(run_key text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     RETURN split_part(run_key, '#', 2);
@@ -68,15 +63,28 @@ COMMENT ON FUNCTION run_key_attempt(text) IS 'the attempt a run key names: a ret
 
 LOCK TABLE cron_job_runs IN ACCESS EXCLUSIVE MODE;
 
+-- The columns, the row trigger and the check spell the functions' rules
+-- out rather than call them: a SQL function in a column's expression or a
+-- check is inlined again for every INSERT statement (its catalog entry
+-- read, its body planned), about 0.1 ms a statement, which an outcome
+-- pays once per run (docs/benchmarks.md, "Run identity by columns").
+-- The tests hold the two spellings to each other and to runkey.Parse.
+-- COLLATE "C": identifiers, compared byte by byte (the index compares
+-- them on every insert and probe; a linguistic collation calls strcoll).
 ALTER TABLE cron_job_runs
-    ADD COLUMN key_trigger text GENERATED ALWAYS AS (run_key_trigger(run_key)) STORED,
-    ADD COLUMN key_request text GENERATED ALWAYS AS (run_key_request(run_key)) STORED;
+    ADD COLUMN key_trigger text COLLATE "C" GENERATED ALWAYS AS (split_part(run_key, '#', 2)) STORED,
+    ADD COLUMN key_request text COLLATE "C" GENERATED ALWAYS AS (
+        CASE split_part(run_key, '#', 2)
+            WHEN 'manual' THEN split_part(run_key, '#', 3)
+            WHEN 'backfill' THEN split_part(run_key, '#', 4)
+            WHEN 'scheduled' THEN ''
+            WHEN 'retry' THEN ''
+            ELSE substr(run_key, strpos(run_key, '#') + 1) END) STORED;
 
 -- attempt was the retry key's last part and 1 by default; now it is the
--- key's attempt whatever a writer supplies, and checked to be
--- (run_key_attempt). The trigger spells the rule out instead of calling
--- it: a plpgsql body resolves names by the caller's search_path at run
--- time, and records no dependency; the check does both by reference.
+-- key's attempt whatever a writer supplies, and checked to be (the rule of
+-- run_key_attempt; a plpgsql body would also resolve the function by the
+-- caller's search_path at run time, and record no dependency).
 CREATE OR REPLACE FUNCTION cron_job_runs_trigger_from_key() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF NEW.trigger IS NULL THEN
@@ -86,10 +94,13 @@ BEGIN
                         THEN split_part(NEW.run_key, '#', 4)::integer ELSE 1 END;
     RETURN NEW;
 END $$;
--- A key that names no job (run_key_job NULL) is refused too: no lookup
--- could find its row.
+-- The key's first part is the row's job (a key that names no job is
+-- refused too: no lookup could find its row). A UUID's text is its
+-- canonical lower-case form, as wire.ValidID holds a job id to.
 ALTER TABLE cron_job_runs ADD CONSTRAINT cron_job_runs_identity_of_key
-    CHECK (run_key_job(run_key) IS NOT DISTINCT FROM cron_job_id AND attempt = run_key_attempt(run_key));
+    CHECK (left(run_key, 37) = cron_job_id::text || '#'
+           AND attempt = CASE WHEN split_part(run_key, '#', 2) = 'retry'
+                              THEN split_part(run_key, '#', 4)::integer ELSE 1 END);
 
 ALTER TABLE cron_job_runs DROP CONSTRAINT cron_job_runs_run_key_key;
 ALTER TABLE cron_job_runs ADD CONSTRAINT cron_job_runs_identity
