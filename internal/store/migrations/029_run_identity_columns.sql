@@ -66,7 +66,7 @@ LOCK TABLE cron_job_runs IN ACCESS EXCLUSIVE MODE;
 -- The columns, the row trigger and the check spell the functions' rules
 -- out rather than call them: a SQL function in a column's expression or a
 -- check is inlined again for every INSERT statement (its catalog entry
--- read, its body planned), about 0.1 ms a statement, which an outcome
+-- read, its body planned), about 0.07 ms a statement, which an outcome
 -- pays once per run (docs/benchmarks.md, "Run identity by columns").
 -- The tests hold the two spellings to each other and to runkey.Parse.
 -- COLLATE "C": identifiers, compared byte by byte (the index compares
