@@ -27,13 +27,12 @@ func SetSweepBatch(n int) int {
 }
 
 // StoredRunQuery is storedRunQuery and RecountSQL recountSQL, for the
-// plan and recount tests; RunKeyWhere is runKeyWhere, RunIdentity
-// runIdentity, RunningWhere runningWhere, RunningSQL the statements of
-// RunningRuns and RunningSince.
+// plan and recount tests; RunKeyWhere is runKeyWhere, RunningWhere
+// runningWhere, RunningSQL the statements of RunningRuns and
+// RunningSince.
 var (
 	StoredRunQuery = storedRunQuery
 	RunKeyWhere    = runKeyWhere
-	RunIdentity    = runIdentity
 	RunningWhere   = runningWhere
 	RunningSQL     = map[string]string{"RunningRuns": runningRunsSQL, "RunningSince": runningSinceSQL}
 	RecountSQL     = recountSQL

@@ -11,8 +11,8 @@ import (
 
 // Run history is partitioned by month of scheduled_at (migration 027) and
 // its unique key is a run's identity (migration 029): the job, the key's
-// trigger, request and attempt, and scheduled_at, columns computed from
-// the run key by the database's run_key_* functions. A lookup by key
+// trigger, request and attempt, and scheduled_at, columns the database
+// computes from the run key. A lookup by key
 // alone probes the identity index of every month (the default partition,
 // the months of the retention and those ahead), one that also names
 // scheduled_at probes one month's. Every key that names a slot
@@ -69,13 +69,15 @@ func keyIdentity(runKey string) runkey.Key {
 }
 
 // runIdentity is the condition that a row of cron_job_runs (columns
-// qualified by prefix) has the identity of the run key the SQL expression
-// key holds (a column: a lookup by a key's value is runKeyWhere's), of the job the expression job holds, but for the slot: the
-// identity key (cron_job_runs_identity) but its last column, computed
-// from the key as the row's own columns are. The slot is not in the key's
-// columns (a scheduled key's is its slot), so every caller adds it: the
-// slot the key names (scheduled_at = …), or none for a manual key, which
-// names none (runningWhere, which cannot tell, asks both ways).
+// qualified by prefix) has the identity of the run key in the SQL
+// expression key (a column of another row: a lookup by a key's value is
+// runKeyWhere's), of the job in the expression job, but for the slot:
+// the identity key (cron_job_runs_identity) but its last column, computed
+// from the key by the database's run_key_* functions, which read a key as
+// the row's own columns do. The slot is not among them (a scheduled key's
+// is its slot), so every caller adds it: the slot the key names
+// (scheduled_at = …), or none for a manual key, which names none
+// (runningWhere, which cannot tell, asks both ways).
 func runIdentity(prefix, key, job string) string {
 	return prefix + "cron_job_id = " + job +
 		" AND " + prefix + "key_trigger = run_key_trigger(" + key + ")" +

@@ -47,8 +47,8 @@ func TestRunLookupsReadOneMonth(t *testing.T) {
 		{"a start's check (RecordStart)", `SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM cron_job_runs r WHERE ` + recorded + ` AND r.result <> 'lost')`, args, 1},
 		{"replace a placeholder (runWrite)", `UPDATE cron_job_runs SET result = 'success' WHERE cron_job_id = $1 AND key_trigger = $2
 			AND key_request = $3 AND attempt = $4 AND scheduled_at = $5 RETURNING id`, []any{j.ID, "scheduled", "", 1, slot}, 1},
-		{"a lost run's check (sweep)", `SELECT (SELECT true FROM cron_job_runs r WHERE ` + store.RunIdentity("r.", "$1", "$2") +
-			` AND r.scheduled_at = $3) IS NULL`, []any{runkey.Scheduled(j.ID, slot), j.ID, slot}, 1},
+		{"a lost run's check (sweep)", `SELECT (SELECT true FROM cron_job_runs r WHERE r.cron_job_id = $1 AND r.key_trigger = 'scheduled'
+			AND r.key_request = '' AND r.attempt = 1 AND r.scheduled_at = $2) IS NULL`, []any{j.ID, slot}, 1},
 		{"a run still running (runningWhere)", `SELECT s.run_key FROM cron_job_run_starts s JOIN cron_jobs j ON j.id = s.cron_job_id
 			WHERE s.cron_job_id = $1 AND ` + store.RunningWhere, []any{j.ID}, 0},
 		{"the run by id and slot (retry, events)", `SELECT superseded FROM cron_job_runs WHERE id = $1 AND scheduled_at = $2`, []any{int64(1), slot}, 1},
