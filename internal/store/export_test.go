@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -29,14 +30,21 @@ func SetSweepBatch(n int) int {
 // StoredRunQuery is storedRunQuery and RecountSQL recountSQL, for the
 // plan and recount tests; RunKeyWhere is runKeyWhere, RunningWhere
 // runningWhere, RunningSQL the statements of RunningRuns and
-// RunningSince.
+// RunningSince, SlotRecorded the sweep's check slotRecorded.
 var (
 	StoredRunQuery = storedRunQuery
 	RunKeyWhere    = runKeyWhere
 	RunningWhere   = runningWhere
 	RunningSQL     = map[string]string{"RunningRuns": runningRunsSQL, "RunningSince": runningSinceSQL}
 	RecountSQL     = recountSQL
+	SlotRecorded   = slotRecorded
 )
+
+// ReplaceRunSQL is runWrite's statement when it replaces the record of
+// o's key found at the slot at.
+func ReplaceRunSQL(node Node, jobID string, o Outcome, at time.Time) (string, pgx.NamedArgs) {
+	return runWrite(node, jobID, o, &storedRun{At: at}, nil)
+}
 
 // ForgetDigests empties NodeDesiredDigest's cache, so the next call reads
 // the jobs (the benchmark's miss).

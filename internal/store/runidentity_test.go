@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/hostcron/hostcron/internal/runkey"
@@ -73,25 +75,13 @@ func TestRunIdentityIsTheKeys(t *testing.T) {
 	must(t, insert(runkey.Retry(j.ID, slot, 2), j.ID, 1, ""))
 	must(t, insert(runkey.Backfill(j.ID, slot, "r1"), j.ID, 1, ""))
 	must(t, insert(runkey.Manual(j.ID, "r1"), j.ID, 1, ""))
-	var got []string
 	rows, err := f.st.Pool().Query(ctx, `SELECT key_trigger || '/' || key_request || '/' || attempt FROM cron_job_runs
 		WHERE cron_job_id = $1 ORDER BY 1`, j.ID)
 	must(t, err)
-	for rows.Next() {
-		var s string
-		must(t, rows.Scan(&s))
-		got = append(got, s)
-	}
-	must(t, rows.Err())
-	want := []string{"backfill/r1/1", "manual/r1/1", "retry//2", "scheduled//1"}
-	if len(got) != len(want) {
-		t.Fatalf("identities %v, want %v", got, want)
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Errorf("identities %v, want %v", got, want)
-			break
-		}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	must(t, err)
+	if want := []string{"backfill/r1/1", "manual/r1/1", "retry//2", "scheduled//1"}; !slices.Equal(got, want) {
+		t.Errorf("identities %v, want %v", got, want)
 	}
 }
 

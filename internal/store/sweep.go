@@ -311,6 +311,13 @@ type lostRun struct {
 	ID    int64
 }
 
+// slotRecorded is true when slot u.scheduled_at of job u.cron_job_id has a
+// record: the sweep's check before it writes a lost run. Every key the
+// sweep writes is a scheduled one (runkey.Scheduled), whose identity is
+// the job, 'scheduled', no request, attempt 1 and its slot.
+const slotRecorded = `SELECT true FROM cron_job_runs r WHERE r.cron_job_id = u.cron_job_id AND r.key_trigger = 'scheduled'
+	AND r.key_request = '' AND r.attempt = 1 AND r.scheduled_at = u.scheduled_at`
+
 // write plans the sweep of jobs (their rows held by tx) and records it
 // with two statements: the lost runs (a slot with a run of any kind, or an
 // earlier lost record, keeps it: the run key is unique) and where each
@@ -351,17 +358,14 @@ func (p *sweepPass) write(ctx context.Context, tx pgx.Tx, jobs []sweepJobRow) (l
 		// of the statement's time when every slot was reported). It is a
 		// scalar subquery, not NOT EXISTS, so that it stays one probe of
 		// the identity index per slot, in the slot's partition only: an
-		// anti-join may be planned as a scan of the whole history. Every
-		// key here is a scheduled one (runkey.Scheduled), whose identity
-		// is the job, 'scheduled', no request, attempt 1 and its slot.
-		// ON CONFLICT stays for a record committed after the statement's
+		// anti-join may be planned as a scan of the whole history. ON
+		// CONFLICT stays for a record committed after the statement's
 		// snapshot.
 		rows, err := tx.Query(ctx, `
 			INSERT INTO cron_job_runs (run_key, cron_job_id, version, scheduled_at, result, failure_reason)
 			SELECT u.run_key, u.cron_job_id, u.version, u.scheduled_at, $5, $6
 			FROM unnest($1::text[], $2::uuid[], $3::bigint[], $4::timestamptz[]) AS u(run_key, cron_job_id, version, scheduled_at)
-			WHERE (SELECT true FROM cron_job_runs r WHERE r.cron_job_id = u.cron_job_id AND r.key_trigger = 'scheduled'
-			         AND r.key_request = '' AND r.attempt = 1 AND r.scheduled_at = u.scheduled_at) IS NULL
+			WHERE (`+slotRecorded+`) IS NULL
 			ON CONFLICT (cron_job_id, key_trigger, key_request, attempt, scheduled_at) DO NOTHING RETURNING cron_job_id::text, id`, keys, runJobs, versions, slots, wire.ResultLost, p.reason)
 		if err != nil {
 			return nil, nil, fmt.Errorf("sweep: record lost runs: %w", err)
