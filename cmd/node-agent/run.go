@@ -170,13 +170,15 @@ func startNodeWorker(ctx context.Context, cfg nodeconf.Config, nm *metrics.Node,
 // queue merges those that wait while an apply runs into one plan and one
 // daemon-reload (issue 16). The slots bound that: a batch's callers hold
 // their slots until it ends, so in a burst batches settle at about half
-// the slots (with 4, 1,000 changes cost some 500 reloads; measured with
-// 64, 31). With changes arriving at 1,000 a minute and a reload of a few
-// seconds, some 70 arrive during one apply: 128 slots keep the batch
-// bounded by the arrivals, not the slots. A waiting change is a goroutine
-// and leaves when its deadline passes (Temporal retries it), so idle
-// slots cost nothing, and free ones leave room for a run-now or cancel
-// during a burst.
+// the slots (1,000 changes took 31 reloads with 64, 14-16 with 128). More
+// slots make fewer, larger batches (1,024 in flight: 2 reloads; 7.4x
+// faster at 10,000 timers, docs/benchmarks.md, "Apply queue: more changes
+// in flight"), but a waiting change is an activity goroutine whose stack
+// has grown to some 32 KB: 1,024 waiting took the agent from 30 to 69 MB
+// (the review's measurement with a real Temporal worker), against a goal
+// of 50 MB. 128 keeps a burst's memory within some 8 MB. A waiting change
+// leaves when its deadline passes (Temporal retries it), and free slots
+// leave room for a run-now or cancel during a burst.
 const activitySlots = 128
 
 // announce tells the core this node is up, so it converges the node; it

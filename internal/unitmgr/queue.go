@@ -120,10 +120,50 @@ func (m *Manager) take() []*queued {
 	return batch
 }
 
-// runBatch plans and applies a batch as one request and hands each
-// caller its part. The batch's context ends only when every caller's
-// has: one caller giving up does not stop the others' changes.
+// runBatch applies a batch (applyBatch), handing each caller its part as
+// soon as it is known.
 func (m *Manager) runBatch(batch []*queued) {
+	delivered := make(map[*queued]bool, len(batch))
+	deliver := func(q *queued, r result) {
+		delivered[q] = true
+		q.done <- r
+	}
+	defer func() {
+		// A panic here would end the agent, not one activity as it did
+		// when each ran its own apply (the worker recovers those): each
+		// caller not yet answered gets it as an error, Temporal retries,
+		// and the dirty marker makes the retry reload whatever the batch
+		// had written.
+		if r := recover(); r != nil {
+			m.log.Error("apply queue: a batch panicked", "panic", r, "stack", string(debug.Stack()))
+			for _, q := range batch {
+				if !delivered[q] {
+					q.done <- result{err: fmt.Errorf("apply of %d queued changes panicked: %v", len(batch), r)}
+				}
+			}
+		}
+	}()
+	m.applyBatch(batch, deliver)
+}
+
+// applyBatch plans and applies a batch as one request and delivers each
+// caller's part. The batch's context ends only when every caller's has:
+// one caller giving up does not stop the others' changes. A batch that
+// failed as a whole for a reason that may be one change's doing
+// (retryAlone) is applied again in halves, each half one plan, and a half
+// that fails so is halved again down to the change alone: one bad change
+// among n costs about 2·log2(n) plans and reloads only for the halves
+// without it, not the n plans and reloads of applying each change alone
+// (issue 16: a batch holds up to about half the agent's activity slots,
+// and each plan that writes a unit file reloads). A half's callers are
+// answered when it ends, not when the last half does, so they do not
+// hold their slots, or run out their deadlines, through the other halves'
+// reloads. The first half is applied before the second, so queue order
+// is kept (within a batch different jobs' changes commute anyway:
+// batchLen). A node-wide fault that fails every plan before it writes
+// (systemd gone) costs 2n-1 failed plans instead of n, none of them
+// reloading.
+func (m *Manager) applyBatch(batch []*queued, deliver func(*queued, result)) {
 	reqs := make([]Request, len(batch))
 	ctxs := make([]context.Context, len(batch))
 	for i, q := range batch {
@@ -131,76 +171,66 @@ func (m *Manager) runBatch(batch []*queued) {
 	}
 	ctx, stop := untilAllDone(ctxs)
 	defer stop()
-	delivered := false
-	defer func() {
-		// A panic here would end the agent, not one activity as it did
-		// when each ran its own apply (the worker recovers those): each
-		// caller gets it as an error, Temporal retries, and the dirty
-		// marker makes the retry reload whatever the batch had written.
-		if r := recover(); r != nil && !delivered {
-			m.log.Error("apply queue: a batch panicked", "panic", r, "stack", string(debug.Stack()))
-			for _, q := range batch {
-				q.done <- result{err: fmt.Errorf("apply of %d queued changes panicked: %v", len(batch), r)}
-			}
-		}
-	}()
 	req := mergeBatch(reqs)
 	if len(batch) > 1 {
 		m.log.Debug("apply queue: one plan for several changes", "changes", len(batch), "jobs", len(req.Jobs), "removals", len(req.Names))
 	}
-	start := time.Now()
+	rep, err := m.planAndObserve(ctx, req)
+	switch {
+	case len(batch) == 1:
+		deliver(batch[0], result{rep, err})
+	case retryAlone(err):
+		half := len(batch) / 2
+		m.applyWaiting(batch[:half], deliver)
+		m.applyWaiting(batch[half:], deliver)
+	default:
+		for i, r := range splitResult(reqs, req, rep, err) {
+			deliver(batch[i], r)
+		}
+	}
+}
+
+// applyWaiting applies as one batch (applyBatch) the callers of part that
+// still wait; one that left gets its context's error, and nothing is
+// applied for it.
+func (m *Manager) applyWaiting(part []*queued, deliver func(*queued, result)) {
+	var waiting []*queued
+	for _, q := range part {
+		if err := q.ctx.Err(); err != nil {
+			deliver(q, result{err: fmt.Errorf("wait for the node's apply queue: %w", err)})
+			continue
+		}
+		waiting = append(waiting, q)
+	}
+	if len(waiting) > 0 {
+		m.applyBatch(waiting, deliver)
+	}
+}
+
+// planAndObserve plans and applies req with a fresh executor and tells
+// the observer.
+func (m *Manager) planAndObserve(ctx context.Context, req Request) (wire.NodeReport, error) {
 	e := executor{sys: m.sys, layout: m.layout, log: m.log, lockDir: m.lockDir, obs: m.obs, steps: map[string]int{},
 		endCatchUp: m.endCatchUp}
+	start := time.Now()
 	rep, err := m.planAndRun(ctx, req, &e)
 	if m.obs != nil {
 		m.obs.Applied(string(req.Op), req.Operator, time.Since(start), e.steps, err, m.now())
 	}
-	results := []result{{rep, err}}
-	switch {
-	case len(batch) == 1:
-	case retryAlone(err):
-		results = m.runEachAlone(batch)
-	default:
-		results = splitResult(reqs, req, rep, err)
-	}
-	delivered = true
-	for i, r := range results {
-		batch[i].done <- r
-	}
+	return rep, err
 }
 
 // retryAlone tells whether a batch's error may be one change's doing that
 // failed the whole plan: a failed read of one unit's files, a failed
 // removal, an enable or disable that systemd refused for one bad file.
-// Then each change is applied again on its own (as before the queue), so
-// one job's fault is its own caller's error, not that of every unrelated
-// change that queued with it (the review found one such job failing every
+// Then the batch is applied again in parts (applyBatch), so one job's
+// fault is its own caller's error, not that of every unrelated change
+// that queued with it (the review found one such job failing every
 // change of its node while Temporal retried it). A failed daemon-reload
 // is the node's: its callers all fail and are retried, once each.
 func retryAlone(err error) bool {
 	_, whole := splitErrors(err)
 	return len(whole) > 0 && !errors.Is(err, errReload)
-}
-
-// runEachAlone applies each change of a batch on its own, in queue order,
-// under the lock the batch holds, with its caller's context.
-func (m *Manager) runEachAlone(batch []*queued) []result {
-	out := make([]result, len(batch))
-	for i, q := range batch {
-		if err := q.ctx.Err(); err != nil {
-			out[i] = result{err: fmt.Errorf("wait for the node's apply queue: %w", err)}
-			continue
-		}
-		e := executor{sys: m.sys, layout: m.layout, log: m.log, lockDir: m.lockDir, obs: m.obs, steps: map[string]int{},
-			endCatchUp: m.endCatchUp}
-		start := time.Now()
-		rep, err := m.planAndRun(q.ctx, q.req, &e)
-		if m.obs != nil {
-			m.obs.Applied(string(q.req.Op), q.req.Operator, time.Since(start), e.steps, err, m.now())
-		}
-		out[i] = result{rep, err}
-	}
-	return out
 }
 
 // untilAllDone returns a context that ends when every one of ctxs has

@@ -2,11 +2,15 @@ package unitmgr
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/hostcron/hostcron/internal/wire"
 )
@@ -85,5 +89,173 @@ func TestAFailingVersionDoesNotHideTheOneBefore(t *testing.T) {
 	}
 	if slices.Contains(got[1].rep.Kept, unit(idA)) {
 		t.Errorf("version 3 reported kept")
+	}
+}
+
+// Issue 16: a batch of many changes with one bad among them is applied
+// again in halves, not change by change: the bad change's caller alone
+// gets its error, every other change is applied, and the reloads are
+// about log2 of the batch (one by one, the 63 good changes cost 63).
+func TestOneBadChangeAmongManyIsFoundByHalving(t *testing.T) {
+	const n, bad = 64, 37
+	m, f, release := blockedNode(t)
+	if err := os.MkdirAll(filepath.Join(m.layout.unitPath(unit(nthID(bad)), extTimer), "x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	calls := make([]func() (wire.NodeReport, error), n)
+	for i := range calls {
+		calls[i] = func() (wire.NodeReport, error) { return m.Apply(context.Background(), []wire.Job{job(nthID(i))}) }
+	}
+	before := countOf(f.Calls(), "reload")
+	results := queueCalls(t, m, calls)
+	release()
+	for i, r := range waitAll(results) {
+		if i == bad {
+			if r.err == nil || !strings.Contains(r.err.Error(), "is a directory") {
+				t.Errorf("the bad change's caller: %v, want its own read error", r.err)
+			}
+			continue
+		}
+		u := unit(nthID(i))
+		if r.err != nil {
+			t.Errorf("caller %d failed with the bad change: %v", i, r.err)
+		}
+		if !slices.Equal(r.rep.Specs, []string{u}) || !slices.Equal(r.rep.Enabled, []string{u + ".timer"}) {
+			t.Errorf("caller %d's report %+v, want its own unit %s only", i, r.rep, u)
+		}
+		if !f.active[u+".timer"] {
+			t.Errorf("%s is not active", u)
+		}
+	}
+	// The blocked apply's reload, then one per half that holds no bad
+	// change: 32, 16, 8, 4, 2 and 1 changes.
+	if got := countOf(f.Calls(), "reload") - before; got > 1+6 {
+		t.Errorf("%d reloads for a batch of %d with one bad change, want at most 7 (halving)", got, n)
+	}
+}
+
+// planHook observes each plan's end and calls fn with its count (1 for
+// the first plan after it was set).
+type planHook struct {
+	mu sync.Mutex
+	n  int
+	fn func(n int)
+}
+
+func (h *planHook) Applied(string, bool, time.Duration, map[string]int, error, time.Time) {
+	h.mu.Lock()
+	h.n++
+	n := h.n
+	h.mu.Unlock()
+	h.fn(n)
+}
+
+func (h *planHook) Reloaded(time.Duration) {}
+
+// blockedNodeObserved is blockedNode with o observing every plan, the
+// blocked one's first.
+func blockedNodeObserved(t *testing.T, o Observer) (*Manager, *fakeSystemd, func()) {
+	t.Helper()
+	m, f := testManager(t)
+	m.SetObserver(o)
+	holdQueueJobs(f)
+	f.inReload = make(chan struct{})
+	first := make(chan error, 1)
+	go func() { _, err := m.Apply(context.Background(), []wire.Job{job(nthID(999))}); first <- err }()
+	waitFor(t, func() bool { return slices.Contains(f.Calls(), "reload") })
+	return m, f, func() {
+		close(f.inReload)
+		if err := <-first; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A caller that leaves while its batch's merged plan fails is left out of
+// the halves: nothing is applied for it, it gets its context's error, and
+// every other caller still gets its own answer.
+func TestCallerThatLeftIsNotAppliedInAHalf(t *testing.T) {
+	ctxA, leave := context.WithCancel(context.Background())
+	defer leave()
+	hook := &planHook{fn: func(n int) {
+		if n == 2 { // the blocked apply's plan, then the merged one
+			leave()
+		}
+	}}
+	m, f, release := blockedNodeObserved(t, hook)
+	if err := os.MkdirAll(filepath.Join(m.layout.unitPath(unit(idC), extTimer), "x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var chans []chan callResult
+	for i, call := range []func() (wire.NodeReport, error){
+		func() (wire.NodeReport, error) { return m.Apply(ctxA, []wire.Job{job(idA)}) },
+		func() (wire.NodeReport, error) { return m.Apply(context.Background(), []wire.Job{job(idB)}) },
+		func() (wire.NodeReport, error) { return m.Apply(context.Background(), []wire.Job{job(idC)}) },
+		func() (wire.NodeReport, error) { return m.Apply(context.Background(), []wire.Job{job(nthID(5))}) },
+	} {
+		chans = append(chans, queueCalls2(t, m, i, []func() (wire.NodeReport, error){call})...)
+	}
+	release()
+	got := waitAll(chans)
+	if !errors.Is(got[0].err, context.Canceled) {
+		t.Errorf("the caller that left: %v, want its context's error", got[0].err)
+	}
+	if _, err := os.Stat(m.layout.unitPath(unit(idA), extTimer)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the change of the caller that left was applied (%v)", err)
+	}
+	for i, id := range map[int]string{1: idB, 3: nthID(5)} {
+		if got[i].err != nil || !slices.Equal(got[i].rep.Specs, []string{unit(id)}) || !f.active[unit(id)+".timer"] {
+			t.Errorf("caller %d: %+v, %v; want its own unit applied", i, got[i].rep, got[i].err)
+		}
+	}
+	if got[2].err == nil || !strings.Contains(got[2].err.Error(), "is a directory") {
+		t.Errorf("the bad change's caller: %v, want its own read error", got[2].err)
+	}
+}
+
+// A half's callers are answered when their half ends, not when the last
+// half does: they would otherwise hold their activity slots, and run out
+// their deadlines, through the other halves' plans and reloads.
+func TestAHalfsCallersAreAnsweredWhenItEnds(t *testing.T) {
+	const bad = 3
+	var chans []chan callResult
+	answered := make(chan error, 1)
+	hook := &planHook{fn: func(n int) {
+		// Plans: the blocked apply, the merged batch (fails), the first
+		// half [0 1] (applied), then the second half [2 3] (fails): by
+		// its end the first half's callers must have their answers.
+		if n != 4 {
+			return
+		}
+		for _, i := range []int{0, 1} {
+			select {
+			case r := <-chans[i]:
+				chans[i] <- r
+			case <-time.After(5 * time.Second):
+				answered <- fmt.Errorf("caller %d of the applied first half has no answer while the second half runs", i)
+				return
+			}
+		}
+		answered <- nil
+	}}
+	m, _, release := blockedNodeObserved(t, hook)
+	if err := os.MkdirAll(filepath.Join(m.layout.unitPath(unit(nthID(bad)), extTimer), "x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	calls := make([]func() (wire.NodeReport, error), 4)
+	for i := range calls {
+		calls[i] = func() (wire.NodeReport, error) { return m.Apply(context.Background(), []wire.Job{job(nthID(i))}) }
+	}
+	for i := range calls {
+		chans = append(chans, queueCalls2(t, m, i, calls[i:i+1])...)
+	}
+	release()
+	if err := <-answered; err != nil {
+		t.Error(err)
+	}
+	for i, r := range waitAll(chans) {
+		if (r.err != nil) != (i == bad) {
+			t.Errorf("caller %d: %v", i, r.err)
+		}
 	}
 }

@@ -21,6 +21,7 @@ import (
 // burstOut is node-agent burst's output (cmd/node-agent/burst.go).
 type burstOut struct {
 	Changes     int      `json:"changes"`
+	Concurrency int      `json:"concurrency"`
 	Plans       int      `json:"plans"`
 	Reloads     int      `json:"reloads"`
 	ReloadMS    int64    `json:"reload_ms"`
@@ -33,15 +34,21 @@ type burstOut struct {
 // TestApplyBurst (issue 16): on a node holding T cron timers, a burst of
 // BENCH_BURST_CHANGES schedule changes (each a new version whose timer
 // file changes: a reload and a restart each), sent as concurrent changes
-// the way the daemon's activities bring them (64 in flight), against the
-// same changes one by one (BENCH_BURST_SERIAL of them, each its own
-// plan and reload; scaled to the burst's size). The batched run's
-// process first converges the T timers, so its VmHWM is an agent's peak
-// at T timers. T: BENCH_BURST_TIMERS, a comma list.
+// the way the daemon's activities bring them (the agent's activity slots
+// in flight, or each of BENCH_BURST_SLOTS, a comma list, in turn: an A/B
+// of the slots in one run), against the same changes one by one
+// (BENCH_BURST_SERIAL of them, each its own plan and reload; scaled to
+// the burst's size). The first batched run's process first converges the
+// T timers, so its VmHWM is an agent's peak at T timers. T:
+// BENCH_BURST_TIMERS, a comma list.
 func TestApplyBurst(t *testing.T) {
 	changes := envInt("BENCH_BURST_CHANGES", 1000)
 	serial := envInt("BENCH_BURST_SERIAL", 50)
 	sizes := strings.Split(envStr("BENCH_BURST_TIMERS", "1000,5000"), ",")
+	var slotList []string // empty: the agent's own
+	if v := envStr("BENCH_BURST_SLOTS", ""); v != "" {
+		slotList = strings.Split(v, ",")
+	}
 	const node = "node3"
 	for _, s := range sizes {
 		n, err := strconv.Atoi(s)
@@ -51,24 +58,39 @@ func TestApplyBurst(t *testing.T) {
 		set := jobs(n)
 		writeNodeJSON(t, node, "/root/burst-set.json", set)
 		k := min(changes, n)
-		v2 := withSchedule(set[:k], 2, "0 4 * * *")
-		var b burstOut
-		c.Agent(t, node, v2, &b, "burst", "--set", "/root/burst-set.json")
-		if len(b.Failed) != 0 || b.Changes != k {
-			t.Fatalf("batched burst at %d timers: %+v", n, b)
+		version := int64(1)
+		var batched []burstOut
+		for i := range max(1, len(slotList)) {
+			version++
+			args := []string{"burst"}
+			if i == 0 {
+				args = append(args, "--set", "/root/burst-set.json")
+			}
+			if len(slotList) > 0 {
+				args = append(args, "--concurrency", slotList[i])
+			}
+			// A new schedule each run, so every change writes a timer file.
+			var b burstOut
+			c.Agent(t, node, withSchedule(set[:k], version, fmt.Sprintf("%d 4 * * *", version)), &b, args...)
+			if len(b.Failed) != 0 || b.Changes != k {
+				t.Fatalf("batched burst at %d timers (%v): %+v", n, args, b)
+			}
+			batched = append(batched, b)
 		}
 		sn := min(serial, k)
-		v3 := withSchedule(set[:sn], 3, "0 5 * * *")
+		version++
 		var one burstOut
-		c.Agent(t, node, v3, &one, "burst", "--concurrency", "1")
+		c.Agent(t, node, withSchedule(set[:sn], version, fmt.Sprintf("%d 4 * * *", version)), &one, "burst", "--concurrency", "1")
 		if len(one.Failed) != 0 || one.Reloads != sn {
 			t.Fatalf("one-by-one at %d timers: %+v", n, one)
 		}
 		perChange := float64(one.TookMS) / float64(sn)
-		fmt.Printf("BENCH applyq timers=%d changes=%d batched_s=%.2f batched_plans=%d batched_reloads=%d serial_changes=%d serial_s=%.2f serial_ms_per_change=%.1f serial_est_s=%.1f batched_reload_s=%.2f serial_reload_s=%.2f reconcile_s=%.1f rss_mb=%.1f\n",
-			n, k, float64(b.TookMS)/1000, b.Plans, b.Reloads, sn, float64(one.TookMS)/1000, perChange, perChange*float64(k)/1000,
-			float64(b.ReloadMS)/1000, float64(one.ReloadMS)/1000,
-			float64(b.ReconcileMS)/1000, float64(b.VmHWMKB)/1024)
+		for _, b := range batched {
+			fmt.Printf("BENCH applyq timers=%d changes=%d slots=%d batched_s=%.2f batched_plans=%d batched_reloads=%d serial_changes=%d serial_s=%.2f serial_ms_per_change=%.1f serial_est_s=%.1f batched_reload_s=%.2f serial_reload_s=%.2f reconcile_s=%.1f rss_mb=%.1f\n",
+				n, k, b.Concurrency, float64(b.TookMS)/1000, b.Plans, b.Reloads, sn, float64(one.TookMS)/1000, perChange, perChange*float64(k)/1000,
+				float64(b.ReloadMS)/1000, float64(one.ReloadMS)/1000,
+				float64(b.ReconcileMS)/1000, float64(b.VmHWMKB)/1024)
+		}
 	}
 	c.Agent(t, node, []wire.Job{}, nil, "reconcile")
 }
