@@ -66,7 +66,7 @@ func (f *fakeSystemd) Calls() []string {
 	return append([]string(nil), f.calls...)
 }
 
-func (f *fakeSystemd) Reload(context.Context) error {
+func (f *fakeSystemd) Reload(ctx context.Context) error {
 	f.record("reload")
 	f.mu.Lock()
 	onReload := f.onReload
@@ -75,7 +75,13 @@ func (f *fakeSystemd) Reload(context.Context) error {
 		onReload()
 	}
 	if f.inReload != nil {
-		<-f.inReload
+		select {
+		case <-f.inReload:
+		case <-ctx.Done():
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err // as D-Bus: the caller stops waiting (PID 1 does not)
 	}
 	return f.failRload
 }

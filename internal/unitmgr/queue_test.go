@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/hostcron/hostcron/internal/wire"
 )
@@ -548,5 +549,47 @@ func TestBatchPanicFailsItsCallers(t *testing.T) {
 	rep, err := m.Apply(context.Background(), []wire.Job{job(idA), job(idB)})
 	if err != nil || rep.Reloads != 1 {
 		t.Errorf("apply after the panic: %+v %v, want a reload (the dirty marker)", rep, err)
+	}
+}
+
+// A batch whose callers all give up while its daemon-reload runs (their
+// deadlines pass) still waits for the reload: PID 1 finishes it anyway,
+// and abandoning it left the dirty marker, so the callers' retries asked
+// for a second reload. Waited for, the retries find their changes
+// applied and reload nothing.
+func TestEveryCallerLeavingDoesNotAbandonTheReload(t *testing.T) {
+	m, f, release := blockedNode(t)
+	ctx, leave := context.WithCancel(context.Background())
+	defer leave()
+	f.setOnReload(func() {
+		f.mu.Lock()
+		second := countOf(f.calls, "reload") == 2
+		f.mu.Unlock()
+		if second { // the batch's reload: every caller gives up meanwhile
+			leave()
+			time.Sleep(100 * time.Millisecond) // the reload goes on
+		}
+	})
+	results := queueCalls(t, m, []func() (wire.NodeReport, error){
+		func() (wire.NodeReport, error) { return m.Apply(ctx, []wire.Job{job(idA)}) },
+		func() (wire.NodeReport, error) { return m.Apply(ctx, []wire.Job{job(idB)}) },
+	})
+	release()
+	for _, ch := range results {
+		<-ch
+	}
+	if _, err := m.Plan(context.Background(), apply(job(idA))); err != nil { // waits for the batch to end
+		t.Fatal(err)
+	}
+	if got := countOf(f.Calls(), "reload"); got != 2 {
+		t.Fatalf("%d reloads before the retries, want 2", got)
+	}
+	for _, id := range []string{idA, idB} { // Temporal's retries
+		if _, err := m.Apply(context.Background(), []wire.Job{job(id)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := countOf(f.Calls(), "reload"); got != 2 {
+		t.Errorf("the retries reloaded again (%d reloads, want 2): the batch abandoned its reload", got)
 	}
 }
