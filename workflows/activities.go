@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/hostcron/hostcron/internal/desiredset"
@@ -149,21 +151,47 @@ type NodeActivities struct {
 	// (ReconcileFromCore); nil on an agent without a core API address,
 	// whose paged converges then fail.
 	Desired DesiredSource
+	// Completer, when set and Units is QueuedUnits, completes ApplyJobs
+	// and RemoveUnits asynchronously (completeLater); nil, they wait.
+	Completer Completer
+
+	queuedNow atomic.Int64 // changes waiting asynchronously (completeLater)
+}
+
+// QueuedUnits is a NodeUnits whose applies and deletes can be queued
+// without waiting (*unitmgr.Manager has it): with a Completer, ApplyJobs
+// and RemoveUnits complete asynchronously.
+type QueuedUnits interface {
+	ApplyThen(ctx context.Context, jobs []wire.Job, then func(wire.NodeReport, error)) error
+	DeleteThen(ctx context.Context, names []string, version int64, then func(wire.NodeReport, error)) error
+}
+
+// Completer completes an activity that returned activity.ErrResultPending
+// (the Temporal client has it).
+type Completer interface {
+	CompleteActivityWithOptions(ctx context.Context, opts client.CompleteActivityOptions) error
 }
 
 // ApplyJobs writes, enables or disables the given jobs.
 func (a *NodeActivities) ApplyJobs(ctx context.Context, jobs []wire.Job) (wire.NodeReport, error) {
 	admitted, refused := trust.Partition(jobs, a.Admission)
-	rep, err := a.Units.Apply(ctx, admitted)
-	rep.Failed = append(rep.Failed, refused...)
-	if err != nil {
-		return rep, err
+	answer := func(rep wire.NodeReport, err error) (wire.NodeReport, error) {
+		rep.Failed = append(rep.Failed, refused...)
+		if err != nil {
+			return rep, err
+		}
+		if len(rep.Failed) > 0 {
+			// A bad job will not get better by retrying.
+			return rep, temporal.NewNonRetryableApplicationError(fmt.Sprint(rep.Failed), "ApplyFailed", nil)
+		}
+		return rep, nil
 	}
-	if len(rep.Failed) > 0 {
-		// A bad job will not get better by retrying.
-		return rep, temporal.NewNonRetryableApplicationError(fmt.Sprint(rep.Failed), "ApplyFailed", nil)
+	if q, ok := a.queued(ctx); ok {
+		return a.completeLater(ctx, func(wait context.Context, then func(wire.NodeReport, error)) error {
+			return q.ApplyThen(wait, admitted, then)
+		}, answer, func() (wire.NodeReport, error) { return answer(a.Units.Apply(ctx, admitted)) })
 	}
-	return rep, nil
+	return answer(a.Units.Apply(ctx, admitted))
 }
 
 // RemoveUnits stops and removes the units of jobs the core deleted at
@@ -176,7 +204,113 @@ func (a *NodeActivities) RemoveUnits(ctx context.Context, names []string, versio
 	if err := trust.AdmitUnits(names); err != nil {
 		return wire.NodeReport{}, notAdmitted(err)
 	}
+	if q, ok := a.queued(ctx); ok {
+		return a.completeLater(ctx, func(wait context.Context, then func(wire.NodeReport, error)) error {
+			return q.DeleteThen(wait, names, version, then)
+		}, func(rep wire.NodeReport, err error) (wire.NodeReport, error) { return rep, err },
+			func() (wire.NodeReport, error) { return a.Units.Delete(ctx, names, version) })
+	}
 	return a.Units.Delete(ctx, names, version)
+}
+
+// queued is the unit manager as QueuedUnits when this activity may
+// complete asynchronously: a Completer is set and ctx is an activity's.
+func (a *NodeActivities) queued(ctx context.Context) (QueuedUnits, bool) {
+	q, ok := a.Units.(QueuedUnits)
+	return q, ok && a.Completer != nil && activity.IsActivity(ctx)
+}
+
+// completeLater queues the activity's change (enqueue) and returns
+// activity.ErrResultPending: the activity is completed through the
+// Completer when the node's apply queue answers (answer shapes the result
+// as the synchronous activity returns it). So a change waiting in the
+// queue holds no activity slot and no activity goroutine, whose stack of
+// some 32 KB made 1,024 waiting changes cost the agent 38 MB (issue 16):
+// the queue's batches are bounded by what arrives during an apply, not by
+// the agent's slots. At most maxQueued changes wait so (some 4-5 KB each);
+// past that an activity waits synchronously, holding its slot, which
+// brings back the slots' back-pressure. The wait ends at the activity's
+// deadline, as the synchronous one's: a change whose batch has not
+// started by then is dropped, nothing is completed, and Temporal retries
+// it after its timeout, as it does an agent that died. The completion
+// names the activity's workflow, types and task queue, which the payload
+// signature is bound to (trust.Codec), exactly as the worker's own
+// completion does. Activities completed so must not heartbeat-time-out:
+// the node activities set no heartbeat timeout (nodeCtx).
+func (a *NodeActivities) completeLater(ctx context.Context,
+	enqueue func(wait context.Context, then func(wire.NodeReport, error)) error,
+	answer func(wire.NodeReport, error) (wire.NodeReport, error),
+	waitHere func() (wire.NodeReport, error),
+) (wire.NodeReport, error) {
+	if a.queuedNow.Add(1) > maxQueued {
+		a.queuedNow.Add(-1)
+		return waitHere()
+	}
+	info := activity.GetInfo(ctx)
+	log := activity.GetLogger(ctx)
+	opts := completion(info)
+	// The wait outlives the activity's call (the SDK ends its context when
+	// the method returns), holds none of its state, and ends at its
+	// deadline.
+	var wait context.Context
+	var stop context.CancelFunc
+	if info.Deadline.IsZero() { // Temporal always sets it (a start-to-close timeout)
+		wait, stop = context.WithCancel(context.Background())
+	} else {
+		wait, stop = context.WithDeadline(context.Background(), info.Deadline)
+	}
+	context.AfterFunc(wait, func() { a.queuedNow.Add(-1) }) // answered, or dropped at the deadline
+	err := enqueue(wait, func(rep wire.NodeReport, err error) {
+		defer stop()
+		opts.Result, opts.Err = answer(rep, err)
+		if opts.Err != nil {
+			opts.Result = nil
+			log.Warn("activity failed", "err", opts.Err) // as the SDK logs a returned error
+		}
+		if wait.Err() != nil {
+			// Past the deadline Temporal has timed the attempt out and
+			// retries it; the retry finds the change applied.
+			log.Debug("answered after the activity's deadline; not completed", "deadline", info.Deadline)
+			return
+		}
+		cctx, cancel := context.WithTimeout(wait, completeTimeout)
+		defer cancel()
+		if err := a.Completer.CompleteActivityWithOptions(cctx, opts); err != nil {
+			log.Warn("complete the activity; Temporal retries it after its timeout", "err", err)
+		}
+	})
+	if err != nil {
+		stop()
+		return answer(wire.NodeReport{}, err)
+	}
+	return wire.NodeReport{}, activity.ErrResultPending
+}
+
+// maxQueued bounds the changes that wait asynchronously (completeLater):
+// 2,048 at some 5 KB each is about 10 MB, and a burst of 1,000 changes
+// on a node (the issue's minute) fits twice.
+const maxQueued = 2048
+
+// completeTimeout bounds one completion call, within the activity's
+// deadline.
+const completeTimeout = 30 * time.Second
+
+// completion is the completion of the activity info describes, with the
+// serialization context the worker's own completion uses (the SDK's
+// activity task handler: the client's namespace, which an empty one
+// means, the workflow's ID and type, the activity type, the worker's task
+// queue).
+func completion(info activity.Info) client.CompleteActivityOptions {
+	opts := client.CompleteActivityOptions{
+		TaskToken:    info.TaskToken,
+		WorkflowID:   info.WorkflowExecution.ID,
+		ActivityType: info.ActivityType.Name,
+		TaskQueue:    info.TaskQueue,
+	}
+	if info.WorkflowType != nil {
+		opts.WorkflowType = info.WorkflowType.Name
+	}
+	return opts
 }
 
 // Reconcile makes the node's units the desired set jobs, read in snap: a

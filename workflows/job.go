@@ -217,7 +217,9 @@ func coreCtx(ctx workflow.Context) workflow.Context {
 }
 
 // nodeCtx routes an activity to one node, bounded by timeout in total so
-// a node that is down fails instead of blocking the job forever.
+// a node that is down fails instead of blocking the job forever. No
+// heartbeat timeout: ApplyJobs and RemoveUnits complete asynchronously
+// (NodeActivities.completeLater) and never heartbeat.
 func nodeCtx(ctx workflow.Context, nodeID string, timeout time.Duration) workflow.Context {
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue:              NodeTaskQueue(nodeID),

@@ -53,10 +53,11 @@ func (o *countingObserver) Reloaded(took time.Duration) {
 	o.reloadTime += took
 }
 
-// burstCmd applies each job as its own Apply call, at most concurrency at
-// once, as the core's job workflows send them to the daemon (one activity
-// per change, activitySlots at once): the apply queue's batching, for
-// tests and benchmarks. --concurrency 1 is the one-by-one baseline.
+// burstCmd applies each job as its own change, all queued at once as the
+// core's job workflows send them to the daemon (one activity per change,
+// each queued without waiting: ApplyThen), or as --concurrency N Apply
+// calls at most at once: the apply queue's batching, for tests and
+// benchmarks. --concurrency 1 is the one-by-one baseline.
 func burstCmd(configPath *string, log *slog.Logger) *cobra.Command {
 	var file, set string
 	var concurrency int
@@ -70,7 +71,7 @@ func burstCmd(configPath *string, log *slog.Logger) *cobra.Command {
 				return err
 			}
 			return useManager(cmd.Context(), *configPath, log, func(m *unitmgr.Manager) error {
-				rep, err := burst(cmd.Context(), m, jobs, set, max(1, concurrency))
+				rep, err := burst(cmd.Context(), m, jobs, set, max(0, concurrency))
 				if err != nil {
 					return err
 				}
@@ -82,7 +83,7 @@ func burstCmd(configPath *string, log *slog.Logger) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&file, "file", "-", "JSON array of jobs, each applied as its own change (- for stdin)")
 	cmd.Flags().StringVar(&set, "set", "", "JSON array of jobs to reconcile the node to first, exactly: removes every other cron unit, leaves no tombstones (benchmark nodes only; not counted)")
-	cmd.Flags().IntVar(&concurrency, "concurrency", activitySlots, "changes in flight at once (the daemon's activity slots)")
+	cmd.Flags().IntVar(&concurrency, "concurrency", 0, "Apply calls in flight at once; 0: every change queued at once, as the daemon's activities do")
 	return cmd
 }
 
@@ -105,24 +106,43 @@ func burst(ctx context.Context, m *unitmgr.Manager, jobs []wire.Job, setPath str
 	obs.plans, obs.reloads, obs.reloadTime = 0, 0, 0 // the burst's only
 	obs.mu.Unlock()
 	var mu sync.Mutex
-	slots := make(chan struct{}, concurrency)
 	var wg sync.WaitGroup
+	slots := make(chan struct{}, max(1, concurrency))
+	record := func(j wire.Job, rep wire.NodeReport, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			out.Failed = append(out.Failed, fmt.Sprintf("%s: %v", j.UnitName(), err))
+		}
+		out.Failed = append(out.Failed, rep.Failed...)
+	}
 	start := time.Now()
 	for _, j := range jobs {
-		slots <- struct{}{}
 		wg.Add(1)
+		if concurrency == 0 { // queued at once, answered later
+			if err := m.ApplyThen(ctx, []wire.Job{j}, func(rep wire.NodeReport, err error) {
+				record(j, rep, err)
+				wg.Done()
+			}); err != nil {
+				record(j, wire.NodeReport{}, err)
+				wg.Done()
+			}
+			continue
+		}
+		slots <- struct{}{}
 		go func() {
 			defer func() { <-slots; wg.Done() }()
 			rep, err := m.Apply(ctx, []wire.Job{j})
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				out.Failed = append(out.Failed, fmt.Sprintf("%s: %v", j.UnitName(), err))
-			}
-			out.Failed = append(out.Failed, rep.Failed...)
+			record(j, rep, err)
 		}()
 	}
-	wg.Wait()
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-ctx.Done(): // a queued change dropped with it is never answered
+		return out, fmt.Errorf("burst: %w", ctx.Err())
+	}
 	out.TookMS = time.Since(start).Milliseconds()
 	obs.mu.Lock()
 	out.Plans, out.Reloads, out.ReloadMS = obs.plans, obs.reloads, obs.reloadTime.Milliseconds()

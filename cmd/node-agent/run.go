@@ -156,7 +156,7 @@ func startNodeWorker(ctx context.Context, cfg nodeconf.Config, nm *metrics.Node,
 	desiredSets := desiredset.Client{BaseURL: cfg.APIURL, Credential: cfg.Credential,
 		HTTP: &http.Client{Timeout: 30 * time.Second}, PageSize: cfg.DesiredPageSize,
 		Pages: pages, Log: log.With("component", "desired-set")}
-	workflows.RegisterNode(w, &workflows.NodeActivities{Units: m, Admission: admission, Desired: desiredSets})
+	workflows.RegisterNode(w, &workflows.NodeActivities{Units: m, Admission: admission, Desired: desiredSets, Completer: tc})
 	if err := w.Start(); err != nil {
 		closeConn()
 		tc.Close()
@@ -165,20 +165,18 @@ func startNodeWorker(ctx context.Context, cfg nodeconf.Config, nm *metrics.Node,
 	return func() { w.Stop(); closeConn(); tc.Close() }, nil
 }
 
-// activitySlots is how many activities the agent runs at once. The core
-// sends each job change as its own activity, and the unit manager's apply
-// queue merges those that wait while an apply runs into one plan and one
-// daemon-reload (issue 16). The slots bound that: a batch's callers hold
-// their slots until it ends, so in a burst batches settle at about half
-// the slots (1,000 changes took 31 reloads with 64, 14-16 with 128). More
-// slots make fewer, larger batches (1,024 in flight: 2 reloads; 7.4x
-// faster at 10,000 timers, docs/benchmarks.md, "Apply queue: more changes
-// in flight"), but a waiting change is an activity goroutine whose stack
-// has grown to some 32 KB: 1,024 waiting took the agent from 30 to 69 MB
-// (the review's measurement with a real Temporal worker), against a goal
-// of 50 MB. 128 keeps a burst's memory within some 8 MB. A waiting change
-// leaves when its deadline passes (Temporal retries it), and free slots
-// leave room for a run-now or cancel during a burst.
+// activitySlots is how many activities the agent runs at once. Job
+// changes (ApplyJobs, RemoveUnits) hold none while they wait: they are
+// queued in the unit manager's apply queue, which merges those that wait
+// while an apply runs into one plan and one daemon-reload (issue 16), and
+// completed asynchronously when it answers (workflows.completeLater). So
+// batches are bounded by what arrives during an apply, not by the slots
+// (with 128 slots held by waiting changes, 1,000 changes took 14-16
+// reloads; all in flight, 2, docs/benchmarks.md, "Apply queue: changes
+// completed asynchronously"), and a waiting change costs no activity
+// goroutine (some 32 KB of stack each: 1,024 waiting took an agent from
+// 30 to 69 MB). The slots serve the rest: converges, run-nows (which wait
+// up to their TTL), cancels and state reads.
 const activitySlots = 128
 
 // announce tells the core this node is up, so it converges the node; it

@@ -103,6 +103,20 @@ func (m *Manager) Delete(ctx context.Context, names []string, version int64) (wi
 	return m.do(ctx, Request{Op: OpRemove, Names: names, Version: version})
 }
 
+// ApplyThen is Apply without the wait: it queues the change and returns;
+// then gets the result unless ctx ends before the change's batch starts
+// (nothing is applied for it then). The node's activities complete
+// asynchronously with it, so that a change waiting in the queue holds
+// neither an activity slot nor an activity's goroutine (issue 16).
+func (m *Manager) ApplyThen(ctx context.Context, jobs []wire.Job, then func(wire.NodeReport, error)) error {
+	return m.doThen(ctx, Request{Op: OpApply, Jobs: jobs}, then)
+}
+
+// DeleteThen is Delete without the wait, as ApplyThen is Apply.
+func (m *Manager) DeleteThen(ctx context.Context, names []string, version int64, then func(wire.NodeReport, error)) error {
+	return m.doThen(ctx, Request{Op: OpRemove, Names: names, Version: version}, then)
+}
+
 // Remove is an operator's removal: like Delete, but without tombstones
 // (the job may still be the core's; its next converge puts it back).
 func (m *Manager) Remove(ctx context.Context, names []string) (wire.NodeReport, error) {

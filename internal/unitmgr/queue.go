@@ -28,9 +28,9 @@ type applyQueue struct {
 
 // queued is one caller's request waiting for its result.
 type queued struct {
-	ctx  context.Context
-	req  Request
-	done chan result // buffered: the drain never waits for a caller that left
+	ctx    context.Context
+	req    Request
+	answer func(result) // called once, never blocks the drain
 }
 
 type result struct {
@@ -44,13 +44,37 @@ type result struct {
 // the batch goes on for the others, and a retry of the change finds it
 // applied (every operation is idempotent).
 func (m *Manager) do(ctx context.Context, req Request) (wire.NodeReport, error) {
+	done := make(chan result, 1) // buffered: the drain never waits for a caller that left
+	if err := m.enqueue(ctx, req, func(r result) { done <- r }); err != nil {
+		return wire.NodeReport{}, err
+	}
+	select {
+	case r := <-done:
+		return r.rep, r.err
+	case <-ctx.Done():
+		return wire.NodeReport{}, fmt.Errorf("wait for the node's apply queue: %w", ctx.Err())
+	}
+}
+
+// doThen queues req and returns at once; then gets its part of the
+// result, in a goroutine of its own, unless ctx ends before its batch
+// starts (then nothing is applied for it and then is never called). An
+// error returned (a request refused, a context already ended) is the
+// request's only answer.
+func (m *Manager) doThen(ctx context.Context, req Request, then func(wire.NodeReport, error)) error {
+	return m.enqueue(ctx, req, func(r result) { go then(r.rep, r.err) })
+}
+
+// enqueue puts req in the queue with the function that answers it, and
+// starts the drain if none runs.
+func (m *Manager) enqueue(ctx context.Context, req Request, answer func(result)) error {
 	if err := ctx.Err(); err != nil {
-		return wire.NodeReport{}, fmt.Errorf("wait for the node's apply queue: %w", err)
+		return fmt.Errorf("wait for the node's apply queue: %w", err)
 	}
 	if err := checkRequest(req); err != nil {
-		return wire.NodeReport{}, err // fails alone, before it can join anyone's batch
+		return err // fails alone, before it can join anyone's batch
 	}
-	q := &queued{ctx: ctx, req: req, done: make(chan result, 1)}
+	q := &queued{ctx: ctx, req: req, answer: answer}
 	m.q.mu.Lock()
 	m.q.pending = append(m.q.pending, q)
 	start := !m.q.draining
@@ -59,12 +83,7 @@ func (m *Manager) do(ctx context.Context, req Request) (wire.NodeReport, error) 
 	if start {
 		go m.drain()
 	}
-	select {
-	case r := <-q.done:
-		return r.rep, r.err
-	case <-ctx.Done():
-		return wire.NodeReport{}, fmt.Errorf("wait for the node's apply queue: %w", ctx.Err())
-	}
+	return nil
 }
 
 // checkRequest refuses what the planner would refuse for the whole
@@ -126,7 +145,7 @@ func (m *Manager) runBatch(batch []*queued) {
 	delivered := make(map[*queued]bool, len(batch))
 	deliver := func(q *queued, r result) {
 		delivered[q] = true
-		q.done <- r
+		q.answer(r)
 	}
 	defer func() {
 		// A panic here would end the agent, not one activity as it did
@@ -138,7 +157,7 @@ func (m *Manager) runBatch(batch []*queued) {
 			m.log.Error("apply queue: a batch panicked", "panic", r, "stack", string(debug.Stack()))
 			for _, q := range batch {
 				if !delivered[q] {
-					q.done <- result{err: fmt.Errorf("apply of %d queued changes panicked: %v", len(batch), r)}
+					q.answer(result{err: fmt.Errorf("apply of %d queued changes panicked: %v", len(batch), r)})
 				}
 			}
 		}
@@ -154,8 +173,9 @@ func (m *Manager) runBatch(batch []*queued) {
 // that fails so is halved again down to the change alone: one bad change
 // among n costs about 2·log2(n) plans and reloads only for the halves
 // without it, not the n plans and reloads of applying each change alone
-// (issue 16: a batch holds up to about half the agent's activity slots,
-// and each plan that writes a unit file reloads). A half's callers are
+// (issue 16: a batch holds whatever arrived during the apply before it,
+// a whole burst of hundreds, and each plan that writes a unit file
+// reloads). A half's callers are
 // answered when it ends, not when the last half does, so they do not
 // hold their slots, or run out their deadlines, through the other halves'
 // reloads. The first half is applied before the second, so queue order

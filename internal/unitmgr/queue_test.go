@@ -593,3 +593,63 @@ func TestEveryCallerLeavingDoesNotAbandonTheReload(t *testing.T) {
 		t.Errorf("the retries reloaded again (%d reloads, want 2): the batch abandoned its reload", got)
 	}
 }
+
+// ApplyThen and DeleteThen queue a change and return at once (the node's
+// activities complete asynchronously with them): they join a batch with
+// waiting callers' changes, and each gets its own part; a change whose
+// context ends before its batch starts is dropped, never answered.
+func TestQueuedWithoutWaiting(t *testing.T) {
+	m, f, release := blockedNode(t)
+	answers := make(chan callResult, 3)
+	then := func(rep wire.NodeReport, err error) { answers <- callResult{rep, err} }
+	// A's answer blocks (an activity's completion call that hangs): it
+	// must not hold up the batch's other callers.
+	hold := make(chan struct{})
+	defer close(hold)
+	thenA := func(rep wire.NodeReport, err error) { then(rep, err); <-hold }
+	if err := m.ApplyThen(context.Background(), []wire.Job{job(idA)}, thenA); err != nil {
+		t.Fatal(err)
+	}
+	dropped, drop := context.WithCancel(context.Background())
+	if err := m.ApplyThen(dropped, []wire.Job{job(idC)}, then); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.DeleteThen(context.Background(), []string{"not-a-cron-unit"}, 1, then); err == nil {
+		t.Error("an invalid removal was queued, want it refused at once")
+	}
+	waiting := queueCalls2(t, m, 2, []func() (wire.NodeReport, error){
+		func() (wire.NodeReport, error) { return m.Apply(context.Background(), []wire.Job{job(idB)}) },
+	})
+	drop()
+	release()
+	select {
+	case r := <-waiting[0]:
+		if r.err != nil || !slices.Equal(r.rep.Specs, []string{unit(idB)}) {
+			t.Errorf("the waiting caller: %+v, %v", r.rep, r.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiting caller was not answered while a queued change's answer blocked")
+	}
+	select {
+	case r := <-answers:
+		if r.err != nil || !slices.Equal(r.rep.Specs, []string{unit(idA)}) {
+			t.Errorf("the queued change's answer: %+v, %v", r.rep, r.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the queued change was never answered")
+	}
+	if _, err := m.Plan(context.Background(), apply(job(idA))); err != nil { // the batch has ended
+		t.Fatal(err)
+	}
+	select {
+	case r := <-answers:
+		t.Errorf("the dropped change was answered: %+v, %v", r.rep, r.err)
+	default:
+	}
+	if _, err := os.Stat(m.layout.unitPath(unit(idC), extTimer)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the dropped change was applied: %v", err)
+	}
+	if got := countOf(f.Calls(), "reload"); got != 2 {
+		t.Errorf("%d reloads, want 2: the blocked apply's, then one for the batch", got)
+	}
+}

@@ -33,10 +33,11 @@ type burstOut struct {
 
 // TestApplyBurst (issue 16): on a node holding T cron timers, a burst of
 // BENCH_BURST_CHANGES schedule changes (each a new version whose timer
-// file changes: a reload and a restart each), sent as concurrent changes
-// the way the daemon's activities bring them (the agent's activity slots
-// in flight, or each of BENCH_BURST_SLOTS, a comma list, in turn: an A/B
-// of the slots in one run), against the same changes one by one
+// file changes: a reload and a restart each), sent the way the daemon's
+// activities bring them (each queued at once, answered when its batch
+// ends; or with each bound on the changes in flight of
+// BENCH_BURST_SLOTS, a comma list, 0 for none: an A/B in one run),
+// against the same changes one by one
 // (BENCH_BURST_SERIAL of them, each its own plan and reload; scaled to
 // the burst's size). The first batched run's process first converges the
 // T timers, so its VmHWM is an agent's peak at T timers. T:
