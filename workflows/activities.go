@@ -265,12 +265,22 @@ func (a *NodeActivities) completeLater(ctx context.Context,
 		opts.Result, opts.Err = answer(rep, err)
 		if opts.Err != nil {
 			opts.Result = nil
-			log.Warn("activity failed", "err", opts.Err) // as the SDK logs a returned error
 		}
 		if wait.Err() != nil {
 			// Past the deadline Temporal has timed the attempt out and
 			// retries it; the retry finds the change applied.
-			log.Debug("answered after the activity's deadline; not completed", "deadline", info.Deadline)
+			log.Debug("answered after the activity's deadline; not completed", "deadline", info.Deadline, "err", opts.Err)
+			return
+		}
+		if opts.Err != nil {
+			log.Warn("activity failed", "err", opts.Err) // as the SDK logs a returned error
+		}
+		// A batch answers all its changes at once: a few completions at a
+		// time, not one gRPC call (and its buffers) per change together.
+		select {
+		case completing <- struct{}{}:
+			defer func() { <-completing }()
+		case <-wait.Done():
 			return
 		}
 		cctx, cancel := context.WithTimeout(wait, completeTimeout)
@@ -288,8 +298,14 @@ func (a *NodeActivities) completeLater(ctx context.Context,
 
 // maxQueued bounds the changes that wait asynchronously (completeLater):
 // 2,048 at some 5 KB each is about 10 MB, and a burst of 1,000 changes
-// on a node (the minute) fits twice.
+// on a node (the minute) fits twice. A change counts until it is
+// answered or its deadline passes, when it leaves the queue (unitmgr);
+// one in the batch under way stays there until the batch ends, so at
+// most about twice as many are held.
 const maxQueued = 2048
+
+// completing bounds the completion calls in flight (completeLater).
+var completing = make(chan struct{}, 16)
 
 // completeTimeout bounds one completion call, within the activity's
 // deadline.

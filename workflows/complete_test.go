@@ -174,6 +174,7 @@ func TestQueuedActivityRefusedAtOnce(t *testing.T) {
 	if len(done.all()) != 0 {
 		t.Errorf("a refused change was completed: %+v", done.all())
 	}
+	waitUntil(t, func() bool { return a.queuedNow.Load() == 0 }) // counted no more
 }
 
 // RemoveUnits completes the same way: its report, or its error.

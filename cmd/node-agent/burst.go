@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -141,6 +142,9 @@ func burst(ctx context.Context, m *unitmgr.Manager, jobs []wire.Job, setPath str
 	select {
 	case <-finished:
 	case <-ctx.Done(): // a queued change dropped with it is never answered
+		mu.Lock() // answers may still come
+		defer mu.Unlock()
+		out.Failed = slices.Clone(out.Failed)
 		return out, fmt.Errorf("burst: %w", ctx.Err())
 	}
 	out.TookMS = time.Since(start).Milliseconds()

@@ -80,10 +80,24 @@ func (m *Manager) enqueue(ctx context.Context, req Request, answer func(result))
 	start := !m.q.draining
 	m.q.draining = true
 	m.q.mu.Unlock()
+	// A change whose context ends while it waits leaves the queue then,
+	// not when the apply under way ends: at 10,000 timers one apply
+	// outlasts a change's deadline, and Temporal's retries would pile up
+	// beside the changes they replace.
+	context.AfterFunc(ctx, func() { m.leave(q) })
 	if start {
 		go m.drain()
 	}
 	return nil
+}
+
+// leave removes q from the queue if it still waits there.
+func (m *Manager) leave(q *queued) {
+	m.q.mu.Lock()
+	defer m.q.mu.Unlock()
+	if i := slices.Index(m.q.pending, q); i >= 0 {
+		m.q.pending = slices.Delete(m.q.pending, i, i+1)
+	}
 }
 
 // checkRequest refuses what the planner would refuse for the whole
@@ -175,10 +189,9 @@ func (m *Manager) runBatch(batch []*queued) {
 // without it, not the n plans and reloads of applying each change alone
 // (issue 16: a batch holds whatever arrived during the apply before it,
 // a whole burst of hundreds, and each plan that writes a unit file
-// reloads). A half's callers are
-// answered when it ends, not when the last half does, so they do not
-// hold their slots, or run out their deadlines, through the other halves'
-// reloads. The first half is applied before the second, so queue order
+// reloads). A half's callers are answered when it ends, not when the
+// last half does, so they do not run out their deadlines (or hold their
+// activity slots) through the other halves' reloads. The first half is applied before the second, so queue order
 // is kept (within a batch different jobs' changes commute anyway:
 // batchLen). A node-wide fault that fails every plan before it writes
 // (systemd gone) costs 2n-1 failed plans instead of n, none of them

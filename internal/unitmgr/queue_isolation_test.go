@@ -259,3 +259,73 @@ func TestAHalfsCallersAreAnsweredWhenItEnds(t *testing.T) {
 		}
 	}
 }
+
+// disableHook is a systemd whose DisableUnitFiles calls fn first.
+type disableHook struct {
+	*fakeSystemd
+	fn func(files []string) error
+}
+
+func (h *disableHook) DisableUnitFiles(ctx context.Context, files []string) error {
+	if err := h.fn(files); err != nil {
+		return err
+	}
+	return h.fakeSystemd.DisableUnitFiles(ctx, files)
+}
+
+// A batch that panics in a later half keeps the answers its earlier half
+// gave (those changes were applied) and fails only the callers not yet
+// answered; each caller gets exactly one answer.
+func TestAPanicInALaterHalfKeepsEarlierAnswers(t *testing.T) {
+	m, f := testManager(t)
+	holdQueueJobs(f)
+	if _, err := m.Apply(context.Background(), []wire.Job{job(idC)}); err != nil {
+		t.Fatal(err)
+	}
+	cTimer := unit(idC) + ".timer"
+	var disables int
+	m.sys = &disableHook{fakeSystemd: f, fn: func(files []string) error {
+		disables++
+		switch {
+		case disables == 2: // the second half's plan
+			panic("boom in a half")
+		case slices.Contains(files, cTimer):
+			return errors.New("systemd refused " + cTimer) // fails the merged plan as a whole
+		}
+		return nil
+	}}
+	f.inReload = make(chan struct{})
+	first := make(chan error, 1)
+	go func() { _, err := m.Apply(context.Background(), []wire.Job{job(nthID(999), version(7))}); first <- err }()
+	waitFor(t, func() bool { return countOf(f.Calls(), "reload") >= 2 })
+	// Queued without waiting (as the node's activities are), so that a
+	// second answer would be seen.
+	answers := make([]chan error, 4)
+	for i, j := range []wire.Job{job(idA), job(idB), job(idC, version(2), disabled), job(nthID(5))} {
+		answers[i] = make(chan error, 2)
+		if err := m.ApplyThen(context.Background(), []wire.Job{j}, func(_ wire.NodeReport, err error) { answers[i] <- err }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(f.inReload)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	for i, ch := range answers {
+		err := <-ch
+		panicked := err != nil && strings.Contains(err.Error(), "panicked")
+		if applied := i < 2; applied == panicked || (applied && err != nil) {
+			t.Errorf("caller %d: %v; want the first half's callers answered with success, the others with the panic", i, err)
+		}
+	}
+	if _, err := m.Plan(context.Background(), apply(job(idA))); err != nil { // the batch has ended
+		t.Fatal(err)
+	}
+	for i, ch := range answers {
+		select {
+		case err := <-ch:
+			t.Errorf("caller %d answered twice (then %v)", i, err)
+		default:
+		}
+	}
+}

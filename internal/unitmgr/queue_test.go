@@ -653,3 +653,33 @@ func TestQueuedWithoutWaiting(t *testing.T) {
 		t.Errorf("%d reloads, want 2: the blocked apply's, then one for the batch", got)
 	}
 }
+
+// A queued change whose context ends while an apply runs leaves the queue
+// at once, not when that apply ends (at 10,000 timers an apply outlasts a
+// change's deadline, and Temporal's retries would pile up beside the
+// changes they replace); it is never answered nor applied.
+func TestAChangeLeavesTheQueueAtItsDeadline(t *testing.T) {
+	m, _, release := blockedNode(t)
+	answered := make(chan error, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := m.ApplyThen(ctx, []wire.Job{job(idA)}, func(_ wire.NodeReport, err error) { answered <- err }); err != nil {
+		t.Fatal(err)
+	}
+	if queuedCount(m) != 1 {
+		t.Fatal("the change is not queued")
+	}
+	waitFor(t, func() bool { return queuedCount(m) == 0 }) // while the apply still runs
+	release()
+	if _, err := m.Plan(context.Background(), apply(job(idA))); err != nil { // the queue has drained
+		t.Fatal(err)
+	}
+	select {
+	case err := <-answered:
+		t.Errorf("a change that left was answered: %v", err)
+	default:
+	}
+	if _, err := os.Stat(m.layout.unitPath(unit(idA), extTimer)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a change that left was applied: %v", err)
+	}
+}

@@ -90,17 +90,27 @@ type conn interface {
 
 // redialer holds one connection and replaces it when it died.
 type redialer[C conn] struct {
-	dial func(context.Context) (C, error)
-	mu   sync.Mutex
-	conn C
-	ok   bool // conn is set
+	dial   func(context.Context) (C, error)
+	mu     sync.Mutex
+	conn   C
+	ok     bool // conn is set
+	closed bool // close was called: no more dials
 }
 
+// errClosed is a call after close: the agent is stopping.
+var errClosed = errors.New("connection to systemd closed: the agent is stopping")
+
 // current returns a live connection, dialling when there is none or the
-// one we have was closed under us.
+// one we have was closed under us (not after close: a call in flight
+// when the agent stops, such as a daemon-reload it waits for, must not
+// dial again and ask systemd a second time).
 func (r *redialer[C]) current(ctx context.Context) (C, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.closed {
+		var none C
+		return none, errClosed
+	}
 	if r.ok && r.conn.Connected() {
 		return r.conn, nil
 	}
@@ -130,6 +140,7 @@ func (r *redialer[C]) drop(c C) {
 func (r *redialer[C]) close() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.closed = true
 	if r.ok {
 		r.conn.Close()
 		r.ok = false

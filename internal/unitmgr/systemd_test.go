@@ -53,3 +53,25 @@ func TestRedialer(t *testing.T) {
 		}
 	}
 }
+
+// After close nothing dials again: a call in flight when the agent stops
+// (a daemon-reload it waits for) fails instead of asking systemd twice.
+func TestRedialerDoesNotDialAfterClose(t *testing.T) {
+	dials := 0
+	r := redialer[*fakeConn]{dial: func(context.Context) (*fakeConn, error) {
+		dials++
+		return &fakeConn{id: dials, alive: true}, nil
+	}}
+	calls := 0
+	err := r.do(context.Background(), func(c *fakeConn) error {
+		calls++
+		r.close() // the agent stops mid-call
+		return dbus.ErrClosed
+	})
+	if !errors.Is(err, errClosed) || dials != 1 || calls != 1 {
+		t.Errorf("err %v, dials %d, calls %d; want errClosed, 1, 1", err, dials, calls)
+	}
+	if err := r.do(context.Background(), func(*fakeConn) error { calls++; return nil }); !errors.Is(err, errClosed) || dials != 1 {
+		t.Errorf("a call after close: %v, %d dials", err, dials)
+	}
+}
