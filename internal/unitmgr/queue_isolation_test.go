@@ -152,12 +152,14 @@ func (h *planHook) Applied(string, bool, time.Duration, map[string]int, error, t
 
 func (h *planHook) Reloaded(time.Duration) {}
 
-// blockedNodeObserved is blockedNode with o observing every plan, the
-// blocked one's first.
+// blockedNodeObserved is blockedNode with o (if not nil) observing every
+// plan, the blocked one's first.
 func blockedNodeObserved(t *testing.T, o Observer) (*Manager, *fakeSystemd, func()) {
 	t.Helper()
 	m, f := testManager(t)
-	m.SetObserver(o)
+	if o != nil {
+		m.SetObserver(o)
+	}
 	holdQueueJobs(f)
 	f.inReload = make(chan struct{})
 	first := make(chan error, 1)

@@ -166,18 +166,7 @@ func nthID(i int) string { return fmt.Sprintf("%08x-3c8e-4a57-9e0a-2f4f5c9d8e71"
 // what queues meanwhile forms the next batch.
 func blockedNode(t *testing.T) (*Manager, *fakeSystemd, func()) {
 	t.Helper()
-	m, f := testManager(t)
-	holdQueueJobs(f)
-	f.inReload = make(chan struct{})
-	first := make(chan error, 1)
-	go func() { _, err := m.Apply(context.Background(), []wire.Job{job(nthID(999))}); first <- err }()
-	waitFor(t, func() bool { return slices.Contains(f.Calls(), "reload") })
-	return m, f, func() {
-		close(f.inReload)
-		if err := <-first; err != nil {
-			t.Fatal(err)
-		}
-	}
+	return blockedNodeObserved(t, nil)
 }
 
 // holdQueueJobs makes systemd hold the units of the jobs the queue tests
