@@ -275,7 +275,7 @@ func (a *NodeActivities) completeLater(ctx context.Context,
 		if opts.Err != nil {
 			log.Warn("activity failed", "err", opts.Err) // as the SDK logs a returned error
 		}
-		// A batch answers all its changes at once: a few completions at a
+		// A batch answers all its changes at once: some completions at a
 		// time, not one gRPC call (and its buffers) per change together.
 		select {
 		case completing <- struct{}{}:
@@ -298,14 +298,18 @@ func (a *NodeActivities) completeLater(ctx context.Context,
 
 // maxQueued bounds the changes that wait asynchronously (completeLater):
 // 2,048 at some 5 KB each is about 10 MB, and a burst of 1,000 changes
-// on a node (the minute) fits twice. A change counts until it is
-// answered or its deadline passes, when it leaves the queue (unitmgr);
-// one in the batch under way stays there until the batch ends, so at
-// most about twice as many are held.
+// on a node (the minute) fits twice. A change counts until its
+// completion call returns or its deadline passes, when it leaves the
+// queue (unitmgr); one in the batch under way stays there until the
+// batch ends, so at most about twice as many are held.
 const maxQueued = 2048
 
-// completing bounds the completion calls in flight (completeLater).
-var completing = make(chan struct{}, 16)
+// completing bounds the agent's completion calls in flight
+// (completeLater): 64 at some 10-20 KB of gRPC buffers and stack each,
+// and wide enough that a batch of 1,000 is completed in well under a
+// second from a healthy frontend (the wait gives up at each activity's
+// deadline).
+var completing = make(chan struct{}, 64)
 
 // completeTimeout bounds one completion call, within the activity's
 // deadline.

@@ -144,7 +144,7 @@ func burst(ctx context.Context, m *unitmgr.Manager, jobs []wire.Job, setPath str
 	case <-ctx.Done(): // a queued change dropped with it is never answered
 		mu.Lock() // answers may still come
 		defer mu.Unlock()
-		out.Failed = slices.Clone(out.Failed)
+		out.Failed = slices.Clip(slices.Clone(out.Failed))
 		return out, fmt.Errorf("burst: %w", ctx.Err())
 	}
 	out.TookMS = time.Since(start).Milliseconds()

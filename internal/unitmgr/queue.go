@@ -28,9 +28,10 @@ type applyQueue struct {
 
 // queued is one caller's request waiting for its result.
 type queued struct {
-	ctx    context.Context
-	req    Request
-	answer func(result) // called once, never blocks the drain
+	ctx     context.Context
+	req     Request
+	answer  func(result) // called once, never blocks the drain
+	unwatch func() bool  // stops the watch that removes it when ctx ends
 }
 
 type result struct {
@@ -75,16 +76,16 @@ func (m *Manager) enqueue(ctx context.Context, req Request, answer func(result))
 		return err // fails alone, before it can join anyone's batch
 	}
 	q := &queued{ctx: ctx, req: req, answer: answer}
+	// A change whose context ends while it waits leaves the queue then,
+	// not when the apply under way ends: at 10,000 timers one apply
+	// outlasts a change's deadline, and Temporal's retries would pile up
+	// beside the changes they replace. take stops the watch.
 	m.q.mu.Lock()
+	q.unwatch = context.AfterFunc(ctx, func() { m.leave(q) })
 	m.q.pending = append(m.q.pending, q)
 	start := !m.q.draining
 	m.q.draining = true
 	m.q.mu.Unlock()
-	// A change whose context ends while it waits leaves the queue then,
-	// not when the apply under way ends: at 10,000 timers one apply
-	// outlasts a change's deadline, and Temporal's retries would pile up
-	// beside the changes they replace.
-	context.AfterFunc(ctx, func() { m.leave(q) })
 	if start {
 		go m.drain()
 	}
@@ -149,6 +150,9 @@ func (m *Manager) take() []*queued {
 	}
 	n := batchLen(reqs)
 	batch := slices.Clone(m.q.pending[:n])
+	for _, q := range batch {
+		q.unwatch()
+	}
 	m.q.pending = slices.Delete(m.q.pending, 0, n)
 	return batch
 }
@@ -260,10 +264,11 @@ func (m *Manager) planAndObserve(ctx context.Context, req Request) (wire.NodeRep
 // fault is its own caller's error, not that of every unrelated change
 // that queued with it (the review found one such job failing every
 // change of its node while Temporal retried it). A failed daemon-reload
-// is the node's: its callers all fail and are retried, once each.
+// is the node's: its callers all fail and are retried, once each; so is
+// a closed systemd connection (the agent is stopping).
 func retryAlone(err error) bool {
 	_, whole := splitErrors(err)
-	return len(whole) > 0 && !errors.Is(err, errReload)
+	return len(whole) > 0 && !errors.Is(err, errReload) && !errors.Is(err, errClosed)
 }
 
 // untilAllDone returns a context that ends when every one of ctxs has

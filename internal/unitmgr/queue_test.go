@@ -650,14 +650,15 @@ func TestQueuedWithoutWaiting(t *testing.T) {
 func TestAChangeLeavesTheQueueAtItsDeadline(t *testing.T) {
 	m, _, release := blockedNode(t)
 	answered := make(chan error, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
+	ctx, deadline := context.WithCancel(context.Background())
+	defer deadline()
 	if err := m.ApplyThen(ctx, []wire.Job{job(idA)}, func(_ wire.NodeReport, err error) { answered <- err }); err != nil {
 		t.Fatal(err)
 	}
 	if queuedCount(m) != 1 {
 		t.Fatal("the change is not queued")
 	}
+	deadline()
 	waitFor(t, func() bool { return queuedCount(m) == 0 }) // while the apply still runs
 	release()
 	if _, err := m.Plan(context.Background(), apply(job(idA))); err != nil { // the queue has drained
@@ -670,5 +671,26 @@ func TestAChangeLeavesTheQueueAtItsDeadline(t *testing.T) {
 	}
 	if _, err := os.Stat(m.layout.unitPath(unit(idA), extTimer)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a change that left was applied: %v", err)
+	}
+}
+
+// Which batch errors may be one change's doing (the batch is then applied
+// again in halves) and which are the node's (every caller fails once).
+func TestRetryAlone(t *testing.T) {
+	bad := errors.New("read cron-acme-x.timer: is a directory")
+	for name, tc := range map[string]struct {
+		err  error
+		want bool
+	}{
+		"none":                          {nil, false},
+		"one unit's step":               {&unitError{"cron-acme-x", bad}, false},
+		"a whole-plan failure":          {fmt.Errorf("observe: %w", bad), true},
+		"beside a unit's step":          {errors.Join(&unitError{"cron-acme-y", bad}, bad), true},
+		"a failed daemon-reload":        {fmt.Errorf("%w: %w", errReload, bad), false},
+		"the systemd connection closed": {fmt.Errorf("disable: %w", errClosed), false},
+	} {
+		if got := retryAlone(tc.err); got != tc.want {
+			t.Errorf("%s: retryAlone = %v, want %v", name, got, tc.want)
+		}
 	}
 }
