@@ -189,7 +189,7 @@ func (a *NodeActivities) ApplyJobs(ctx context.Context, jobs []wire.Job) (wire.N
 	if q, ok := a.queued(ctx); ok {
 		return a.completeLater(ctx, func(wait context.Context, then func(wire.NodeReport, error)) error {
 			return q.ApplyThen(wait, admitted, then)
-		}, answer, func() (wire.NodeReport, error) { return answer(a.Units.Apply(ctx, admitted)) })
+		}, answer)
 	}
 	return answer(a.Units.Apply(ctx, admitted))
 }
@@ -207,17 +207,26 @@ func (a *NodeActivities) RemoveUnits(ctx context.Context, names []string, versio
 	if q, ok := a.queued(ctx); ok {
 		return a.completeLater(ctx, func(wait context.Context, then func(wire.NodeReport, error)) error {
 			return q.DeleteThen(wait, names, version, then)
-		}, func(rep wire.NodeReport, err error) (wire.NodeReport, error) { return rep, err },
-			func() (wire.NodeReport, error) { return a.Units.Delete(ctx, names, version) })
+		}, func(rep wire.NodeReport, err error) (wire.NodeReport, error) { return rep, err })
 	}
 	return a.Units.Delete(ctx, names, version)
 }
 
 // queued is the unit manager as QueuedUnits when this activity may
-// complete asynchronously: a Completer is set and ctx is an activity's.
+// complete asynchronously: a Completer is set, ctx is an activity's, and
+// fewer than maxQueued changes wait so (then it counts this one, until
+// completeLater's wait ends; past the bound the activity waits for its
+// change itself, holding its slot: the slots' back-pressure).
 func (a *NodeActivities) queued(ctx context.Context) (QueuedUnits, bool) {
 	q, ok := a.Units.(QueuedUnits)
-	return q, ok && a.Completer != nil && activity.IsActivity(ctx)
+	if !ok || a.Completer == nil || !activity.IsActivity(ctx) {
+		return nil, false
+	}
+	if a.queuedNow.Add(1) > maxQueued {
+		a.queuedNow.Add(-1)
+		return nil, false
+	}
+	return q, true
 }
 
 // completeLater queues the activity's change (enqueue) and returns
@@ -240,12 +249,7 @@ func (a *NodeActivities) queued(ctx context.Context) (QueuedUnits, bool) {
 func (a *NodeActivities) completeLater(ctx context.Context,
 	enqueue func(wait context.Context, then func(wire.NodeReport, error)) error,
 	answer func(wire.NodeReport, error) (wire.NodeReport, error),
-	waitHere func() (wire.NodeReport, error),
 ) (wire.NodeReport, error) {
-	if a.queuedNow.Add(1) > maxQueued {
-		a.queuedNow.Add(-1)
-		return waitHere()
-	}
 	info := activity.GetInfo(ctx)
 	log := activity.GetLogger(ctx)
 	opts := completion(info)
@@ -259,7 +263,7 @@ func (a *NodeActivities) completeLater(ctx context.Context,
 	} else {
 		wait, stop = context.WithDeadline(context.Background(), info.Deadline)
 	}
-	context.AfterFunc(wait, func() { a.queuedNow.Add(-1) }) // answered, or dropped at the deadline
+	context.AfterFunc(wait, func() { a.queuedNow.Add(-1) }) // counted by queued; answered, or dropped at the deadline
 	err := enqueue(wait, func(rep wire.NodeReport, err error) {
 		defer stop()
 		opts.Result, opts.Err = answer(rep, err)

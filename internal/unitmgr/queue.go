@@ -195,9 +195,9 @@ func (m *Manager) runBatch(batch []*queued) {
 // a whole burst of hundreds, and each plan that writes a unit file
 // reloads). A half's callers are answered when it ends, not when the
 // last half does, so they do not run out their deadlines (or hold their
-// activity slots) through the other halves' reloads. The first half is applied before the second, so queue order
-// is kept (within a batch different jobs' changes commute anyway:
-// batchLen). A node-wide fault that fails every plan before it writes
+// activity slots) through the other halves' reloads. The first half is
+// applied before the second, so queue order is kept (within a batch
+// different jobs' changes commute anyway: batchLen). A node-wide fault that fails every plan before it writes
 // (systemd gone) costs 2n-1 failed plans instead of n, none of them
 // reloading.
 func (m *Manager) applyBatch(batch []*queued, deliver func(*queued, result)) {
