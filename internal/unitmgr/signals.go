@@ -35,10 +35,14 @@ type signalRouter interface {
 // such goroutines held their signals (issue 16, docs/benchmarks.md). The
 // agent never subscribes (go-systemd's Subscribe, SubscribeUnits, which
 // would need UnitNew and PropertiesChanged), so nothing read the others.
-type jobSignals struct{ signalRouter }
+// JobRemoved also ends StartUnits' waits, through the jobs watch.
+type jobSignals struct {
+	signalRouter
+	jobs *jobWatch
+}
 
-func newJobSignals() jobSignals {
-	return jobSignals{dbus.NewDefaultSignalHandler()}
+func newJobSignals(jobs *jobWatch) jobSignals {
+	return jobSignals{dbus.NewDefaultSignalHandler(), jobs}
 }
 
 // DeliverSignal passes JobRemoved on and drops every other signal.
@@ -46,15 +50,16 @@ func (h jobSignals) DeliverSignal(iface, name string, s *dbus.Signal) {
 	if s.Name != jobRemoved {
 		return
 	}
+	h.jobs.removed(s)
 	h.signalRouter.DeliverSignal(iface, name, s)
 }
 
 // dialPrivate is go-systemd's NewSystemdConnectionContext (systemd's
 // private socket, EXTERNAL authentication by uid, no Hello) with
-// jobSignals as each connection's signal handler.
-func dialPrivate(ctx context.Context) (*sd.Conn, error) {
+// jobSignals as each connection's signal handler, feeding jobs.
+func dialPrivate(ctx context.Context, jobs *jobWatch) (*sd.Conn, error) {
 	return sd.NewConnection(func() (*dbus.Conn, error) {
-		c, err := dbus.Dial("unix:path=/run/systemd/private", dbus.WithContext(ctx), dbus.WithSignalHandler(newJobSignals()))
+		c, err := dbus.Dial("unix:path=/run/systemd/private", dbus.WithContext(ctx), dbus.WithSignalHandler(newJobSignals(jobs)))
 		if err != nil {
 			return nil, err
 		}

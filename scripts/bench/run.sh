@@ -9,7 +9,8 @@
 # Needs root (booted nodes). Env: BENCH_JOBS (1000), BENCH_TIMERS (10000),
 # BENCH_SLOTS (20), BENCH_NAIVE_JOBS (BENCH_JOBS; the naive loop's count,
 # which takes about 11 minutes at 1,000), BENCH_BASE_AGENT (a node-agent
-# binary to time beside this tree's, in the same run: before/after rows).
+# binary to time beside this tree's, in the same run: before/after rows),
+# BENCH_ROUNDS (1; step 1's converges per agent, alternating, medians).
 # The converge and no-op benchmarks also print PHASES lines: where each
 # observe and apply spent its time (in the log, not the table).
 set -euo pipefail
@@ -26,7 +27,7 @@ echo "|---|---|"
 val() { grep "$1" "$out" | grep -o "$2=[0-9.]*" | head -1 | cut -d= -f2; }
 for a in base new; do
   grep -q "BENCH agent=$a " "$out" || continue
-  echo "| ($a agent) converge $(val "agent=$a converge" converge_jobs) jobs on one empty node: reconcile | $(val "agent=$a converge" reconcile_s) s |"
+  echo "| ($a agent) converge $(val "agent=$a converge" converge_jobs) jobs on one empty node: reconcile (median of $(val "agent=$a converge" rounds)) | $(val "agent=$a converge" reconcile_s) s |"
   echo "| ($a agent) first reconcile of $(val "agent=$a noop" timers) jobs onto an empty node | $(val "agent=$a noop" first_s) s |"
   echo "| ($a agent) reconcile, nothing changed, $(val "agent=$a noop" timers) timers (median of 3) | $(val "agent=$a noop" noop_median_s) s |"
 done

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -109,22 +110,19 @@ func timedWith(t *testing.T, agent, node string, js []wire.Job, args ...string) 
 // (BENCH_NAIVE=0: not run; BENCH_NAIVE_JOBS: its job count, 1,000 by
 // default, with this tree's reconcile timed again at that count for the
 // ratio). With BENCH_BASE_AGENT the baseline agent converges the same jobs
-// first; each converge is undone with this tree's agent.
+// too; each converge is undone with this tree's agent. BENCH_ROUNDS (1)
+// converges that many times with each agent, the order alternating; each
+// agent's line is its median, and the ratio is against this tree's.
 func TestConvergeVsNaive(t *testing.T) {
 	n := envInt("BENCH_JOBS", 1000)
-	ag := agents(t)
-	var d time.Duration
-	for _, name := range []string{"base", "new"} {
-		if bin, ok := ag[name]; ok {
-			d = convergeOnce(t, name, bin, "node1", n)
-		}
-	}
+	rounds := max(1, envInt("BENCH_ROUNDS", 1))
+	d := convergeRounds(t, agents(t), n, rounds)
 	if os.Getenv("BENCH_NAIVE") == "0" {
 		return
 	}
 	nn := envInt("BENCH_NAIVE_JOBS", n)
 	if nn != n {
-		d = convergeOnce(t, "new", agentBin, "node1", nn)
+		d = convergeRounds(t, map[string]string{"new": agentBin}, nn, rounds)
 	}
 	// The naive loop, as a shell script inside the node: one unit pair,
 	// one daemon-reload and one enable --now per job.
@@ -144,6 +142,41 @@ done`, nn)
 	fmt.Printf("BENCH converge_jobs=%d reconcile_s=%.2f naive_s=%.2f ratio=%.1f\n", nn, d.Seconds(), naive.Seconds(), naive.Seconds()/d.Seconds())
 }
 
+// convergeRounds converges n jobs onto node1 rounds times with each of
+// agents ("base" first in odd rounds, "new" first in even ones, so that
+// neither always follows the other), prints each agent's median, and
+// returns this tree's.
+func convergeRounds(t *testing.T, agents map[string]string, n, rounds int) time.Duration {
+	took := map[string][]time.Duration{}
+	for r := range rounds {
+		order := []string{"base", "new"}
+		if r%2 == 1 {
+			order = []string{"new", "base"}
+		}
+		for _, name := range order {
+			if bin, ok := agents[name]; ok {
+				took[name] = append(took[name], convergeOnce(t, name, bin, "node1", n))
+			}
+		}
+	}
+	for _, name := range []string{"base", "new"} {
+		if ds, ok := took[name]; ok {
+			fmt.Printf("BENCH agent=%s converge_jobs=%d reconcile_s=%.2f rounds=%d\n", name, n, median(ds).Seconds(), rounds)
+		}
+	}
+	return median(took["new"])
+}
+
+// median is the middle of ds (the mean of the two middles of an even count).
+func median(ds []time.Duration) time.Duration {
+	s := slices.Sorted(slices.Values(ds))
+	m := len(s) / 2
+	if len(s)%2 == 0 {
+		return (s[m-1] + s[m]) / 2
+	}
+	return s[m]
+}
+
 // convergeOnce converges n jobs onto node (empty) with bin, checks that
 // systemd has them enabled and running, and removes them again with this
 // tree's agent (the removal is not what is compared).
@@ -154,7 +187,7 @@ func convergeOnce(t *testing.T, name, bin, node string, n int) time.Duration {
 	}
 	checkEnabled(t, node, n)
 	timedWith(t, agentBin, node, []wire.Job{}, "reconcile")
-	fmt.Printf("BENCH agent=%s converge_jobs=%d reconcile_s=%.2f reloads=%d\n", name, n, took.Seconds(), rep.Reloads)
+	fmt.Printf("BENCH converge_once agent=%s jobs=%d reconcile_s=%.2f reloads=%d\n", name, n, took.Seconds(), rep.Reloads)
 	return took
 }
 
