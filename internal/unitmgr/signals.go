@@ -35,14 +35,10 @@ type signalRouter interface {
 // such goroutines held their signals (issue 16, docs/benchmarks.md). The
 // agent never subscribes (go-systemd's Subscribe, SubscribeUnits, which
 // would need UnitNew and PropertiesChanged), so nothing read the others.
-// JobRemoved also ends StartUnits' waits, through the jobs watch.
-type jobSignals struct {
-	signalRouter
-	jobs *jobWatch
-}
+type jobSignals struct{ signalRouter }
 
-func newJobSignals(jobs *jobWatch) jobSignals {
-	return jobSignals{dbus.NewDefaultSignalHandler(), jobs}
+func newJobSignals() jobSignals {
+	return jobSignals{dbus.NewDefaultSignalHandler()}
 }
 
 // DeliverSignal passes JobRemoved on and drops every other signal.
@@ -50,16 +46,15 @@ func (h jobSignals) DeliverSignal(iface, name string, s *dbus.Signal) {
 	if s.Name != jobRemoved {
 		return
 	}
-	h.jobs.removed(s)
 	h.signalRouter.DeliverSignal(iface, name, s)
 }
 
 // dialPrivate is go-systemd's NewSystemdConnectionContext (systemd's
 // private socket, EXTERNAL authentication by uid, no Hello) with
-// jobSignals as each connection's signal handler, feeding jobs.
-func dialPrivate(ctx context.Context, jobs *jobWatch) (*sd.Conn, error) {
+// jobSignals as each connection's signal handler.
+func dialPrivate(ctx context.Context) (*sd.Conn, error) {
 	return sd.NewConnection(func() (*dbus.Conn, error) {
-		c, err := dbus.Dial("unix:path=/run/systemd/private", dbus.WithContext(ctx), dbus.WithSignalHandler(newJobSignals(jobs)))
+		c, err := dbus.Dial("unix:path=/run/systemd/private", dbus.WithContext(ctx), dbus.WithSignalHandler(newJobSignals()))
 		if err != nil {
 			return nil, err
 		}

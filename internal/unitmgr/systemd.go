@@ -48,14 +48,12 @@ type LoadedUnit struct {
 // then dials a new one and retries the call once.
 type DBus struct {
 	conns redialer[*sd.Conn]
-	jobs  jobWatch // fed by every connection's JobRemoved
 }
 
 // DialDBus connects to systemd (its private socket when root, else the
 // system bus).
 func DialDBus(ctx context.Context) (*DBus, error) {
-	d := &DBus{}
-	d.conns.dial = func(ctx context.Context) (*sd.Conn, error) { return dialSystemd(ctx, &d.jobs) }
+	d := &DBus{conns: redialer[*sd.Conn]{dial: dialSystemd}}
 	if _, err := d.conns.current(ctx); err != nil {
 		return nil, err
 	}
@@ -68,11 +66,9 @@ func DialDBus(ctx context.Context) (*DBus, error) {
 // calls in flight lost systemd mid-way ("Message recipient disconnected
 // from message bus without replying", issue 16 bench), and every call
 // and signal makes two hops instead of one.
-// Through the bus no JobRemoved reaches jobs (the agent subscribes to
-// none): StartUnits' waits then end by listing the jobs.
-func dialSystemd(ctx context.Context, jobs *jobWatch) (*sd.Conn, error) {
+func dialSystemd(ctx context.Context) (*sd.Conn, error) {
 	if os.Geteuid() == 0 {
-		c, err := dialPrivate(ctx, jobs) // every unit's signals: only JobRemoved is kept
+		c, err := dialPrivate(ctx) // every unit's signals: only JobRemoved is kept
 		if err == nil {
 			return c, nil
 		}
@@ -200,11 +196,9 @@ func (d *DBus) StartUnit(ctx context.Context, name string) error {
 	})
 }
 
-// startJobsRecheck is how often StartUnits lists systemd's jobs while
-// it waits for its start jobs to end; JobRemoved signals end the wait
-// sooner (jobWatch). A listing is one call, but PID 1 serialises every
-// queued job into it.
-const startJobsRecheck = time.Second
+// startJobsPoll is how often StartUnits asks systemd whether the start
+// jobs are done: ListJobs is one call whatever the number of units.
+const startJobsPoll = 50 * time.Millisecond
 
 // StartUnits starts names in one transaction: a transient oneshot
 // service (/bin/true) that Wants= them, so systemd loads every unit and
@@ -260,27 +254,33 @@ const startJobsWait = time.Minute
 // startSeq makes the transient units' names unique within the agent.
 var startSeq atomic.Uint64
 
-// waitJobs returns when systemd has no job left for any of names. It
-// lists the jobs once, then counts their JobRemoved signals down, and
-// lists again every startJobsRecheck in case a signal never comes.
+// waitJobs returns when systemd has no job left for any of names.
 func (d *DBus) waitJobs(ctx context.Context, names []string) error {
-	jw := d.jobs.watch(names) // before the listing: see pendingJobs
-	defer d.jobs.stop(jw)
-	return jw.waitListed(ctx, d.listJobs, startJobsRecheck)
-}
-
-// listJobs lists systemd's queued jobs.
-func (d *DBus) listJobs(ctx context.Context) ([]queuedJob, error) {
-	var jobs []queuedJob
-	err := d.do(ctx, func(c *sd.Conn) error {
-		listed, err := c.ListJobsContext(ctx)
-		jobs = make([]queuedJob, len(listed))
-		for i, j := range listed {
-			jobs[i] = queuedJob{id: j.Id, unit: j.Unit}
+	ours := make(map[string]bool, len(names))
+	for _, n := range names {
+		ours[n] = true
+	}
+	for {
+		var pending bool
+		err := d.do(ctx, func(c *sd.Conn) error {
+			jobs, err := c.ListJobsContext(ctx)
+			for _, j := range jobs {
+				pending = pending || ours[j.Unit]
+			}
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("list jobs: %w", err)
 		}
-		return err
-	})
-	return jobs, err
+		if !pending {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for start jobs: %w", ctx.Err())
+		case <-time.After(startJobsPoll):
+		}
+	}
 }
 
 // StopUnit queues a stop job.
