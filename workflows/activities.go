@@ -154,6 +154,12 @@ type NodeActivities struct {
 	// Completer, when set and Units is QueuedUnits, completes ApplyJobs
 	// and RemoveUnits asynchronously (completeLater); nil, they wait.
 	Completer Completer
+	// AfterConverge, when set, is started in a goroutine of its own as a
+	// converge read from the core (ReconcileFromCore) returns, fast or
+	// full, failed or not (an agent without a core API has none to run
+	// it after): the daemon hands the converge's garbage back to the
+	// system a moment later (releaseMemory).
+	AfterConverge func()
 
 	queuedNow atomic.Int64 // changes waiting asynchronously (completeLater)
 }
@@ -368,6 +374,7 @@ func (a *NodeActivities) ReconcileFromCore(ctx context.Context, ref wire.Desired
 	if a.Desired == nil {
 		return wire.NodeReport{}, temporal.NewNonRetryableApplicationError("this node agent has no core API to read its desired set from", "NoCoreAPI", nil)
 	}
+	defer a.afterConverge()
 	// A large converge outlasts a fixed bound; the heartbeat shows it is
 	// still at work (convergeCtx).
 	stop := heartbeatWhile(ctx, ConvergeHeartbeat/3)
@@ -399,6 +406,14 @@ func (a *NodeActivities) ReconcileFromCore(ctx context.Context, ref wire.Desired
 	// The report is a payload again: bounded, or a first converge of a
 	// large shard would do its work and then fail on the report's size.
 	return rep.Bounded(wire.MaxReportNames), err
+}
+
+// afterConverge starts AfterConverge, if any, without holding up the
+// converge's answer.
+func (a *NodeActivities) afterConverge() {
+	if a.AfterConverge != nil {
+		go a.AfterConverge()
+	}
 }
 
 // fastConverge is the converge fast path: the core's digest of the set,

@@ -461,3 +461,62 @@ func TestReconcileFromCoreFastPath(t *testing.T) {
 		})
 	}
 }
+
+// TestAfterConvergeRunsOncePerConverge: the daemon's hook after a converge
+// read from the core runs once for each, whether it took the fast path,
+// converged in full or failed, and not for other activities.
+func TestAfterConvergeRunsOncePerConverge(t *testing.T) {
+	d := wire.DesiredDigest{Digest: wire.SetDigest([]wire.Job{tenantJob}), Jobs: 1}
+	set := wire.DesiredSet{Jobs: []wire.Job{tenantJob}, Snapshot: wire.Snapshot{Xmin: 100, Xmax: 100}}
+	for _, tc := range []struct {
+		name      string
+		unchanged bool
+		readErr   error
+	}{
+		{"fast path", true, nil},
+		{"full", false, nil},
+		{"failed: core unreachable", false, errors.New("connection refused")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := &digestSource{fakeSource: fakeSource{set: set, err: tc.readErr}, digest: d}
+			u := &fastUnits{fakeUnits: fakeUnits{}, unchanged: tc.unchanged}
+			ran := make(chan struct{}, 10)
+			release := make(chan struct{})
+			defer close(release)
+			// The hook blocks until the test ends: the converge must answer
+			// without waiting for it.
+			a := &NodeActivities{Units: u, Admission: admitAll, Desired: src, AfterConverge: func() { ran <- struct{}{}; <-release }}
+			if _, err := a.ApplyJobs(context.Background(), []wire.Job{tenantJob}); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-ran:
+				t.Fatal("AfterConverge ran after ApplyJobs, not a converge")
+			case <-time.After(50 * time.Millisecond):
+			}
+			answered := make(chan struct{})
+			go func() {
+				_, _ = a.ReconcileFromCore(context.Background(), wire.DesiredSetRef{NodeID: "n1"})
+				close(answered)
+			}()
+			select {
+			case <-answered:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the converge waited for AfterConverge")
+			}
+			select {
+			case <-ran:
+			case <-time.After(5 * time.Second):
+				t.Fatal("AfterConverge did not run")
+			}
+			if full := !tc.unchanged && tc.readErr == nil; u.reconciled != full {
+				t.Fatalf("reconciled %v, want %v: the case did not take its path", u.reconciled, full)
+			}
+			select {
+			case <-ran:
+				t.Fatal("AfterConverge ran twice")
+			case <-time.After(50 * time.Millisecond):
+			}
+		})
+	}
+}

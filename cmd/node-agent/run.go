@@ -156,7 +156,8 @@ func startNodeWorker(ctx context.Context, cfg nodeconf.Config, nm *metrics.Node,
 	desiredSets := desiredset.Client{BaseURL: cfg.APIURL, Credential: cfg.Credential,
 		HTTP: &http.Client{Timeout: 30 * time.Second}, PageSize: cfg.DesiredPageSize,
 		Pages: pages, Log: log.With("component", "desired-set")}
-	workflows.RegisterNode(w, &workflows.NodeActivities{Units: m, Admission: admission, Desired: desiredSets, Completer: tc})
+	workflows.RegisterNode(w, &workflows.NodeActivities{Units: m, Admission: admission, Desired: desiredSets, Completer: tc,
+		AfterConverge: releaseMemory})
 	if err := w.Start(); err != nil {
 		closeConn()
 		tc.Close()

@@ -62,6 +62,9 @@ func TestNodeReportBounded(t *testing.T) {
 	if len(r.Written) != 5 {
 		t.Error("Bounded changed the report it was called on")
 	}
+	if &got.Written[0] == &r.Written[0] || cap(got.Written) != 3 {
+		t.Error("a cut list shares the whole list's backing array: the report would hold every name")
+	}
 	if same := r.Bounded(10); same.Omitted != 0 || len(same.Written) != 5 {
 		t.Errorf("a short report was cut: %+v", same)
 	}
