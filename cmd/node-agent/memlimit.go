@@ -50,8 +50,8 @@ func setMemoryLimit(log *slog.Logger) {
 // of 10,000 jobs leaves 20-30 MB of garbage and freed heap behind; the
 // runtime's scavenger keeps Go's memory up to 95 % of the soft limit
 // until a later collection lowers the heap goal (an idle agent collects
-// every two minutes), so the agent's RSS stayed at 52-56 MB after a
-// restarted agent's converge, against 34-38 MB with this
+// every two minutes), so the agent's RSS stayed at 48-56 MB after a
+// restarted agent's converge, against 31.5-33.5 MB with this
 // (docs/benchmarks.md, "Node-agent RSS after a converge"). It costs one
 // collection of a heap of a few tens of MB per converge, and the page
 // faults of whatever the agent allocates again.
