@@ -197,9 +197,9 @@ func (m *Manager) runBatch(batch []*queued) {
 // last half does, so they do not run out their deadlines (or hold their
 // activity slots) through the other halves' reloads. The first half is
 // applied before the second, so queue order is kept (within a batch
-// different jobs' changes commute anyway: batchLen). A node-wide fault that fails every plan before it writes
-// (systemd gone) costs 2n-1 failed plans instead of n, none of them
-// reloading.
+// different jobs' changes commute anyway: batchLen). A node-wide fault
+// that fails every plan before it writes (systemd gone) costs 2n-1
+// failed plans instead of n, none of them reloading.
 func (m *Manager) applyBatch(batch []*queued, deliver func(*queued, result)) {
 	reqs := make([]Request, len(batch))
 	ctxs := make([]context.Context, len(batch))
