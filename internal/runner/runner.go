@@ -428,9 +428,24 @@ func claimRequest(spec jobspec.Spec, d decision) (done bool, err error) {
 // lost: another process holds the lock. One node per run decides a skip
 // (it creates the run's marker) and reports it; the others stay silent.
 func lost(env Env, spec jobspec.Spec, d decision, rec Record, lock *os.File) int {
-	st, ok, err := waitForStamp(env, filepath.Join(spec.LockDir, wire.SlotStampName(spec.ID)), d)
+	st, ok, got, err := waitForStamp(env, filepath.Join(spec.LockDir, wire.SlotStampName(spec.ID)), d, lock)
 	if err != nil {
 		return platformError(env, rec, err)
+	}
+	if got {
+		// The holder let go without running d: decide under the lock,
+		// as any winner does (the stamp and markers read there keep it
+		// to one run).
+		return won(env, spec, d, rec)
+	}
+	if d.Trigger == wire.TriggerScheduled && !d.AfterOverrun && noRunHolds(st, ok, d) {
+		// Still held at the end of the wait, by an election rather than
+		// a run (a winner slow to write its stamp on slow storage): it
+		// decides the slot. An overlap marker here would be false, and
+		// would make that winner skip the slot (won reads the markers).
+		env.Log.Info("lock held by another node's election past the stamp wait: the slot is its to decide", "run_key", d.Key)
+		rec.Kind = KindContention
+		return finish(env, rec, ExitSkip)
 	}
 	b := classifyBusy(d, st, ok, env.Now())
 	if b.Kind == KindContention {
@@ -569,18 +584,57 @@ func (env Env) overlapPoll() time.Duration {
 
 // waitForStamp polls the stamp until it shows d (the holder runs the same
 // run and wrote its stamp right after taking the lock) or StampWait ends.
-func waitForStamp(env Env, path string, d decision) (Stamp, bool, error) {
+// While the stamp shows no run that overlaps d (noRunHolds), the holder is
+// another election: a node electing for d, for a run-now request it had
+// already served, or for a late fire, or one that failed or was killed
+// before its stamp. It may let go without running d, so the lock is tried
+// again on every poll (not by a runner told to stop, which takes no
+// lock); got: it was taken, and the caller decides d under it. Without
+// that, this node would decide an overlap for d with nothing running, and
+// its marker would keep every later node from running it.
+func waitForStamp(env Env, path string, d decision, lock *os.File) (st Stamp, ok, got bool, err error) {
 	deadline := time.Now().Add(env.StampWait)
 	for {
-		st, ok, _, err := readStamp(path, env.Now())
+		st, ok, _, err = readStamp(path, env.Now())
 		if err != nil {
-			return st, ok, err
+			return st, ok, false, err
 		}
-		if (ok && st.covers(d)) || time.Now().After(deadline) {
-			return st, ok, nil
+		if ok && st.covers(d) {
+			return st, ok, false, nil
+		}
+		if noRunHolds(st, ok, d) && !env.stopped() { // a stopped waiter takes no lock (waitForLock)
+			err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+			if err == nil {
+				return st, ok, true, nil
+			}
+			if !errors.Is(err, unix.EWOULDBLOCK) {
+				return st, ok, false, fmt.Errorf("lock %s: %w", lock.Name(), err)
+			}
+		}
+		if time.Now().After(deadline) {
+			return st, ok, false, nil
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// noRunHolds reports whether a stamp read while the lock is busy shows
+// that no run overlapping d holds it: the last run let go of its lease
+// before d's slot (a release's heartbeat is its time), or no run ever
+// wrote a stamp. A release at or after the slot is the previous run
+// ending during this slot's election: it overlapped the slot, which stays
+// an overlap as before (its holder may still be draining output and
+// exiting). A lease not released (a run under way, or one whose node
+// stopped heart-beating), a stamp without a lease (written before leases)
+// or one too far ahead to read (a fast node's) keep the lock's holder a
+// run, as classifyBusy judges it.
+func noRunHolds(st Stamp, ok bool, d decision) bool {
+	if !ok {
+		// No stamp at all, or a corrupt one (read as empty, which the
+		// winner overwrites); a stamp ahead of this clock has its slot.
+		return st.Slot.IsZero()
+	}
+	return st.Released && st.Heartbeat.Before(d.Slot)
 }
 
 // openLock opens (creating) the job's lock file without following links.
