@@ -71,6 +71,7 @@ func run(ctx context.Context, log *slog.Logger) error {
 		return nil
 	}
 	report = cancelled(report, units.Name(tenant, jobID), log)
+	report = shutDown(ctx, report, log)
 	if inv := os.Getenv("INVOCATION_ID"); wire.ValidInvocationID(inv) {
 		report.InvocationID = inv // systemd's, for this activation: the run's output carries it
 	}

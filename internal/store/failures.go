@@ -74,11 +74,13 @@ const (
 // already stored under its run key, or is a duplicate. A node's report
 // replaces the sweeper's lost record, and a real result replaces an
 // overlap skip or a platform error; any other second report is a
-// redelivery. A platform error is always reported by a node that did not
-// run the command (its shared storage failed before or during the
-// election, or its runner died before the command started), while a
-// healthy node of the shard may have run the slot: that node's result is
-// the run's, whichever report arrives first.
+// redelivery. A platform error is reported by a node that did not run the
+// command (its shared storage failed before or during the election, or
+// its runner died before the command started), while a healthy node of
+// the shard may have run the slot: that node's result is the run's,
+// whichever report arrives first. Or it is reported by the node that ran
+// the command, when that node's shutdown stopped the run
+// (outcome.ShutDown): no other node runs that slot, so nothing replaces it.
 func decideRecord(stored *wire.Result, incoming wire.Result) recordStep {
 	switch {
 	case stored == nil:

@@ -174,7 +174,13 @@ func recordOneOutcome(ctx context.Context, tx pgx.Tx, node Node, jobID string, o
 	}
 	step := decideRecord(locked.stored.result(), o.Result)
 	if step == duplicateRun {
-		res.Duplicate = true // a redelivery changes nothing
+		res.Duplicate = true // a redelivery changes nothing in the history
+		if IsPlaceholder(o.Result) {
+			// A node whose own run ended (its shutdown stopped it) may
+			// find another node's placeholder under the key first (the
+			// whole shard rebooting): its start still ends (endStart).
+			return res, endStart(ctx, tx, node.ID, o)
+		}
 		return res, nil
 	}
 	res.Replaced = step == replaceRun
@@ -184,12 +190,19 @@ func recordOneOutcome(ctx context.Context, tx pgx.Tx, node Node, jobID string, o
 	// the retry marks failed attempts superseded, which the recount leaves
 	// out. Others read the recount in the write's round trip.
 	retrying := mayRetry(job, o)
+	var interrupted bool
+	if retrying {
+		// Read before the write ends the start it looks for.
+		if interrupted, err = stoppedOnItsNode(ctx, tx, node.ID, o); err != nil {
+			return res, err
+		}
+	}
 	runID, results, err := writeOutcomeRun(ctx, tx, node, job, o, locked.stored, !retrying)
 	if err != nil {
 		return res, err
 	}
 	if retrying {
-		if res.Retry, err = retryAfterRecord(ctx, tx, job, o, recordAt(o, locked.stored), runID); err != nil {
+		if res.Retry, err = retryAfterRecord(ctx, tx, job, o, recordAt(o, locked.stored), runID, interrupted); err != nil {
 			return res, err
 		}
 		if results, err = readRecount(ctx, tx, job.ID); err != nil {
@@ -293,7 +306,7 @@ func writeOutcomeRun(ctx context.Context, tx pgx.Tx, node Node, job CronJob, o O
 	pipe.Queue(sql, args).QueryRow(func(row pgx.Row) error {
 		return wrap(row.Scan(&runID), "outcome: write run")
 	})
-	if err := endStart(ctx, queued{pipe}, o.RunKey, o.Result); err != nil {
+	if err := endStart(ctx, queued{pipe}, node.ID, o); err != nil {
 		return 0, nil, err
 	}
 	if withRecount {

@@ -45,6 +45,9 @@ type retryInput struct {
 	NextSlot   time.Time   // the job's next fire time after the attempt's slot (zero: none)
 	Duplicate  bool        // the outcome changed nothing (a redelivery)
 	Superseded bool        // the attempt's record already has a retry queued
+	// Interrupted: a platform_error from the node the attempt ran on,
+	// whose shutdown stopped it (stoppedOnItsNode): retried like a failure.
+	Interrupted bool
 }
 
 // retryPlan is a retry to queue: its key, attempt and when it may start.
@@ -56,7 +59,8 @@ type retryPlan struct {
 
 // decideRetry decides whether a recorded attempt is retried. Only a
 // tenant failure of a scheduled slot (on time or caught up) or of a retry
-// is, while the job is enabled and still at the version the attempt ran
+// is (or an attempt the platform stopped on the node it ran on: it did not
+// finish, through no fault of the tenant's), while the job is enabled and still at the version the attempt ran
 // (a disable, delete or any change since makes no further attempt), and
 // attempts are left (1 + retries in all). The retry must start before the
 // slot's next fire time and within wire.MaxRetryStart of the slot: one that would not (a long backoff, an outcome
@@ -70,7 +74,7 @@ func decideRetry(in retryInput) (plan retryPlan, ok bool, why string) {
 		return plan, false, "the attempt's retry is decided already"
 	case in.Key.Trigger != wire.TriggerScheduled && in.Key.Trigger != wire.TriggerRetry:
 		return plan, false, "only a scheduled slot is retried"
-	case !in.Result.IsFailure():
+	case !in.Result.IsFailure() && !(in.Interrupted && in.Result == wire.ResultPlatformError):
 		return plan, false, "not a tenant failure"
 	case in.Job.Retries == 0 || attempt > in.Job.Retries:
 		return plan, false, fmt.Sprintf("attempt %d of %d", attempt, 1+in.Job.Retries)
@@ -100,7 +104,7 @@ func previousAttempt(k runkey.Key) string {
 // is superseded by it. runID is the attempt's record and at its slot
 // (scheduled_at: with the id, its primary key, one month's index). It
 // returns the key of the retry it queued ("" none).
-func retryAfterRecord(ctx context.Context, tx pgx.Tx, job CronJob, o Outcome, at time.Time, runID int64) (string, error) {
+func retryAfterRecord(ctx context.Context, tx pgx.Tx, job CronJob, o Outcome, at time.Time, runID int64, interrupted bool) (string, error) {
 	key, err := runkey.Parse(o.RunKey)
 	if err != nil {
 		return "", nil // the API refuses such keys; nothing to retry
@@ -120,7 +124,7 @@ func retryAfterRecord(ctx context.Context, tx pgx.Tx, job CronJob, o Outcome, at
 			return "", fmt.Errorf("retry: supersede the attempt before: %w", err)
 		}
 	}
-	in := retryInput{Key: key, Result: o.Result, Version: o.Version, Job: job}
+	in := retryInput{Key: key, Result: o.Result, Version: o.Version, Job: job, Interrupted: interrupted}
 	if err := tx.QueryRow(ctx, `SELECT now(), superseded FROM cron_job_runs WHERE id = $1 AND scheduled_at = $2`, runID, at).Scan(&in.Now, &in.Superseded); err != nil {
 		return "", fmt.Errorf("retry: %w", err)
 	}

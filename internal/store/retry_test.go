@@ -56,6 +56,14 @@ func TestDecideRetry(t *testing.T) {
 		{"no retries", func(in *retryInput) { in.Job.Retries = 0 }, "", time.Time{}},
 		{"a success", func(in *retryInput) { in.Result = wire.ResultSuccess }, "", time.Time{}},
 		{"a platform error", func(in *retryInput) { in.Result = wire.ResultPlatformError }, "", time.Time{}},
+		{"a run its node's shutdown stopped", func(in *retryInput) { in.Result, in.Interrupted = wire.ResultPlatformError, true }, runkey.Retry(jobID, slot, 2), now.Add(time.Minute)},
+		{"a retry its node's shutdown stopped", func(in *retryInput) {
+			in.Key, in.Result, in.Interrupted = retry2, wire.ResultPlatformError, true
+		}, runkey.Retry(jobID, slot, 3), now.Add(2 * time.Minute)},
+		{"interrupted, but the last attempt", func(in *retryInput) {
+			in.Key, in.Result, in.Interrupted = retry3, wire.ResultPlatformError, true
+		}, "", time.Time{}},
+		{"interrupted is only for a platform error", func(in *retryInput) { in.Result, in.Interrupted = wire.ResultCancelled, true }, "", time.Time{}},
 		{"lost", func(in *retryInput) { in.Result = wire.ResultLost }, "", time.Time{}},
 		{"an overlap skip", func(in *retryInput) { in.Result = wire.ResultOverlapSkipped }, "", time.Time{}},
 		{"cancelled", func(in *retryInput) { in.Result = wire.ResultCancelled }, "", time.Time{}},

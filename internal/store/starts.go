@@ -38,8 +38,10 @@ const placeholderResults = `('overlap_skipped', 'platform_error', 'lost')`
 // RecordStart notes that node runs a run of job jobID. The job must be on
 // the node's shard (as for outcomes). A node holds one start per job (a
 // unit runs one activation at a time): a new run replaces the node's
-// earlier one. A run that already has a real record changes nothing. It
-// reports whether the start was noted (new or replacing another run).
+// earlier one. A run that already has a real record changes nothing, nor
+// does one whose activation already reported its end (its own platform
+// error, endStart: the start came late). It reports whether the start was
+// noted (new or replacing another run).
 func (s *Store) RecordStart(ctx context.Context, node Node, jobID string, st wire.RunStart) (bool, error) {
 	// The run's record is looked up by its key and the key's slot, if it
 	// names one (runKeyWhere: one month's index).
@@ -50,7 +52,8 @@ func (s *Store) RecordStart(ctx context.Context, node Node, jobID string, st wir
 		INSERT INTO cron_job_run_starts (cron_job_id, node_id, run_key, scheduled_at, started_at, invocation_id, trigger)
 		SELECT j.id, $3, $1, $4, $5, $6, $8 FROM cron_jobs j
 		WHERE j.id = $2 AND j.tenant_id IN (SELECT id FROM tenants WHERE shard_id = $7)
-		  AND NOT EXISTS (SELECT 1 FROM cron_job_runs r WHERE `+recorded+` AND r.result NOT IN `+placeholderResults+`)
+		  AND NOT EXISTS (SELECT 1 FROM cron_job_runs r WHERE `+recorded+`
+		                  AND (r.result NOT IN `+placeholderResults+` OR ($6 <> '' AND r.invocation_id = $6)))
 		ON CONFLICT (cron_job_id, node_id) DO UPDATE
 		SET run_key = EXCLUDED.run_key, scheduled_at = EXCLUDED.scheduled_at, started_at = EXCLUDED.started_at,
 		    invocation_id = EXCLUDED.invocation_id, trigger = EXCLUDED.trigger, received_at = now()
@@ -143,16 +146,46 @@ func (s *Store) RunningSince(ctx context.Context, ids []string) (map[string]time
 func IsPlaceholder(r wire.Result) bool { return r.IsPlaceholder() }
 
 // endStart deletes a run's start once its record is written (in the
-// recording transaction); a placeholder record does not end it (the
-// start is of the node that runs the slot).
-func endStart(ctx context.Context, tx execer, runKey string, result wire.Result) error {
-	if IsPlaceholder(result) {
+// recording transaction). A placeholder record ends only the start of the
+// very activation that reports it (same node, same systemd invocation):
+// that node's run has ended, e.g. stopped by the node's shutdown and
+// reported as platform_error. Any other placeholder (another node's skip,
+// or its word that the holder stopped heart-beating) leaves the start of
+// the node that runs the slot, whose real result is still to come.
+func endStart(ctx context.Context, tx execer, nodeID string, o Outcome) error {
+	if !IsPlaceholder(o.Result) {
+		if _, err := tx.Exec(ctx, `DELETE FROM cron_job_run_starts WHERE run_key = $1`, o.RunKey); err != nil {
+			return fmt.Errorf("end run start: %w", err)
+		}
 		return nil
 	}
-	if _, err := tx.Exec(ctx, `DELETE FROM cron_job_run_starts WHERE run_key = $1`, runKey); err != nil {
+	if o.InvocationID == "" {
+		return nil // an older node's report: nothing ties it to a start
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM cron_job_run_starts WHERE run_key = $1 AND node_id = $2 AND invocation_id = $3`,
+		o.RunKey, nodeID, o.InvocationID); err != nil {
 		return fmt.Errorf("end run start: %w", err)
 	}
 	return nil
+}
+
+// stoppedOnItsNode reports whether o is a platform error from the very
+// activation that reported the run's start (same node, same systemd
+// invocation): the run was under way there and the platform stopped it
+// (the node's shutdown, outcome.ShutDown), rather than another node's
+// word on a slot it did not run. Such an attempt is retried as a failure
+// would be (decideRetry); it still counts as no failure.
+func stoppedOnItsNode(ctx context.Context, tx pgx.Tx, nodeID string, o Outcome) (bool, error) {
+	if o.Result != wire.ResultPlatformError || o.InvocationID == "" {
+		return false, nil
+	}
+	var found bool
+	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM cron_job_run_starts WHERE run_key = $1 AND node_id = $2 AND invocation_id = $3)`,
+		o.RunKey, nodeID, o.InvocationID).Scan(&found)
+	if err != nil {
+		return false, fmt.Errorf("outcome: read the run's start: %w", err)
+	}
+	return found, nil
 }
 
 // PruneStarts deletes starts reported before cutoff: past its job's

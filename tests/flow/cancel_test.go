@@ -16,22 +16,9 @@ import (
 // recorded as cancelled without counting as a failure (max_failures 1
 // would auto-disable on a failure).
 func TestCancelThroughTheAPI(t *testing.T) {
-	body, _ := json.Marshal(map[string]any{"webroot_id": c.Webroots["acme"].ID, "schedule": "0 6 * * *",
-		"command": "echo flow-cancel-started; sleep 300", "timeout_seconds": 600, "max_failures": 1})
-	id := call(t, "POST", "/api/v1/tenants/"+c.Tenants["acme"].ID+"/cron-jobs", string(body), 201)["id"].(string)
-	waitStatus(t, id, "active", 60*time.Second)
-	key := call(t, "POST", "/api/v1/cron-jobs/"+id+"/run-now", "", 202)["run_key"].(string)
-	run := "/api/v1/cron-jobs/" + id + "/runs/" + url.PathEscape(key)
-
 	// Running on one node: the node agent reports it, so the API shows it
 	// as running (and the job as running since its start).
-	deadline := time.Now().Add(60 * time.Second)
-	for call(t, "GET", run, "", 200)["result"] != "running" {
-		if time.Now().After(deadline) {
-			t.Fatal("the run-now run never showed as running")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	id, key, run := longRunNow(t, "flow-cancel-started")
 	if !runningSomewhere(t, id) {
 		t.Fatal("the API says running, but no node's service runs")
 	}
@@ -57,6 +44,28 @@ func TestCancelThroughTheAPI(t *testing.T) {
 	call(t, "POST", run+"/cancel", "", 409) // it has ended
 	call(t, "DELETE", "/api/v1/cron-jobs/"+id, "", 202)
 	waitGone(t, id, 60*time.Second)
+}
+
+// longRunNow creates an active job whose command prints marker and sleeps
+// for 5 minutes (max_failures 1: one counted failure auto-disables it),
+// runs it now, and waits until the API shows the run as running. It
+// returns the job, the run's key and the run's API path.
+func longRunNow(t *testing.T, marker string) (id, key, run string) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"webroot_id": c.Webroots["acme"].ID, "schedule": "0 6 * * *",
+		"command": "echo " + marker + "; sleep 300", "timeout_seconds": 600, "max_failures": 1})
+	id = call(t, "POST", "/api/v1/tenants/"+c.Tenants["acme"].ID+"/cron-jobs", string(body), 201)["id"].(string)
+	waitStatus(t, id, "active", 60*time.Second)
+	key = call(t, "POST", "/api/v1/cron-jobs/"+id+"/run-now", "", 202)["run_key"].(string)
+	run = "/api/v1/cron-jobs/" + id + "/runs/" + url.PathEscape(key)
+	deadline := time.Now().Add(60 * time.Second)
+	for call(t, "GET", run, "", 200)["result"] != "running" {
+		if time.Now().After(deadline) {
+			t.Fatal("the run-now run never showed as running")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return id, key, run
 }
 
 // runningSomewhere reports whether the job's service runs on any node.
