@@ -36,7 +36,7 @@ func (s *Server) outcome(c echo.Context) error {
 		Result: req.Result, ExitCode: req.ExitCode, Signal: req.Signal, FailureReason: req.FailureReason,
 		CPUSeconds: req.CPUSeconds, PeakMemoryBytes: req.PeakMemoryBytes, InvocationID: req.InvocationID,
 		OutputTail: req.OutputTail, OutputTruncated: req.OutputTruncated || req.OutputDroppedBytes > 0, OutputDroppedBytes: req.OutputDroppedBytes,
-		Trigger: trigger,
+		Trigger: trigger, Shutdown: req.Shutdown && req.Result == wire.ResultPlatformError,
 	})
 	if errors.Is(err, store.ErrVersionAhead) {
 		return invalid("version", "%v", err)

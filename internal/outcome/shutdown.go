@@ -31,7 +31,7 @@ func ShutDown(r wire.Outcome, systemState string) wire.Outcome {
 	if was == "" {
 		was = string(r.Result)
 	}
-	r.Result = wire.ResultPlatformError
+	r.Result, r.Shutdown = wire.ResultPlatformError, true
 	r.FailureReason = "the node shut down while the run was under way: " + was
 	return r
 }

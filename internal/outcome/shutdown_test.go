@@ -40,6 +40,9 @@ func TestShutDown(t *testing.T) {
 			if got.ExitCode == nil || *got.ExitCode != code || got.RunKey != "k" {
 				t.Errorf("the run's own fields changed: %+v", got)
 			}
+			if got.Shutdown != (tc.want != tc.result) {
+				t.Errorf("Shutdown %v: set only on the result ShutDown turned", got.Shutdown)
+			}
 			if tc.want != tc.result {
 				if !strings.HasPrefix(got.FailureReason, "the node shut down while the run was under way: ") {
 					t.Errorf("reason %q does not say the node shut down", got.FailureReason)

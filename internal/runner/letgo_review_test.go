@@ -123,3 +123,20 @@ func TestLateReleaseDoesNotRunASlotAnotherNodeSkips(t *testing.T) {
 		t.Errorf("slot %s ran on node3 and was reported overlap_skipped by node2", r2.RunKey)
 	}
 }
+
+// buffer_one: the previous run released before the slot; an election
+// holds the flock past the stamp wait without ever stamping (its node
+// died between flock and stamp; CephFS keeps the flock until it evicts
+// the node), then lets go well before the next slot. The waiter waits for
+// the lock as behind a run, and runs the slot once it is free.
+func TestWaiterWaitsOutAnElectionThatNeverStamps(t *testing.T) {
+	env, locks := setupPolicy(t, wire.OverlapBufferOne, time.Date(2026, 11, 21, 12, 1, 3, 0, time.UTC))
+	holder := holdLock(t, locks, `{"slot":"`+slot0+`","holder":"node9","run_key":"`+id+`#scheduled#`+slot0+`","heartbeat":"2026-11-21T12:00:30Z","released":true}`)
+	go func() { time.Sleep(800 * time.Millisecond); holder.Close() }()
+	env.StampWait = 300 * time.Millisecond
+	code := Run(env)
+	r := record(t, env)
+	if got := runs(t, locks); len(got) != 1 || got[0] != slot1 {
+		t.Errorf("slot %s not run (runs %v, exit %d, kind %s): buffer_one gave up after the stamp wait", slot1, got, code, r.Kind)
+	}
+}

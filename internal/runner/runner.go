@@ -438,7 +438,8 @@ func lost(env Env, spec jobspec.Spec, d decision, rec Record, lock *os.File) int
 		// to one run).
 		return won(env, spec, d, rec)
 	}
-	if d.Trigger == wire.TriggerScheduled && !d.AfterOverrun && noRunHolds(st, ok, d) {
+	if d.Trigger == wire.TriggerScheduled && !d.AfterOverrun && noRunHolds(st, ok, d) &&
+		overlapAction(spec.OverlapPolicy, d) != actWait { // a waiter waits for the lock, as behind a run
 		// Still held at the end of the wait, by an election rather than
 		// a run (a winner slow to write its stamp on slow storage): it
 		// decides the slot. An overlap marker here would be false, and

@@ -88,6 +88,8 @@ type Outcome struct {
 	// Trigger is the run's (wire.RecordedTrigger, checked by the API):
 	// the key's, or catchup for a scheduled key.
 	Trigger wire.Trigger
+	// Shutdown: a platform_error the node's shutdown caused (wire.Outcome).
+	Shutdown bool
 }
 
 // OutcomeResult tells what recording an outcome did.

@@ -169,14 +169,16 @@ func endStart(ctx context.Context, tx execer, nodeID string, o Outcome) error {
 	return nil
 }
 
-// stoppedOnItsNode reports whether o is a platform error from the very
-// activation that reported the run's start (same node, same systemd
-// invocation): the run was under way there and the platform stopped it
-// (the node's shutdown, outcome.ShutDown), rather than another node's
-// word on a slot it did not run. Such an attempt is retried as a failure
-// would be (decideRetry); it still counts as no failure.
+// stoppedOnItsNode reports whether o is the node's shutdown stopping a run
+// (o.Shutdown, which the hook sets on PID 1's word and no tenant record
+// can) from the very activation that reported the run's start (same
+// node, same systemd invocation): the run was under way there, rather
+// than another node's word on a slot it did not run. Such an attempt is
+// retried as a failure would be (decideRetry); it still counts as no
+// failure. Any other platform error, which a tenant's command can provoke
+// by rewriting its record and killing its runner, is not retried.
 func stoppedOnItsNode(ctx context.Context, tx pgx.Tx, nodeID string, o Outcome) (bool, error) {
-	if o.Result != wire.ResultPlatformError || o.InvocationID == "" {
+	if o.Result != wire.ResultPlatformError || !o.Shutdown || o.InvocationID == "" {
 		return false, nil
 	}
 	var found bool

@@ -142,29 +142,43 @@ func TestOwnPlatformErrorEndsItsStart(t *testing.T) {
 func TestShutdownStoppedAttemptIsRetried(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	j := f.retryJob(1, 1)
 	node2, _, err := f.st.CreateNode(ctx, f.node.ShardID, "node2")
 	must(t, err)
 	const inv = "0123456789abcdef0123456789abcdef"
-	slot := time.Now().UTC().Truncate(24 * time.Hour)
-	report := func(n store.Node, slot time.Time, invocation string) store.OutcomeResult {
+	slot := time.Now().UTC().Truncate(24 * time.Hour) // a daily job's latest slot: a retry now falls before the next
+	report := func(j store.CronJob, n store.Node, shutdown bool) store.OutcomeResult {
 		t.Helper()
 		finished := time.Now().UTC().Add(-time.Second)
 		res, err := f.st.RecordOutcome(ctx, n, j.ID, store.Outcome{RunKey: runkey.Scheduled(j.ID, slot), Version: j.Version, ScheduledAt: slot,
 			FinishedAt: &finished, Result: wire.ResultPlatformError, FailureReason: "the node shut down while the run was under way: killed by SIGTERM",
-			InvocationID: invocation})
+			InvocationID: inv, Shutdown: shutdown})
 		must(t, err)
 		return res
 	}
+	start := func(j store.CronJob) {
+		t.Helper()
+		if _, err := f.st.RecordStart(ctx, f.node, j.ID, wire.RunStart{RunKey: runkey.Scheduled(j.ID, slot), Version: j.Version, ScheduledAt: slot,
+			StartedAt: time.Now().UTC().Add(-time.Minute), InvocationID: inv}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// Another node's platform error (it did not run the slot): no retry.
-	if res := report(node2, slot.Add(-24*time.Hour), inv); res.Retry != "" {
+	other := f.retryJob(1, 1)
+	start(other)
+	if res := report(other, node2, true); res.Retry != "" {
 		t.Fatalf("another node's platform error queued retry %s", res.Retry)
 	}
-	if _, err := f.st.RecordStart(ctx, f.node, j.ID, wire.RunStart{RunKey: runkey.Scheduled(j.ID, slot), Version: j.Version, ScheduledAt: slot,
-		StartedAt: time.Now().UTC().Add(-time.Minute), InvocationID: inv}); err != nil {
-		t.Fatal(err)
+	// The run's own activation, but a platform error its tenant's command
+	// can provoke (a rewritten record, its runner killed), not the
+	// shutdown's: no retry.
+	forged := f.retryJob(1, 1)
+	start(forged)
+	if res := report(forged, f.node, false); res.Retry != "" {
+		t.Fatalf("a platform error without the shutdown's word queued retry %s", res.Retry)
 	}
-	res := report(f.node, slot, inv)
+	j := f.retryJob(1, 1)
+	start(j)
+	res := report(j, f.node, true)
 	if want := runkey.Retry(j.ID, slot, 2); res.Retry != want {
 		t.Fatalf("the attempt its node's shutdown stopped queued retry %q, want %q", res.Retry, want)
 	}

@@ -383,6 +383,11 @@ type Outcome struct {
 	// Trigger is the run's trigger when it is not the run key's: catchup
 	// for a scheduled key (wire.RecordedTrigger); omitted otherwise.
 	Trigger Trigger `json:"trigger,omitempty"`
+	// Shutdown: the platform_error is the node's shutdown stopping the
+	// run (outcome.ShutDown, on PID 1's word). The hook sets it, never the
+	// tenant's record; the core retries such an attempt as a failure when
+	// the report comes from the activation that ran it.
+	Shutdown bool `json:"shutdown,omitempty"`
 }
 
 var invocationRE = regexp.MustCompile(`^[0-9a-f]{32}$`)
