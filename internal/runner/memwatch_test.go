@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"bufio"
 	"os"
 	"os/exec"
 	"reflect"
@@ -221,24 +222,31 @@ func TestWatchInterval(t *testing.T) {
 // charged to the tenant, at a 400 MB limit the kernel would allow. The
 // proportional count takes them once, and still all of them.
 func TestSampleGroupCountsCOWPagesOnce(t *testing.T) {
-	py := `import os,time
+	// The parent says "ready" once its three workers run; all sleep until
+	// the test kills the group (a fixed wait failed on a loaded machine,
+	// where filling 150 MB took longer than it).
+	py := `import os,sys,time
 b=bytearray(150<<20)
 for i in range(0,len(b),4096): b[i]=1
-ks=[]
 for _ in range(3):
-    p=os.fork()
-    if p==0: time.sleep(3); os._exit(0)
-    ks.append(p)
-time.sleep(3)
+    if os.fork()==0: time.sleep(120); os._exit(0)
+print("ready", flush=True)
+time.sleep(120)
 `
 	cmd := exec.Command("python3", "-c", py)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Skip(err)
 	}
 	defer cmd.Wait()
 	defer syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	time.Sleep(1500 * time.Millisecond)
+	if line, err := bufio.NewReader(out).ReadString('\n'); line != "ready\n" {
+		t.Fatalf("python3 did not start its workers: %q %v", line, err)
+	}
 	samples := sampleGroup(cmd.Process.Pid)
 	d := decideMemory(samples, -1, 400<<20)
 	if len(samples) != 4 {
