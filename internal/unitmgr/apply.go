@@ -167,7 +167,7 @@ func (e *executor) run(ctx context.Context, p Plan) (wire.NodeReport, error) {
 			afterIO(string(s.Kind))
 		case KindLockDir:
 			if err := e.ensureLockDir(s); err != nil {
-				e.fail(&rep, failed, s, err)
+				e.lockDirFailed(&rep, failed, s, err)
 			}
 		case KindWrite:
 			n, batch := sameKind(p.Steps[i:], failed)
@@ -215,6 +215,21 @@ func (e *executor) fail(rep *wire.NodeReport, failed map[string]bool, s Step, er
 	failed[s.Unit] = true
 	rep.Failed = append(rep.Failed, fmt.Sprintf("%s: %v", s.Unit, err))
 	e.log.Error("apply cron job", "unit", s.Unit, "step", s.Kind, "err", err)
+}
+
+// lockDirFailed fails the unit of an enabled job whose lock directory
+// could not be made: its timer must not start runs that cannot lock. A
+// disabled job's unit goes on: its spec is the node's record of the
+// disable's version, which keeps an older, enabled copy of the job (a
+// converge read before the disable, a late retry) from starting the
+// timer again; only a run-now needs the directory, and the next converge
+// plans it again.
+func (e *executor) lockDirFailed(rep *wire.NodeReport, failed map[string]bool, s Step, err error) {
+	if s.job != nil && !s.job.Enabled {
+		e.log.Warn("lock directory of a disabled job not made; its files are written all the same", "unit", s.Unit, "dir", s.Target, "err", err)
+		return
+	}
+	e.fail(rep, failed, s, err)
 }
 
 func hasReload(steps []Step) bool {

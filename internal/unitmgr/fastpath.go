@@ -364,7 +364,7 @@ func timerState(files string, timers []LoadedUnit) string {
 	fmt.Fprintf(h, "%s\n", files)
 	slices.SortFunc(timers, func(a, b LoadedUnit) int { return strings.Compare(a.Name, b.Name) })
 	for _, u := range timers {
-		fmt.Fprintf(h, "timer %s %s %s\n", u.Name, u.LoadState, u.ActiveState)
+		fmt.Fprintf(h, "timer %s %s %s %s\n", u.Name, u.LoadState, u.ActiveState, u.JobType)
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }

@@ -133,7 +133,9 @@ func (m *Manager) Plan(ctx context.Context, req Request) (Plan, error) {
 	return m.plan(ctx, req)
 }
 
-// acquire takes the manager's lock, or gives up when ctx ends first. An
+// acquire takes the manager's lock and the node's (lockFile: the
+// operator's one-shot commands run a manager of their own in another
+// process), or gives up when ctx ends first. An
 // activity waits here behind the node's other changes (after a Temporal
 // outage every change that waited arrives at once); one past its deadline
 // must not go on waiting and then apply a plan nobody waits for while it
@@ -146,10 +148,15 @@ func (m *Manager) acquire(ctx context.Context) (release func(), err error) {
 	}
 	select {
 	case m.lock <- struct{}{}:
-		return func() { <-m.lock }, nil
 	case <-ctx.Done():
 		return nil, fmt.Errorf("wait for the node's unit lock: %w", ctx.Err())
 	}
+	unlock, err := lockFile(ctx, m.layout.LockPath(), m.log)
+	if err != nil {
+		<-m.lock
+		return nil, err
+	}
+	return func() { unlock(); <-m.lock }, nil
 }
 
 func (m *Manager) plan(ctx context.Context, req Request) (Plan, error) {

@@ -202,7 +202,18 @@ type Observed struct {
 	LockDirOK            map[string]bool // lock dir path → exists with the right owner and mode
 }
 
-func (o Observed) active(unitFile string) bool { return o.Loaded[unitFile].ActiveState == "active" }
+// active tells whether a unit runs or will run without another start:
+// active, or inactive with a start queued (a timer's start waits for
+// time-sync.target at boot). A disable must stop such a timer too: its
+// queued start would run after the disable and fire the job.
+func (o Observed) active(unitFile string) bool {
+	u := o.Loaded[unitFile]
+	return u.ActiveState == "active" || startQueued(u.JobType)
+}
+
+// startQueued tells whether a queued job of this type leaves its unit
+// running (every type but stop).
+func startQueued(jobType string) bool { return jobType != "" && jobType != "stop" }
 
 // Kind is what a step does.
 type Kind string
@@ -601,8 +612,8 @@ func addOrphans(byName map[string]intent, req Request, obs Observed, p *Plan) {
 	for name := range obs.Disk {
 		names = append(names, name)
 	}
-	for file, u := range obs.Loaded {
-		if name, ok := strings.CutSuffix(file, extTimer); ok && u.ActiveState == "active" {
+	for file := range obs.Loaded {
+		if name, ok := strings.CutSuffix(file, extTimer); ok && obs.active(file) {
 			names = append(names, name)
 		}
 	}
@@ -695,7 +706,7 @@ func lockDirSteps(_ Layout, in intent, obs Observed) []Step {
 		return nil
 	}
 	return []Step{{Kind: KindLockDir, Unit: in.name, Target: in.job.LockDir(), User: in.job.User, Group: in.job.Group,
-		Reason: "lock directory missing or not the tenant's with mode 0700"}}
+		Reason: "lock directory missing or not the tenant's with mode 0700", job: in.job}}
 }
 
 // writeSteps write the spec first: it is what a run reads, and it is

@@ -123,8 +123,17 @@ func checkRequest(req Request) error {
 // queued while the previous apply (or a Plan) held it joins.
 func (m *Manager) drain() {
 	for {
-		release, _ := m.acquire(context.Background()) // cannot fail: the context never ends
+		release, err := m.acquire(context.Background()) // the context never ends: it waits
 		batch := m.take()
+		if err != nil {
+			for _, q := range batch {
+				q.answer(result{err: err})
+			}
+			if len(batch) == 0 {
+				return
+			}
+			continue
+		}
 		if len(batch) == 0 {
 			release()
 			return

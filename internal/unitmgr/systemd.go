@@ -41,6 +41,10 @@ type LoadedUnit struct {
 	Name        string
 	LoadState   string // loaded, not-found, ...
 	ActiveState string // active, inactive, failed, ...
+	// JobType is the job systemd has queued for the unit ("" none): a
+	// timer whose start waits (ordered after time-sync.target at boot) is
+	// still inactive, but starts when its job runs.
+	JobType string
 }
 
 // DBus talks to systemd over D-Bus. When systemd or the bus restarted
@@ -309,7 +313,7 @@ func (d *DBus) ListUnits(ctx context.Context, states, patterns []string) ([]Load
 		}
 		out = make([]LoadedUnit, len(us))
 		for i, u := range us {
-			out[i] = LoadedUnit{Name: u.Name, LoadState: u.LoadState, ActiveState: u.ActiveState}
+			out[i] = LoadedUnit{Name: u.Name, LoadState: u.LoadState, ActiveState: u.ActiveState, JobType: u.JobType}
 		}
 		return nil
 	})

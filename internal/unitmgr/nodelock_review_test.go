@@ -1,0 +1,204 @@
+package unitmgr
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hostcron/hostcron/internal/wire"
+)
+
+// queuedStarts is systemd where a timer's start job waits (an OnCalendar
+// timer is ordered After=time-sync.target: at boot, with a time-wait-sync
+// service, the job stays queued until the clock is synchronised): a start
+// leaves the timer loaded and inactive with a job queued; a stop cancels
+// the queued job; sync runs every queued start job.
+type queuedStarts struct {
+	*fakeSystemd
+	qmu     sync.Mutex
+	pending map[string]bool
+}
+
+func (q *queuedStarts) StartUnit(_ context.Context, n string) error {
+	q.record("start(queued) %s", n)
+	q.qmu.Lock()
+	q.pending[n] = true
+	q.qmu.Unlock()
+	return nil
+}
+
+func (q *queuedStarts) StartUnits(ctx context.Context, names []string) error {
+	for _, n := range names {
+		_ = q.StartUnit(ctx, n)
+	}
+	return nil
+}
+
+func (q *queuedStarts) StopUnit(ctx context.Context, n string) error {
+	q.qmu.Lock()
+	delete(q.pending, n) // a stop job replaces the queued start job
+	q.qmu.Unlock()
+	return q.fakeSystemd.StopUnit(ctx, n)
+}
+
+func (q *queuedStarts) ListUnits(ctx context.Context, states, patterns []string) ([]LoadedUnit, error) {
+	out, err := q.fakeSystemd.ListUnits(ctx, states, patterns)
+	q.qmu.Lock()
+	defer q.qmu.Unlock()
+	for n := range q.pending {
+		u := LoadedUnit{Name: n, LoadState: "loaded", ActiveState: "inactive", JobType: "start"} // a queued job: still inactive
+		if listed(u, states, patterns) {
+			out = append(out, u)
+		}
+	}
+	return out, err
+}
+
+// sync: time-sync.target is reached, every queued start job runs.
+func (q *queuedStarts) sync() {
+	q.qmu.Lock()
+	defer q.qmu.Unlock()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for n := range q.pending {
+		q.active[n] = true
+	}
+	q.pending = map[string]bool{}
+}
+
+// A job disabled while its timer's start job is still queued: the
+// disable is reported applied, but the queued start job runs later and
+// the disabled job's timer fires.
+func TestDisableStopsATimerWhoseStartIsQueued(t *testing.T) {
+	m, f := testManager(t)
+	q := &queuedStarts{fakeSystemd: f, pending: map[string]bool{}}
+	m.sys = q
+	ctx := context.Background()
+	if _, err := m.Apply(ctx, []wire.Job{job(idA)}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := m.Apply(ctx, []wire.Job{job(idA, version(2), disabled)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("disable report: disabled=%v specs=%v calls=%q", rep.Disabled, rep.Specs, f.Calls())
+	q.sync()
+	timer := job(idA).UnitName() + ".timer"
+	f.mu.Lock()
+	active := f.active[timer]
+	f.mu.Unlock()
+	if active {
+		t.Errorf("%s is active after its job was disabled (the start job queued before the disable ran after it)", timer)
+	}
+}
+
+// A disable whose lock directory step fails (shared storage briefly
+// away) stops and disables the timer but leaves the spec at the old
+// version; a converge whose set was read before the disable then
+// re-applies the old, enabled version, which the node can no longer tell
+// older, and starts the disabled job's timer again.
+func TestDisableWithoutLockDirStillRecordsItsVersion(t *testing.T) {
+	m, f := testManager(t)
+	ctx := context.Background()
+	v1 := job(idA)
+	if _, err := m.Apply(ctx, []wire.Job{v1}); err != nil {
+		t.Fatal(err)
+	}
+	// Shared storage away: the lock dir is not seen and cannot be made.
+	m.lockDirOK = func(string, string, string) bool { return false }
+	m.lockDir = func(string, string, string) error { return errors.New("transport endpoint is not connected") }
+	rep, err := m.Apply(ctx, []wire.Job{job(idA, version(2), disabled)})
+	t.Logf("disable: err=%v failed=%v disabled=%v specs=%v", err, rep.Failed, rep.Disabled, rep.Specs)
+	timer := v1.UnitName() + ".timer"
+	f.mu.Lock()
+	afterDisable := f.active[timer]
+	f.mu.Unlock()
+	if afterDisable {
+		t.Fatalf("timer still active right after the disable")
+	}
+	// Storage back; a converge read before the disable (V1, enabled) arrives.
+	m.lockDirOK = func(string, string, string) bool { return true }
+	m.lockDir = func(string, string, string) error { return nil }
+	crep, err := m.Reconcile(ctx, wire.DesiredSet{Jobs: []wire.Job{v1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("stale converge: kept=%v enabled=%v written=%v", crep.Kept, crep.Enabled, crep.Written)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.active[timer] {
+		t.Errorf("the disabled job's timer %s was started again by a converge older than the disable", timer)
+	}
+}
+
+// The one-shot commands (`node-agent apply`, `reconcile`, `remove`,
+// `burst`) open a Manager of their own in their own process: the node's
+// unit lock (lockFile) orders their observe, plan and apply with the
+// daemon's, so an operator's older copy of a job planned before the
+// core's newer one landed is not written over it.
+func TestOneShotCommandAndDaemonTakeTurns(t *testing.T) {
+	daemon, f := testManager(t)
+	cli := New(f, daemon.layout.UnitDir, daemon.layout.Paths, daemon.log) // same node, another process
+	cli.lockDir, cli.lockDirOK, cli.now = daemon.lockDir, daemon.lockDirOK, daemon.now
+	ctx := context.Background()
+	daemonDone := make(chan error, 1)
+	once := false
+	planned = func() {
+		if once {
+			return
+		}
+		once = true
+		// The command has observed and planned version 1; the daemon
+		// applies the core's version 2 meanwhile: it must wait.
+		go func() {
+			_, err := daemon.Apply(ctx, []wire.Job{job(idA, version(2))})
+			daemonDone <- err
+		}()
+		select {
+		case err := <-daemonDone:
+			daemonDone <- err
+			t.Errorf("the daemon applied while the command held its plan (err %v)", err)
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+	t.Cleanup(func() { planned = func() {} })
+	if _, err := cli.Apply(ctx, []wire.Job{job(idA)}); err != nil {
+		t.Fatal(err)
+	}
+	planned = func() {}
+	if err := <-daemonDone; err != nil {
+		t.Fatal(err)
+	}
+	obs, err := daemon.observe(ctx, Request{Op: OpApply, Jobs: []wire.Job{job(idA)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := obs.Disk[job(idA).UnitName()].Installed.Version; v != 2 {
+		t.Errorf("installed spec is version %d after the daemon applied version 2 behind the command", v)
+	}
+}
+
+// A waiter for the node's unit lock gives up when its context ends.
+func TestUnitLockWaiterGivesUp(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "specs", lockFileName)
+	unlock, err := lockFile(context.Background(), path, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := lockFile(ctx, path, slog.New(slog.NewTextHandler(io.Discard, nil))); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("second lock while held: %v, want the context's deadline", err)
+	}
+	unlock()
+	again, err := lockFile(context.Background(), path, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatalf("lock after release: %v", err)
+	}
+	again()
+}
