@@ -67,10 +67,12 @@ func (s *Server) outcome(c echo.Context) error {
 	})
 }
 
-// Bounds of an outcome's times: a node's clock may run a little ahead; a
-// slot older than run retention would be deleted at once.
+// Bounds of an outcome's times: a node's clock may run ahead as far as
+// the runner lets it run (wire.MaxClockSkew), and the core's own clock
+// may be a little behind; a slot older than run retention would be
+// deleted at once.
 const (
-	outcomeSkew  = 5 * time.Minute
+	outcomeSkew  = wire.MaxClockSkew + 5*time.Minute
 	runRetention = 180 * 24 * time.Hour
 )
 

@@ -24,7 +24,7 @@ const (
 	// MaxSkew is how far in the future a stamp may lie before it is
 	// treated as corrupt: a node clock this wrong is broken, and a stamp
 	// written by it would stop the job for as long.
-	MaxSkew = 10 * time.Minute
+	MaxSkew = wire.MaxClockSkew
 	// LeaseTTL is how long a lock holder may go without a heartbeat
 	// (HeartbeatEvery) before it is reported as dead: CephFS keeps the
 	// flock of a crashed client until the MDS evicts its session (300 s).

@@ -800,8 +800,8 @@ func dropQueuedRetry(ctx context.Context, tx pgx.Tx, jobID string, key runkey.Ke
 	if err != nil || tag.RowsAffected() == 0 {
 		return false, wrap(err, "cancel a queued retry")
 	}
-	before, args := runKeyWhere("", previousAttempt(key), 1)
-	_, err = tx.Exec(ctx, `UPDATE cron_job_runs SET superseded = false, retry_due_at = NULL WHERE `+before, args...)
+	_, err = tx.Exec(ctx, `UPDATE cron_job_runs SET superseded = false, retry_due_at = NULL WHERE `+followedBy(1),
+		key.JobID, key.Slot, key.String())
 	return true, wrap(err, "cancel a queued retry: count the attempt before")
 }
 

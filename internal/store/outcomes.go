@@ -175,6 +175,20 @@ func recordOneOutcome(ctx context.Context, tx pgx.Tx, node Node, jobID string, o
 		return res, fmt.Errorf("%w: %d, the job is at %d", ErrVersionAhead, o.Version, job.Version)
 	}
 	step := decideRecord(locked.stored.result(), o.Result)
+	// interrupted: o is the platform_error of a run its node's shutdown
+	// stopped (stoppedOnItsNode), read before the write ends the start it
+	// looks for; only for a shutdown's report (takesOverPlaceholder) or a
+	// job retries touch (below).
+	var interrupted, readStart bool
+	if step == duplicateRun && takesOverPlaceholder(locked.stored, o, node.ID) {
+		if interrupted, err = stoppedOnItsNode(ctx, tx, node.ID, o); err != nil {
+			return res, err
+		}
+		readStart = true
+		if interrupted {
+			step = replaceRun
+		}
+	}
 	if step == duplicateRun {
 		res.Duplicate = true // a redelivery changes nothing in the history
 		if IsPlaceholder(o.Result) {
@@ -192,9 +206,7 @@ func recordOneOutcome(ctx context.Context, tx pgx.Tx, node Node, jobID string, o
 	// the retry marks failed attempts superseded, which the recount leaves
 	// out. Others read the recount in the write's round trip.
 	retrying := mayRetry(job, o)
-	var interrupted bool
-	if retrying {
-		// Read before the write ends the start it looks for.
+	if retrying && !readStart {
 		if interrupted, err = stoppedOnItsNode(ctx, tx, node.ID, o); err != nil {
 			return res, err
 		}
@@ -405,6 +417,21 @@ func sweepAfterOutcome(swept *time.Time, version, jobVersion int64, slot, now ti
 type storedRun struct {
 	Result wire.Result
 	At     time.Time
+	NodeID *string // the node that reported it; nil for the sweeper's
+}
+
+// takesOverPlaceholder tells whether o may replace the record stored under
+// its key that decideRecord calls it a duplicate of: o is a shutdown's
+// platform_error (wire.Outcome.Shutdown) and the record another node's
+// platform_error or cancelled. That node did not run the slot (its
+// storage failed at the election, a cancel caught it electing); if o's
+// node did (its start is recorded: the caller asks stoppedOnItsNode), o
+// is the slot's true record, and its attempt is retried as a failure
+// would be. Pure.
+func takesOverPlaceholder(stored *storedRun, o Outcome, nodeID string) bool {
+	return stored != nil && o.Shutdown && o.Result == wire.ResultPlatformError &&
+		(stored.Result == wire.ResultPlatformError || stored.Result == wire.ResultCancelled) &&
+		stored.NodeID != nil && *stored.NodeID != nodeID
 }
 
 // result is the stored result, nil when there is no record.
@@ -428,13 +455,13 @@ func recordAt(o Outcome, stored *storedRun) time.Time {
 // storedRunQuery reads the record of a job's run key (storedRun).
 func storedRunQuery(jobID, runKey string) (string, []any) {
 	cond, args := runKeyWhere("", runKey, 2)
-	return `SELECT result, scheduled_at FROM cron_job_runs WHERE cron_job_id = $1 AND ` + cond, append([]any{jobID}, args...)
+	return `SELECT result, scheduled_at, node_id FROM cron_job_runs WHERE cron_job_id = $1 AND ` + cond, append([]any{jobID}, args...)
 }
 
 // scanStoredRun scans storedRunQuery's row; nil when there is none.
 func scanStoredRun(row pgx.Row) (*storedRun, error) {
 	var r storedRun
-	err := row.Scan(&r.Result, &r.At)
+	err := row.Scan(&r.Result, &r.At, &r.NodeID)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -88,13 +89,16 @@ func decideRetry(in retryInput) (plan retryPlan, ok bool, why string) {
 	return retryPlan{Key: runkey.Retry(in.Key.JobID, in.Key.Slot, attempt+1), Attempt: attempt + 1, Due: due}, true, ""
 }
 
-// previousAttempt is the key of the attempt a retry follows: the slot's
-// scheduled run for attempt 2, else the retry before.
-func previousAttempt(k runkey.Key) string {
-	if k.Attempt <= 2 {
-		return runkey.Scheduled(k.JobID, k.Slot)
-	}
-	return runkey.Retry(k.JobID, k.Slot, k.Attempt-1)
+// followedBy is the condition (its arguments from $first: the job, the
+// slot and the retry's key) that a run record is an attempt a retry
+// follows: the one that queued it (queueRetry marks it with the retry's
+// key), and the failed attempts before an interrupted retry, which that
+// retry handed on to the retry it queued (handOn). A retry's real result
+// settles them all; a dropped or cancelled retry makes them count again.
+// The job and slot name few records (cron_job_runs_page).
+func followedBy(first int) string {
+	n := func(i int) string { return "$" + strconv.Itoa(first+i) }
+	return "cron_job_id = " + n(0) + " AND scheduled_at = " + n(1) + " AND retry_key = " + n(2)
 }
 
 // retryAfterRecord is the one call of outcome recording (RecordOutcome,
@@ -116,10 +120,10 @@ func retryAfterRecord(ctx context.Context, tx pgx.Tx, job CronJob, o Outcome, at
 		// last counted attempt again (else a job whose retries are
 		// cancelled, by the tenant or by cancel_previous at the next slot,
 		// would never count a failure).
-		// The attempt before is of the same slot: its record sits there.
-		before, args := runKeyWhere("", previousAttempt(key), 2)
-		_, err := tx.Exec(ctx, `UPDATE cron_job_runs SET superseded = $1, retry_due_at = NULL WHERE `+before,
-			append([]any{counted(o.Result)}, args...)...)
+		// The attempts it follows are of the same slot: their records sit
+		// there (followedBy).
+		_, err := tx.Exec(ctx, `UPDATE cron_job_runs SET superseded = $1, retry_due_at = NULL WHERE `+followedBy(2),
+			counted(o.Result), key.JobID, key.Slot, key.String())
 		if err != nil {
 			return "", fmt.Errorf("retry: supersede the attempt before: %w", err)
 		}
@@ -138,7 +142,13 @@ func retryAfterRecord(ctx context.Context, tx pgx.Tx, job CronJob, o Outcome, at
 		}
 		return "", nil
 	}
-	return plan.Key, queueRetry(ctx, tx, job, at, runID, plan)
+	if err := queueRetry(ctx, tx, job, at, runID, plan); err != nil {
+		return "", err
+	}
+	if key.Trigger == wire.TriggerRetry && IsPlaceholder(o.Result) {
+		return plan.Key, handOn(ctx, tx, key, plan)
+	}
+	return plan.Key, nil
 }
 
 // queueRetry queues plan's attempt as a delayed run-now task and marks the
@@ -158,6 +168,18 @@ func queueRetry(ctx context.Context, tx pgx.Tx, job CronJob, at time.Time, runID
 		return fmt.Errorf("retry: supersede the failed attempt: %w", err)
 	}
 	return taskQueued(ctx, tx)
+}
+
+// handOn passes the failed attempts an interrupted retry followed (its
+// node's shutdown stopped it: a platform_error, which settles nothing) on
+// to the retry it queued: they wait for that one's result now. Else they
+// would still wait for the interrupted retry's, which never comes, and
+// ResolveDroppedRetries would make them count beside the next retry's
+// failure: one slot counted twice.
+func handOn(ctx context.Context, tx pgx.Tx, key runkey.Key, plan retryPlan) error {
+	_, err := tx.Exec(ctx, `UPDATE cron_job_runs SET retry_key = $1, retry_due_at = $2 WHERE `+followedBy(3),
+		plan.Key, plan.Due, key.JobID, key.Slot, key.String())
+	return wrap(err, "retry: hand the attempts before on to the next retry")
 }
 
 // RetryGrace is how long after its retry was due, beyond the job's

@@ -97,14 +97,3 @@ func TestDecideRetry(t *testing.T) {
 		}
 	}
 }
-
-func TestPreviousAttempt(t *testing.T) {
-	const jobID = "0b6f4c1e-8a53-4c8e-9d7e-3f1f0e2a9b10"
-	slot := time.Date(2026, 11, 23, 2, 0, 0, 0, time.UTC)
-	for attempt, want := range map[int]string{2: runkey.Scheduled(jobID, slot), 3: runkey.Retry(jobID, slot, 2), 11: runkey.Retry(jobID, slot, 10)} {
-		k, _ := runkey.Parse(runkey.Retry(jobID, slot, attempt))
-		if got := previousAttempt(k); got != want {
-			t.Errorf("previousAttempt(%d) = %q, want %q", attempt, got, want)
-		}
-	}
-}

@@ -155,6 +155,13 @@ const (
 	DefaultRetryDelaySec = 60
 )
 
+// MaxClockSkew is how far ahead of true time a node's clock may run and
+// the node still run its slots (the runner's MaxSkew; a node measured
+// further off does not run). The core accepts a node's times up to it
+// and a margin for its own clock (the API's outcome checks): a run a node
+// was allowed to make must be recorded, not refused for good.
+const MaxClockSkew = 10 * time.Minute
+
 // MaxRetryStart is how long after its slot a retry may start: a day, so
 // that with the longest timeout (a day) it ends well inside the outcome
 // hook's MaxRunAge (72 h), which refuses older slots. A weekly job's
