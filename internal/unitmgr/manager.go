@@ -43,7 +43,17 @@ type Manager struct {
 	obs       Observer    // nil: nothing observes
 	q         applyQueue  // Apply, Delete, Reconcile and Remove wait here (queue.go)
 	fast      fastPath    // the converge stamp (fastpath.go); read and written under lock
+	// lockPatience bounds the wait for the node's unit lock (nodeLock;
+	// SetLockPatience); 0 waits as long as the caller's context allows.
+	lockPatience time.Duration
 }
+
+// SetLockPatience bounds how long the manager waits for the node's unit
+// lock held by another process (an operator's one-shot command) before it
+// applies without it: the daemon sets it, so that a command stopped
+// while it holds the lock cannot hold back the core's changes for good.
+// Call it before the manager is shared.
+func (m *Manager) SetLockPatience(d time.Duration) { m.lockPatience = d }
 
 // Observer is told what each plan+apply did, for the agent's metrics
 // (metrics.Node has it): the operation, whether it was an operator's, how
@@ -151,12 +161,22 @@ func (m *Manager) acquire(ctx context.Context) (release func(), err error) {
 	case <-ctx.Done():
 		return nil, fmt.Errorf("wait for the node's unit lock: %w", ctx.Err())
 	}
-	unlock, err := lockFile(ctx, m.layout.LockPath(), m.log)
+	return m.withNodeLock(ctx)
+}
+
+// withNodeLock takes the node's lock for a caller that holds the
+// manager's, and releases both; on an error it releases the manager's.
+func (m *Manager) withNodeLock(ctx context.Context) (release func(), err error) {
+	unlock, err := m.nodeLock().take(ctx)
 	if err != nil {
 		<-m.lock
 		return nil, err
 	}
 	return func() { unlock(); <-m.lock }, nil
+}
+
+func (m *Manager) nodeLock() nodeLock {
+	return nodeLock{path: m.layout.LockPath(), turn: m.layout.turnPath(), patience: m.lockPatience, log: m.log}
 }
 
 func (m *Manager) plan(ctx context.Context, req Request) (Plan, error) {

@@ -3,10 +3,12 @@ package unitmgr
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -183,22 +185,114 @@ func TestOneShotCommandAndDaemonTakeTurns(t *testing.T) {
 	}
 }
 
-// A waiter for the node's unit lock gives up when its context ends.
+// testLock is a nodeLock in dir, logging nowhere.
+func testLock(dir string, patience time.Duration) nodeLock {
+	return nodeLock{path: filepath.Join(dir, lockFileName), turn: filepath.Join(dir, turnFileName), patience: patience,
+		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+}
+
+// A waiter for the node's unit lock gives up when its context ends, and
+// takes the lock once it is free.
 func TestUnitLockWaiterGivesUp(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "specs", lockFileName)
-	unlock, err := lockFile(context.Background(), path, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	l := testLock(filepath.Join(t.TempDir(), "specs"), 0)
+	unlock, err := l.take(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	if _, err := lockFile(ctx, path, slog.New(slog.NewTextHandler(io.Discard, nil))); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := l.take(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("second lock while held: %v, want the context's deadline", err)
 	}
 	unlock()
-	again, err := lockFile(context.Background(), path, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	again, err := l.take(context.Background())
 	if err != nil {
 		t.Fatalf("lock after release: %v", err)
 	}
 	again()
+}
+
+// Found by review: an operator's one-shot command stopped (Ctrl-Z, a
+// debugger) while it holds the node's unit lock held the daemon's drain,
+// which waits without a deadline, and with it every change of the core,
+// disables included, for as long as it stayed stopped. The daemon's wait
+// is bounded (SetLockPatience): then it applies without the lock.
+func TestStoppedCommandDelaysTheDaemonOnlyByItsPatience(t *testing.T) {
+	daemon, f := testManager(t)
+	daemon.SetLockPatience(100 * time.Millisecond)
+	ctx := context.Background()
+	if _, err := daemon.Apply(ctx, []wire.Job{job(idA)}); err != nil {
+		t.Fatal(err)
+	}
+	command := testLock(daemon.layout.Paths.SpecDir, 0) // another process's open file: flock orders it like one
+	unlock, err := command.take(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock() // the command stays stopped throughout
+	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := daemon.Apply(actx, []wire.Job{job(idA, version(2), disabled)}); err != nil {
+		t.Fatalf("disable behind a stopped command: %v", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.active[job(idA).UnitName()+".timer"] {
+		t.Error("the disabled job's timer still runs")
+	}
+}
+
+// Found by review: the lock was taken by polling alone, and a manager that
+// releases it and takes it again at once (a command's burst applied back
+// to back) starved the other's poll; the turnstile gives the waiter the
+// next turn. Here a command applies changes with 4 workers while the
+// daemon disables a job: the daemon gets in after a batch or two of the
+// command's.
+func TestTurnstileGivesTheWaiterItsTurn(t *testing.T) {
+	daemon, f := testManager(t)
+	cli := New(f, daemon.layout.UnitDir, daemon.layout.Paths, daemon.log)
+	cli.lockDir, cli.lockDirOK, cli.now = daemon.lockDir, daemon.lockDirOK, daemon.now
+	ctx := context.Background()
+	if _, err := daemon.Apply(ctx, []wire.Job{job(idA)}); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var applied atomic.Int64
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				id := fmt.Sprintf("%08d-0000-4000-8000-%012d", w, i%50)
+				if _, err := cli.Apply(ctx, []wire.Job{job(id, version(int64(1+i/50)))}); err == nil {
+					applied.Add(1)
+				}
+			}
+		}()
+	}
+	for applied.Load() < 20 { // the command's burst is under way
+		time.Sleep(time.Millisecond)
+	}
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	before := applied.Load()
+	_, err := daemon.Apply(dctx, []wire.Job{job(idA, version(2), disabled)})
+	during := applied.Load() - before
+	cancel()
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("the daemon never got the node's lock while a command applied back to back: %v", err)
+	}
+	// The batch under way when the daemon came, and the one whose lock
+	// try it overtook at most (4 changes a batch); without the turnstile
+	// hundreds went ahead of it.
+	if during > 12 {
+		t.Errorf("the command applied %d changes while the daemon waited for its turn", during)
+	}
 }

@@ -120,17 +120,21 @@ func checkRequest(req Request) error {
 
 // drain applies the queue batch by batch until it is empty. It takes the
 // batch only once it holds the node's lock, so that everything that
-// queued while the previous apply (or a Plan) held it joins.
+// queued while the previous apply (or a Plan) held it joins. An empty
+// queue ends it before it touches the node's lock file (the last caller
+// may be gone, its spec dir with it: a test's temp dir).
 func (m *Manager) drain() {
 	for {
-		release, err := m.acquire(context.Background()) // the context never ends: it waits
+		m.lock <- struct{}{} // the manager's lock; waits as long as it takes
+		if m.idle() {
+			<-m.lock
+			return
+		}
+		release, err := m.withNodeLock(context.Background()) // never fails: the context never ends
 		batch := m.take()
 		if err != nil {
 			for _, q := range batch {
 				q.answer(result{err: err})
-			}
-			if len(batch) == 0 {
-				return
 			}
 			continue
 		}
@@ -141,6 +145,19 @@ func (m *Manager) drain() {
 		m.runBatch(batch)
 		release()
 	}
+}
+
+// idle removes the callers that left and, if none is left, ends the
+// drain (as take does).
+func (m *Manager) idle() bool {
+	m.q.mu.Lock()
+	defer m.q.mu.Unlock()
+	m.q.pending = slices.DeleteFunc(m.q.pending, func(q *queued) bool { return q.ctx.Err() != nil })
+	if len(m.q.pending) == 0 {
+		m.q.draining = false
+		return true
+	}
+	return false
 }
 
 // take removes the callers that left and the next batch (batchLen) from
