@@ -269,8 +269,10 @@ func recordClockOffset(cfg nodeconf.Config, source string, sent, received time.T
 // daemonLockPatience is how long the agent waits for the node's unit lock
 // while an operator's one-shot command (node-agent apply, reconcile,
 // remove, burst) holds it before it applies the core's changes without
-// it: longer than any apply of a healthy node (a reload at 20,000 units
-// took up to 63 s on this project's 2-core machine), short enough that a
-// command stopped with the lock held (Ctrl-Z, a debugger) does not keep a
-// disable from the node for long.
-const daemonLockPatience = 5 * time.Minute
+// it: under the 60 s a change's activity waits, so that a command stopped
+// with the lock held (Ctrl-Z, a debugger) delays the core's changes,
+// disables among them, by one wait; after it the agent only tries the
+// lock until it is free again. A command's apply longer than this (a
+// reconcile of 20,000 units whose reload takes a minute here) may then
+// race the agent's, as every command did before the lock.
+const daemonLockPatience = 30 * time.Second

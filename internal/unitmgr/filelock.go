@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -28,23 +29,39 @@ func (l Layout) LockPath() string { return filepath.Join(l.Paths.SpecDir, lockFi
 
 func (l Layout) turnPath() string { return filepath.Join(l.Paths.SpecDir, turnFileName) }
 
-// Timing of the wait for the node's unit lock: flock(2) cannot give up
+// Timing of the wait for the node's unit lock. flock(2) cannot give up
 // when a context ends, so a waiter tries again every lockPoll, and says
-// every lockWaitLog that it still waits.
+// every lockWaitLog that it still waits. A waiter that has not passed the
+// turnstile in turnPatience tries the lock itself as well: the turnstile's
+// holder may be a waiter stopped while it waited (Ctrl-Z), with the lock
+// free.
 const (
 	lockPoll    = 20 * time.Millisecond
 	lockWaitLog = 30 * time.Second
 )
+
+var turnPatience = 5 * time.Second // a variable for tests
 
 // nodeLock is how a manager takes the node's unit lock.
 type nodeLock struct {
 	path, turn string
 	// patience bounds the wait (0: as long as the context allows): the
 	// daemon's, so that a one-shot command stopped while it holds the
-	// lock (Ctrl-Z, a debugger, a hung call) delays the core's changes,
-	// disables among them, by that much and no more.
+	// lock (Ctrl-Z, a debugger, a hung call) delays the core's changes by
+	// that much once (gaveUp), not for good.
 	patience time.Duration
+	gaveUp   *gaveUp // nil: never gives up
 	log      *slog.Logger
+}
+
+// gaveUp remembers that the daemon went on without the lock: until it
+// gets the lock again it only tries it, without waiting, so that every
+// change behind a stopped command does not wait out the patience anew
+// (the core's deadlines are shorter than a few of them).
+type gaveUp struct {
+	mu   sync.Mutex
+	set  bool
+	last time.Time // when it last logged going without
 }
 
 // take takes the node's unit lock, or gives up when ctx ends first.
@@ -56,72 +73,74 @@ type nodeLock struct {
 // lock again in the microseconds a poller cannot hit.
 //
 // A lock that cannot be opened or made (the spec dir's file system
-// read-only or full) is no reason to hold back a disable: the caller goes
-// on without it, and so does a daemon whose patience ran out (unlock is
-// then a no-op); both are logged. The kernel drops the locks of a process
-// that dies, so a crash never leaves them held.
+// read-only or full; a command not run as root) is no reason to hold back
+// a disable: the caller goes on without it, and so does a daemon whose
+// patience ran out (unlock is then a no-op); both are logged. The kernel
+// drops the locks of a process that dies, so a crash never leaves them
+// held.
 func (n nodeLock) take(ctx context.Context) (unlock func(), err error) {
 	lock, err := openLockFile(n.path)
 	if err != nil {
-		return n.without("not opened", err), nil
+		n.log.Warn("node's unit lock not opened: applying without it", "path", n.path, "err", err)
+		return func() {}, nil
 	}
-	turn, err := openLockFile(n.turn)
-	if err != nil {
+	w := lockWait{nodeLock: n, began: time.Now(), lock: lock}
+	if n.gaveUp.isSet() {
+		return w.tryOnce()
+	}
+	if turn, err := openLockFile(n.turn); err == nil {
+		defer turn.Close() // passes the turnstile on once the lock is ours
+		w.turn = turn
+	}
+	switch err := w.wait(ctx); {
+	case err == nil:
+		n.gaveUp.clear()
+		return func() { lock.Close() }, nil // closing the last descriptor releases the lock
+	case errors.Is(err, errPatience):
 		lock.Close()
-		return n.without("turnstile not opened", err), nil
+		n.gaveUp.note(n.log, n.path, err)
+		return func() {}, nil
+	default:
+		lock.Close()
+		return nil, err
 	}
-	defer turn.Close() // passes the turnstile on once the lock is ours
-	w := lockWait{began: time.Now(), nodeLock: n}
-	for _, f := range []*os.File{turn, lock} {
-		if err := w.flock(ctx, f); err != nil {
-			lock.Close()
-			switch {
-			case errors.Is(err, errPatience):
-				return n.without("waited for too long (another hostcron command holds it)", err), nil
-			case errors.Is(err, errNoFlock):
-				return n.without("not taken", err), nil
-			}
-			return nil, err
-		}
-	}
-	return func() { lock.Close() }, nil // closing the last descriptor releases the lock
 }
 
-// without logs why the caller goes on without the node's lock, and is
-// the no-op unlock.
-func (n nodeLock) without(why string, err error) func() {
-	n.log.Error("node's unit lock "+why+": applying without it, one-shot commands are not kept out of this apply",
-		"path", n.path, "err", err)
-	return func() {}
-}
-
-// errPatience: the daemon's wait outlasted its patience; errNoFlock:
-// flock itself failed (not a wait).
-var (
-	errPatience = errors.New("patience ran out")
-	errNoFlock  = errors.New("flock failed")
-)
+var errPatience = errors.New("another hostcron command holds it")
 
 // lockWait is one wait for the node's unit lock.
 type lockWait struct {
 	nodeLock
-	began  time.Time
-	logged time.Duration // how long the wait was when last logged
+	began      time.Time
+	lock, turn *os.File // turn nil: no turnstile (not openable)
+	logged     time.Duration
 }
 
-// flock takes an exclusive flock on f, polling.
-func (w *lockWait) flock(ctx context.Context, f *os.File) error {
+// wait takes the turnstile (if any), then the lock; past turnPatience on
+// the turnstile it also tries the lock directly.
+func (w *lockWait) wait(ctx context.Context) error {
+	passed := w.turn == nil
 	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			return nil
+		if !passed {
+			got, err := tryFlock(w.turn)
+			if err != nil {
+				passed = true // a turnstile flock refuses: do without it
+			} else if got {
+				passed = true
+			}
 		}
-		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
-			return fmt.Errorf("%w: %s: %v", errNoFlock, f.Name(), err)
+		if passed || time.Since(w.began) >= turnPatience {
+			got, err := tryFlock(w.lock)
+			if err != nil {
+				return fmt.Errorf("%w (flock: %v)", errPatience, err)
+			}
+			if got {
+				return nil
+			}
 		}
 		waited := time.Since(w.began)
 		if w.patience > 0 && waited >= w.patience {
-			return fmt.Errorf("%w after %s", errPatience, waited.Round(time.Second))
+			return fmt.Errorf("%w: waited %s", errPatience, waited.Round(time.Second))
 		}
 		if waited-w.logged >= lockWaitLog {
 			w.logged = waited
@@ -134,6 +153,66 @@ func (w *lockWait) flock(ctx context.Context, f *os.File) error {
 		case <-time.After(lockPoll):
 		}
 	}
+}
+
+// tryOnce takes the lock if it is free, for a daemon that gave up on it
+// before; else it goes on without it again.
+func (w *lockWait) tryOnce() (func(), error) {
+	if got, err := tryFlock(w.lock); err == nil && got {
+		w.gaveUp.clear()
+		w.log.Info("node's unit lock taken again", "path", w.path)
+		return func() { w.lock.Close() }, nil
+	}
+	w.lock.Close()
+	w.gaveUp.note(w.log, w.path, errPatience)
+	return func() {}, nil
+}
+
+// tryFlock takes an exclusive flock on f if it is free.
+func tryFlock(f *os.File) (bool, error) {
+	err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, unix.EWOULDBLOCK), errors.Is(err, unix.EINTR):
+		return false, nil
+	}
+	return false, err
+}
+
+func (g *gaveUp) isSet() bool {
+	if g == nil {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.set
+}
+
+func (g *gaveUp) clear() {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	g.set = false
+	g.mu.Unlock()
+}
+
+// note records a give-up and logs it, at most once a minute.
+func (g *gaveUp) note(log *slog.Logger, path string, err error) {
+	if g == nil { // a manager without patience: only a flock that fails
+		log.Warn("node's unit lock not taken: applying without it", "path", path, "err", err)
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.set = true
+	if time.Since(g.last) < time.Minute {
+		return
+	}
+	g.last = time.Now()
+	log.Error("node's unit lock held by another hostcron command past the agent's patience: applying the core's changes without it until it is free",
+		"path", path, "err", err)
 }
 
 // openLockFile opens a lock file read-only (flock needs no more, and a

@@ -46,14 +46,16 @@ type Manager struct {
 	// lockPatience bounds the wait for the node's unit lock (nodeLock;
 	// SetLockPatience); 0 waits as long as the caller's context allows.
 	lockPatience time.Duration
+	lockGaveUp   *gaveUp // with a patience: the give-up it remembers
 }
 
 // SetLockPatience bounds how long the manager waits for the node's unit
 // lock held by another process (an operator's one-shot command) before it
 // applies without it: the daemon sets it, so that a command stopped
 // while it holds the lock cannot hold back the core's changes for good.
-// Call it before the manager is shared.
-func (m *Manager) SetLockPatience(d time.Duration) { m.lockPatience = d }
+// Having given up once, the manager only tries the lock, without waiting,
+// until it gets it again. Call it before the manager is shared.
+func (m *Manager) SetLockPatience(d time.Duration) { m.lockPatience, m.lockGaveUp = d, &gaveUp{} }
 
 // Observer is told what each plan+apply did, for the agent's metrics
 // (metrics.Node has it): the operation, whether it was an operator's, how
@@ -176,7 +178,7 @@ func (m *Manager) withNodeLock(ctx context.Context) (release func(), err error) 
 }
 
 func (m *Manager) nodeLock() nodeLock {
-	return nodeLock{path: m.layout.LockPath(), turn: m.layout.turnPath(), patience: m.lockPatience, log: m.log}
+	return nodeLock{path: m.layout.LockPath(), turn: m.layout.turnPath(), patience: m.lockPatience, gaveUp: m.lockGaveUp, log: m.log}
 }
 
 func (m *Manager) plan(ctx context.Context, req Request) (Plan, error) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -149,12 +150,11 @@ func TestOneShotCommandAndDaemonTakeTurns(t *testing.T) {
 	cli.lockDir, cli.lockDirOK, cli.now = daemon.lockDir, daemon.lockDirOK, daemon.now
 	ctx := context.Background()
 	daemonDone := make(chan error, 1)
-	once := false
+	var once atomic.Bool // planned runs in the command's drain and the daemon's
 	planned = func() {
-		if once {
+		if once.Swap(true) {
 			return
 		}
-		once = true
 		// The command has observed and planned version 1; the daemon
 		// applies the core's version 2 meanwhile: it must wait.
 		go func() {
@@ -168,12 +168,12 @@ func TestOneShotCommandAndDaemonTakeTurns(t *testing.T) {
 		case <-time.After(300 * time.Millisecond):
 		}
 	}
-	t.Cleanup(func() { planned = func() {} })
 	if _, err := cli.Apply(ctx, []wire.Job{job(idA)}); err != nil {
 		t.Fatal(err)
 	}
-	planned = func() {}
-	if err := <-daemonDone; err != nil {
+	err := <-daemonDone
+	planned = func() {} // the daemon's drain is done with it
+	if err != nil {
 		t.Fatal(err)
 	}
 	obs, err := daemon.observe(ctx, Request{Op: OpApply, Jobs: []wire.Job{job(idA)}})
@@ -216,12 +216,16 @@ func TestUnitLockWaiterGivesUp(t *testing.T) {
 // debugger) while it holds the node's unit lock held the daemon's drain,
 // which waits without a deadline, and with it every change of the core,
 // disables included, for as long as it stayed stopped. The daemon's wait
-// is bounded (SetLockPatience): then it applies without the lock.
+// is bounded below a change's deadline (daemonLockPatience 30 s against
+// the activity's 60 s; here 1 minute = 400 ms), and having given up once
+// it only tries the lock: the next changes do not wait again (the
+// converge below, two takes in one deadline, would not fit otherwise).
 func TestStoppedCommandDelaysTheDaemonOnlyByItsPatience(t *testing.T) {
+	const minute = 400 * time.Millisecond
 	daemon, f := testManager(t)
-	daemon.SetLockPatience(100 * time.Millisecond)
+	daemon.SetLockPatience(minute / 2)
 	ctx := context.Background()
-	if _, err := daemon.Apply(ctx, []wire.Job{job(idA)}); err != nil {
+	if _, err := daemon.Apply(ctx, []wire.Job{job(idA), job(idB)}); err != nil {
 		t.Fatal(err)
 	}
 	command := testLock(daemon.layout.Paths.SpecDir, 0) // another process's open file: flock orders it like one
@@ -229,16 +233,104 @@ func TestStoppedCommandDelaysTheDaemonOnlyByItsPatience(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unlock() // the command stays stopped throughout
-	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer unlock()                          // the command stays stopped throughout
+	for _, id := range []string{idA, idB} { // the second finds the give-up
+		actx, cancel := context.WithTimeout(ctx, minute) // the activity's StartToClose
+		_, err := daemon.Apply(actx, []wire.Job{job(id, version(2), disabled)})
+		cancel()
+		if err != nil {
+			t.Fatalf("disable of %s behind a stopped command: %v", id, err)
+		}
+	}
+	// A converge: its fast path's check and its reconcile both take the lock.
+	cctx, cancel := context.WithTimeout(ctx, minute)
 	defer cancel()
-	if _, err := daemon.Apply(actx, []wire.Job{job(idA, version(2), disabled)}); err != nil {
-		t.Fatalf("disable behind a stopped command: %v", err)
+	if _, _, err := daemon.ReconcileUnchanged(cctx, func(context.Context) (wire.DesiredDigest, error) { return wire.DesiredDigest{}, nil }); err != nil {
+		t.Fatalf("fast path behind a stopped command: %v", err)
+	}
+	if _, err := daemon.Reconcile(cctx, wire.DesiredSet{Jobs: []wire.Job{job(idA, version(2), disabled), job(idB, version(2), disabled)}}); err != nil {
+		t.Fatalf("converge behind a stopped command: %v", err)
 	}
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.active[job(idA).UnitName()+".timer"] {
-		t.Error("the disabled job's timer still runs")
+	for _, id := range []string{idA, idB} {
+		if f.active[job(id).UnitName()+".timer"] {
+			t.Errorf("the disabled job %s's timer still runs", id)
+		}
+	}
+	f.mu.Unlock()
+	// The command ends: the daemon takes the lock again, and holds it.
+	unlock()
+	if _, err := daemon.Apply(ctx, []wire.Job{job(idA, version(3), disabled)}); err != nil {
+		t.Fatal(err)
+	}
+	if daemon.lockGaveUp.isSet() {
+		t.Error("the daemon still goes without the lock after the command ended")
+	}
+}
+
+// Found by review: a command stopped while it waited (not while it held
+// the lock) kept the turnstile with the lock free, and held every other
+// command back for good. Past turnPatience a waiter tries the lock
+// itself.
+func TestStoppedWaiterOnTheTurnstileHoldsNobodyBack(t *testing.T) {
+	old := turnPatience
+	turnPatience = 50 * time.Millisecond
+	t.Cleanup(func() { turnPatience = old })
+	daemon, f := testManager(t)
+	ctx := context.Background()
+	turn, err := openLockFile(daemon.layout.turnPath()) // the stopped waiter's turnstile
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer turn.Close()
+	if got, err := tryFlock(turn); !got || err != nil {
+		t.Fatalf("turnstile: %v %v", got, err)
+	}
+	cli := New(f, daemon.layout.UnitDir, daemon.layout.Paths, daemon.log) // no patience: waits as long as it takes
+	cli.lockDir, cli.lockDirOK, cli.now = daemon.lockDir, daemon.lockDirOK, daemon.now
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := cli.Apply(cctx, []wire.Job{job(idB)}); err != nil {
+		t.Errorf("a command behind a stopped waiter, the lock free: %v", err)
+	}
+}
+
+// Every path releases what it took: no descriptor left open, the lock
+// free afterwards.
+func TestNodeLockLeavesNoDescriptor(t *testing.T) {
+	daemon, _ := testManager(t)
+	daemon.SetLockPatience(50 * time.Millisecond)
+	ctx := context.Background()
+	count := func() int { es, _ := os.ReadDir("/proc/self/fd"); return len(es) }
+	if _, err := daemon.Apply(ctx, []wire.Job{job(idA)}); err != nil {
+		t.Fatal(err)
+	}
+	before := count()
+	for i := range 20 {
+		if _, err := daemon.Apply(ctx, []wire.Job{job(idA, version(int64(i+2)))}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := daemon.Plan(ctx, Request{Op: OpApply, Jobs: []wire.Job{job(idA)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	unlock, _ := testLock(daemon.layout.Paths.SpecDir, 0).take(ctx) // the patience and give-up paths
+	for i := range 3 {
+		if _, err := daemon.Apply(ctx, []wire.Job{job(idA, version(int64(i+100)))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	unlock()
+	if after := count(); after > before+2 { // slack for the runtime's own
+		t.Errorf("open descriptors %d -> %d", before, after)
+	}
+	l, err := openLockFile(daemon.layout.LockPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if got, err := tryFlock(l); !got || err != nil {
+		t.Errorf("the node's lock is held after every release: %v %v", got, err)
 	}
 }
 

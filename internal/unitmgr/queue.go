@@ -130,14 +130,12 @@ func (m *Manager) drain() {
 			<-m.lock
 			return
 		}
-		release, err := m.withNodeLock(context.Background()) // never fails: the context never ends
-		batch := m.take()
-		if err != nil {
-			for _, q := range batch {
-				q.answer(result{err: err})
-			}
+		release, err := m.withNodeLock(context.Background())
+		if err != nil { // cannot happen: only a context's end fails the wait
+			m.log.Error("apply queue: the node's unit lock", "err", err)
 			continue
 		}
+		batch := m.take()
 		if len(batch) == 0 {
 			release()
 			return
