@@ -54,14 +54,18 @@ type nodeLock struct {
 	log      *slog.Logger
 }
 
-// gaveUp remembers that the daemon went on without the lock: until it
-// gets the lock again it only tries it, without waiting, so that every
+// gaveUp remembers that the daemon went on without the lock: until the
+// lock is free again it only tries it, without waiting, so that every
 // change behind a stopped command does not wait out the patience anew
-// (the core's deadlines are shorter than a few of them).
+// (the core's deadlines are shorter than a few of them). A watcher waits
+// for the lock in the background and ends the give-up the moment the
+// holder lets go, so that a later command, which holds the lock in the
+// ordinary way, is waited for again.
 type gaveUp struct {
-	mu   sync.Mutex
-	set  bool
-	last time.Time // when it last logged going without
+	mu       sync.Mutex
+	set      bool
+	watching bool      // a watch goroutine waits for the lock
+	last     time.Time // when it last logged going without
 }
 
 // take takes the node's unit lock, or gives up when ctx ends first.
@@ -79,6 +83,13 @@ type gaveUp struct {
 // drops the locks of a process that dies, so a crash never leaves them
 // held.
 func (n nodeLock) take(ctx context.Context) (unlock func(), err error) {
+	return n.takeWithin(ctx, n.patience)
+}
+
+// takeWithin is take with the patience given (a daemon's, bounded by its
+// callers' deadlines: patienceFor).
+func (n nodeLock) takeWithin(ctx context.Context, patience time.Duration) (unlock func(), err error) {
+	n.patience = patience
 	lock, err := openLockFile(n.path)
 	if err != nil {
 		n.log.Warn("node's unit lock not opened: applying without it", "path", n.path, "err", err)
@@ -107,6 +118,24 @@ func (n nodeLock) take(ctx context.Context) (unlock func(), err error) {
 }
 
 var errPatience = errors.New("another hostcron command holds it")
+
+// patienceFor bounds a daemon's patience (0: a manager that waits as long
+// as it takes) by the deadlines of the callers waiting for the lock: half
+// of what the nearest has left, so that its change still applies in time
+// when the wait gives up, however long it waited before (behind another
+// wait, an earlier batch, a node timeout shorter than the patience). At
+// least one try. Pure.
+func patienceFor(patience time.Duration, now time.Time, deadlines []time.Time) time.Duration {
+	if patience <= 0 {
+		return 0
+	}
+	for _, d := range deadlines {
+		if left := d.Sub(now) / 2; left < patience {
+			patience = left
+		}
+	}
+	return max(patience, time.Nanosecond)
+}
 
 // lockWait is one wait for the node's unit lock.
 type lockWait struct {
@@ -198,7 +227,8 @@ func (g *gaveUp) clear() {
 	g.mu.Unlock()
 }
 
-// note records a give-up and logs it, at most once a minute.
+// note records a give-up, logs it (at most once a minute) and starts
+// the watch for the lock's release.
 func (g *gaveUp) note(log *slog.Logger, path string, err error) {
 	if g == nil { // a manager without patience: only a flock that fails
 		log.Warn("node's unit lock not taken: applying without it", "path", path, "err", err)
@@ -207,12 +237,50 @@ func (g *gaveUp) note(log *slog.Logger, path string, err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.set = true
+	if !g.watching {
+		g.watching = true
+		go g.watch(log, path)
+	}
 	if time.Since(g.last) < time.Minute {
 		return
 	}
 	g.last = time.Now()
-	log.Error("node's unit lock held by another hostcron command past the agent's patience: applying the core's changes without it until it is free",
+	log.Error("node's unit lock not taken in the agent's patience (another hostcron command holds it, or flock fails): applying the core's changes without it until it is free",
 		"path", path, "err", err)
+}
+
+// watch waits (blocking, on a descriptor of its own) until the lock is
+// free, lets it go at once and ends the give-up. A lock that cannot be
+// waited for (flock itself fails) keeps the give-up: every take still
+// tries the lock first.
+func (g *gaveUp) watch(log *slog.Logger, path string) {
+	freed := waitFree(path)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.watching = false
+	if freed {
+		g.set = false
+		log.Info("node's unit lock free again: the agent waits for it again", "path", path)
+	}
+}
+
+// waitFree blocks until the lock at path can be taken, takes it and lets
+// it go; false if it cannot be waited for.
+func waitFree(path string) bool {
+	f, err := openLockFile(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close() // lets the lock go
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX)
+		if err == nil {
+			return true
+		}
+		if !errors.Is(err, unix.EINTR) {
+			return false
+		}
+	}
 }
 
 // openLockFile opens a lock file read-only (flock needs no more, and a

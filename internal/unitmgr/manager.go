@@ -145,7 +145,7 @@ func (m *Manager) Plan(ctx context.Context, req Request) (Plan, error) {
 	return m.plan(ctx, req)
 }
 
-// acquire takes the manager's lock and the node's (lockFile: the
+// acquire takes the manager's lock and the node's (nodeLock: the
 // operator's one-shot commands run a manager of their own in another
 // process), or gives up when ctx ends first. An
 // activity waits here behind the node's other changes (after a Temporal
@@ -163,13 +163,18 @@ func (m *Manager) acquire(ctx context.Context) (release func(), err error) {
 	case <-ctx.Done():
 		return nil, fmt.Errorf("wait for the node's unit lock: %w", ctx.Err())
 	}
-	return m.withNodeLock(ctx)
+	var deadlines []time.Time
+	if d, ok := ctx.Deadline(); ok {
+		deadlines = append(deadlines, d)
+	}
+	return m.withNodeLock(ctx, deadlines)
 }
 
 // withNodeLock takes the node's lock for a caller that holds the
-// manager's, and releases both; on an error it releases the manager's.
-func (m *Manager) withNodeLock(ctx context.Context) (release func(), err error) {
-	unlock, err := m.nodeLock().take(ctx)
+// manager's (its patience bounded by deadlines: patienceFor), and
+// releases both; on an error it releases the manager's.
+func (m *Manager) withNodeLock(ctx context.Context, deadlines []time.Time) (release func(), err error) {
+	unlock, err := m.nodeLock().takeWithin(ctx, patienceFor(m.lockPatience, time.Now(), deadlines))
 	if err != nil {
 		<-m.lock
 		return nil, err

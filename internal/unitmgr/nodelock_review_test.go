@@ -141,7 +141,7 @@ func TestDisableWithoutLockDirStillRecordsItsVersion(t *testing.T) {
 
 // The one-shot commands (`node-agent apply`, `reconcile`, `remove`,
 // `burst`) open a Manager of their own in their own process: the node's
-// unit lock (lockFile) orders their observe, plan and apply with the
+// unit lock (nodeLock) orders their observe, plan and apply with the
 // daemon's, so an operator's older copy of a job planned before the
 // core's newer one landed is not written over it.
 func TestOneShotCommandAndDaemonTakeTurns(t *testing.T) {
@@ -386,5 +386,129 @@ func TestTurnstileGivesTheWaiterItsTurn(t *testing.T) {
 	// hundreds went ahead of it.
 	if during > 12 {
 		t.Errorf("the command applied %d changes while the daemon waited for its turn", during)
+	}
+}
+
+// Found by review: the give-up outlived the stopped command; a later,
+// ordinary command holding the lock was then raced (the daemon applied
+// while the command held its plan, and the command wrote its older copy
+// over the daemon's newer). The watch ends the give-up when the lock is
+// free again.
+func TestGiveUpEndsWhenTheStoppedCommandDoes(t *testing.T) {
+	daemon, f := testManager(t)
+	daemon.SetLockPatience(time.Second) // longer than the later command holds its plan (300 ms)
+	ctx := context.Background()
+	stopped := testLock(daemon.layout.Paths.SpecDir, 0)
+	unlock, err := stopped.take(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A core change behind the stopped command: the daemon gives up.
+	if _, err := daemon.Apply(ctx, []wire.Job{job(idB)}); err != nil {
+		t.Fatal(err)
+	}
+	if !daemon.lockGaveUp.isSet() {
+		t.Fatal("no give-up")
+	}
+	unlock() // the stopped command is resumed (or killed) and ends
+	for deadline := time.Now().Add(10 * time.Second); daemon.lockGaveUp.isSet(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the give-up outlived the stopped command")
+		}
+	}
+
+	cli := New(f, daemon.layout.UnitDir, daemon.layout.Paths, daemon.log)
+	cli.lockDir, cli.lockDirOK, cli.now = daemon.lockDir, daemon.lockDirOK, daemon.now
+	daemonDone := make(chan error, 1)
+	var once atomic.Bool
+	planned = func() {
+		if once.Swap(true) {
+			return
+		}
+		go func() {
+			_, err := daemon.Apply(ctx, []wire.Job{job(idA, version(2))})
+			daemonDone <- err
+		}()
+		select {
+		case err := <-daemonDone:
+			daemonDone <- err
+			t.Errorf("the daemon applied while a later, running command held the lock and its plan (err %v)", err)
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+	t.Cleanup(func() { planned = func() {} })
+	if _, err := cli.Apply(ctx, []wire.Job{job(idA)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-daemonDone; err != nil {
+		t.Fatal(err)
+	}
+	planned = func() {}
+	obs, err := daemon.observe(ctx, Request{Op: OpApply, Jobs: []wire.Job{job(idA)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := obs.Disk[job(idA).UnitName()].Installed.Version; v != 2 {
+		t.Errorf("installed spec is version %d after the daemon applied version 2 (the command's older copy won)", v)
+	}
+}
+
+// Found by review: a node timeout below the daemon's patience (the flow
+// and acceptance tiers run 15 s) timed out every attempt of a change
+// behind a stopped command before the give-up let its batch run. The wait
+// is bounded by half of what the callers' deadlines leave (patienceFor).
+// Scale: 15 s node timeout = T, patience 30 s = 2T.
+func TestPatienceFitsAShortNodeTimeout(t *testing.T) {
+	const T = 200 * time.Millisecond
+	daemon, _ := testManager(t)
+	daemon.SetLockPatience(2 * T)
+	ctx := context.Background()
+	if _, err := daemon.Apply(ctx, []wire.Job{job(idA)}); err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := testLock(daemon.layout.Paths.SpecDir, 0).take(ctx) // a stopped command
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	var errs []error
+	for round := 1; round <= 2; round++ {
+		actx, cancel := context.WithTimeout(ctx, T)
+		_, err := daemon.Apply(actx, []wire.Job{job(idA, version(2), disabled)})
+		cancel()
+		errs = append(errs, err)
+		if err == nil {
+			break
+		}
+	}
+	t.Logf("rounds: %v", errs)
+	if errs[0] != nil {
+		t.Errorf("the disable timed out behind a stopped command (node timeout under the patience): %v", errs)
+	}
+}
+
+func TestPatienceFor(t *testing.T) {
+	now := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	cases := []struct {
+		name      string
+		patience  time.Duration
+		deadlines []time.Duration // from now
+		want      time.Duration
+	}{
+		{"a command waits as long as it takes", 0, []time.Duration{time.Second}, 0},
+		{"no deadline: the patience", 30 * time.Second, nil, 30 * time.Second},
+		{"a change's 60 s: the patience", 30 * time.Second, []time.Duration{60 * time.Second}, 30 * time.Second},
+		{"a 15 s node timeout: half of it", 30 * time.Second, []time.Duration{60 * time.Second, 15 * time.Second}, 7500 * time.Millisecond},
+		{"a change that already waited 50 s: 5 s", 30 * time.Second, []time.Duration{10 * time.Second}, 5 * time.Second},
+		{"a deadline past: one try", 30 * time.Second, []time.Duration{-time.Second}, time.Nanosecond},
+	}
+	for _, tc := range cases {
+		var ds []time.Time
+		for _, d := range tc.deadlines {
+			ds = append(ds, now.Add(d))
+		}
+		if got := patienceFor(tc.patience, now, ds); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

@@ -130,7 +130,7 @@ func (m *Manager) drain() {
 			<-m.lock
 			return
 		}
-		release, err := m.withNodeLock(context.Background())
+		release, err := m.withNodeLock(context.Background(), m.waitingDeadlines())
 		if err != nil { // cannot happen: only a context's end fails the wait
 			m.log.Error("apply queue: the node's unit lock", "err", err)
 			continue
@@ -143,6 +143,20 @@ func (m *Manager) drain() {
 		m.runBatch(batch)
 		release()
 	}
+}
+
+// waitingDeadlines are the deadlines of the callers in the queue: the
+// drain's wait for the node's lock must leave them time to be applied.
+func (m *Manager) waitingDeadlines() []time.Time {
+	m.q.mu.Lock()
+	defer m.q.mu.Unlock()
+	var out []time.Time
+	for _, q := range m.q.pending {
+		if d, ok := q.ctx.Deadline(); ok {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 // idle removes the callers that left and, if none is left, ends the
