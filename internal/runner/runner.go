@@ -256,10 +256,11 @@ func elect(env Env, spec jobspec.Spec, d decision, rec Record) int {
 		return platformError(env, rec, err)
 	}
 	defer lock.Close()
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		if !errors.Is(err, unix.EWOULDBLOCK) {
-			return platformError(env, rec, fmt.Errorf("lock %s: %w", lock.Name(), err))
-		}
+	got, err := tryLock(lock)
+	if err != nil {
+		return platformError(env, rec, err)
+	}
+	if !got {
 		return lost(env, spec, d, rec, lock)
 	}
 	return won(env, spec, d, rec)
@@ -526,15 +527,15 @@ func waitForLock(env Env, spec jobspec.Spec, d decision, rec Record, lock *os.Fi
 		if env.stopped() {
 			return stoppedWaiting(env, rec)
 		}
-		err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
+		got, err := tryLock(lock)
+		if err != nil {
+			return platformError(env, rec, err)
+		}
+		if got {
 			// The record keeps saying Waiting through the election (the
 			// stamp and marker I/O on shared storage) until it says
 			// "ran": the node agent may still stop it meanwhile.
 			return won(env, spec, d, rec)
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) {
-			return platformError(env, rec, fmt.Errorf("lock %s: %w", lock.Name(), err))
 		}
 		st, ok, _, err := readStamp(stampPath, env.Now())
 		if err != nil {
@@ -604,12 +605,9 @@ func waitForStamp(env Env, path string, d decision, lock *os.File) (st Stamp, ok
 			return st, ok, false, nil
 		}
 		if noRunHolds(st, ok, d) && !env.stopped() { // a stopped waiter takes no lock (waitForLock)
-			err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-			if err == nil {
-				return st, ok, true, nil
-			}
-			if !errors.Is(err, unix.EWOULDBLOCK) {
-				return st, ok, false, fmt.Errorf("lock %s: %w", lock.Name(), err)
+			got, err := tryLock(lock)
+			if err != nil || got {
+				return st, ok, got, err
 			}
 		}
 		if time.Now().After(deadline) {
@@ -649,6 +647,21 @@ func openLock(dir, id string) (*os.File, error) {
 		return nil, fmt.Errorf("open lock %s: %w", p, err)
 	}
 	return os.NewFile(uintptr(fd), p), nil
+}
+
+// tryLock takes the job's lock without waiting: got is false while
+// another runner holds it; err is any other failure (an evicted CephFS
+// client, a hung mount's EIO), which is the platform's.
+func tryLock(lock *os.File) (got bool, err error) {
+	err = unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, unix.EWOULDBLOCK):
+		return false, nil
+	default:
+		return false, fmt.Errorf("lock %s: %w", lock.Name(), err)
+	}
 }
 
 // release marks the lease as let go, once the command ended.
