@@ -145,6 +145,10 @@ func (s *Store) RunningSince(ctx context.Context, ids []string) (map[string]time
 // replaces (decideRecord): a run under it may still be running.
 func IsPlaceholder(r wire.Result) bool { return r.IsPlaceholder() }
 
+// activationStart matches the start that one activation (node, systemd
+// invocation) reported for a run: $1 run key, $2 node, $3 invocation.
+const activationStart = `run_key = $1 AND node_id = $2 AND invocation_id = $3`
+
 // endStart deletes a run's start once its record is written (in the
 // recording transaction). A placeholder record ends only the start of the
 // very activation that reports it (same node, same systemd invocation):
@@ -162,7 +166,7 @@ func endStart(ctx context.Context, tx execer, nodeID string, o Outcome) error {
 	if o.InvocationID == "" {
 		return nil // an older node's report: nothing ties it to a start
 	}
-	if _, err := tx.Exec(ctx, `DELETE FROM cron_job_run_starts WHERE run_key = $1 AND node_id = $2 AND invocation_id = $3`,
+	if _, err := tx.Exec(ctx, `DELETE FROM cron_job_run_starts WHERE `+activationStart,
 		o.RunKey, nodeID, o.InvocationID); err != nil {
 		return fmt.Errorf("end run start: %w", err)
 	}
@@ -182,7 +186,7 @@ func stoppedOnItsNode(ctx context.Context, tx pgx.Tx, nodeID string, o Outcome) 
 		return false, nil
 	}
 	var found bool
-	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM cron_job_run_starts WHERE run_key = $1 AND node_id = $2 AND invocation_id = $3)`,
+	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM cron_job_run_starts WHERE `+activationStart+`)`,
 		o.RunKey, nodeID, o.InvocationID).Scan(&found)
 	if err != nil {
 		return false, fmt.Errorf("outcome: read the run's start: %w", err)
