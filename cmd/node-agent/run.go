@@ -266,13 +266,16 @@ func recordClockOffset(cfg nodeconf.Config, source string, sent, received time.T
 	}
 }
 
-// daemonLockPatience is how long the agent waits for the node's unit lock
-// while an operator's one-shot command (node-agent apply, reconcile,
-// remove, burst) holds it before it applies the core's changes without
-// it: under the 60 s a change's activity waits, so that a command stopped
-// with the lock held (Ctrl-Z, a debugger) delays the core's changes,
-// disables among them, by one wait; after it the agent only tries the
-// lock until it is free again. A command's apply longer than this (a
-// reconcile of 20,000 units whose reload takes a minute here) may then
-// race the agent's, as every command did before the lock.
+// daemonLockPatience is how long the node's unit lock may stay held by an
+// operator's one-shot command (node-agent apply, reconcile, remove, burst)
+// before the agent applies the core's changes without it. It counts from
+// the first wait that found the lock held, across the changes' waits: a
+// change whose deadline comes first fails and the core retries it, so a
+// command stopped with the lock held (Ctrl-Z, a debugger) delays the
+// core's changes, disables among them, by about this much, and a change
+// near its deadline never makes the agent go without the lock. Past it
+// the agent only tries the lock briefly until it is free again. A
+// command's apply longer than this (a reconcile of 20,000 units whose
+// reload takes a minute here) may then race the agent's, as every
+// command did before the lock.
 const daemonLockPatience = 30 * time.Second

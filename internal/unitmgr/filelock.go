@@ -42,33 +42,45 @@ const (
 
 var turnPatience = 5 * time.Second // a variable for tests
 
+// overdueRetry is how long a daemon whose wait is past its patience
+// still tries the lock before it goes without: a failed try may have met
+// the watcher's own hold (microseconds, the moment the holder let go),
+// and the watcher forgets the holder well within it.
+const overdueRetry = 100 * time.Millisecond
+
 // nodeLock is how a manager takes the node's unit lock.
 type nodeLock struct {
 	path, turn string
-	// patience bounds the wait (0: as long as the context allows): the
-	// daemon's, so that a one-shot command stopped while it holds the
-	// lock (Ctrl-Z, a debugger, a hung call) delays the core's changes by
-	// that much once (gaveUp), not for good.
+	// patience is how long the lock may stay held by another command
+	// before the daemon goes without it (0: never; an operator's command
+	// waits as long as its context allows): a one-shot command stopped
+	// while it holds the lock (Ctrl-Z, a debugger, a hung call) delays
+	// the core's changes by the patience once, not for good.
 	patience time.Duration
-	gaveUp   *gaveUp // nil: never gives up
+	busy     *lockBusy // nil: no patience
 	log      *slog.Logger
 }
 
-// gaveUp remembers that the daemon went on without the lock: until the
-// lock is free again it only tries it, without waiting, so that every
-// change behind a stopped command does not wait out the patience anew
-// (the core's deadlines are shorter than a few of them). A watcher waits
-// for the lock in the background and ends the give-up the moment the
-// holder lets go, so that a later command, which holds the lock in the
-// ordinary way, is waited for again.
-type gaveUp struct {
+// lockBusy is the daemon's memory of the lock being held by another
+// command: since when (the first failed try after it was last seen
+// free), across waits. A change's wait ends with its deadline (the core
+// retries it), so the patience is the lock's, not one wait's: a change
+// with little time left never makes the daemon go without the lock (found
+// by review in the nineteenth session), while the changes behind a
+// command stopped with the lock held go through once it has been held
+// for the patience, whatever their node timeout. A watcher waits for the
+// lock in the background and forgets the holder the moment it lets go,
+// so that a later command, which holds the lock in the ordinary way, is
+// waited for anew.
+type lockBusy struct {
 	mu       sync.Mutex
-	set      bool
+	since    time.Time // zero: not known to be held
 	watching bool      // a watch goroutine waits for the lock
-	last     time.Time // when it last logged going without
+	logged   time.Time // when going without was last logged
 }
 
-// take takes the node's unit lock, or gives up when ctx ends first.
+// take takes the node's unit lock, or gives up when ctx ends first or
+// wanted (nil: always) says nobody waits for it any more.
 //
 // The turnstile makes the wait fair: a waiter holds it while it waits
 // for the lock, and every taker passes through it first, so a manager
@@ -78,38 +90,28 @@ type gaveUp struct {
 //
 // A lock that cannot be opened or made (the spec dir's file system
 // read-only or full; a command not run as root) is no reason to hold back
-// a disable: the caller goes on without it, and so does a daemon whose
-// patience ran out (unlock is then a no-op); both are logged. The kernel
-// drops the locks of a process that dies, so a crash never leaves them
-// held.
-func (n nodeLock) take(ctx context.Context) (unlock func(), err error) {
-	return n.takeWithin(ctx, n.patience)
-}
-
-// takeWithin is take with the patience given (a daemon's, bounded by its
-// callers' deadlines: patienceFor).
-func (n nodeLock) takeWithin(ctx context.Context, patience time.Duration) (unlock func(), err error) {
-	n.patience = patience
+// a disable: the caller goes on without it, and so does a daemon once the
+// lock has been held past its patience (unlock is then a no-op); both are
+// logged. The kernel drops the locks of a process that dies, so a crash
+// never leaves them held.
+func (n nodeLock) take(ctx context.Context, wanted func() bool) (unlock func(), err error) {
 	lock, err := openLockFile(n.path)
 	if err != nil {
 		n.log.Warn("node's unit lock not opened: applying without it", "path", n.path, "err", err)
 		return func() {}, nil
 	}
-	w := lockWait{nodeLock: n, began: time.Now(), lock: lock}
-	if n.gaveUp.isSet() {
-		return w.tryOnce()
-	}
+	w := lockWait{nodeLock: n, began: time.Now(), lock: lock, wanted: wanted}
 	if turn, err := openLockFile(n.turn); err == nil {
 		defer turn.Close() // passes the turnstile on once the lock is ours
 		w.turn = turn
 	}
 	switch err := w.wait(ctx); {
 	case err == nil:
-		n.gaveUp.clear()
+		n.busy.free()
 		return func() { lock.Close() }, nil // closing the last descriptor releases the lock
-	case errors.Is(err, errPatience):
+	case errors.Is(err, errWithout):
 		lock.Close()
-		n.gaveUp.note(n.log, n.path, err)
+		n.busy.wentWithout(n.log, n.path, err)
 		return func() {}, nil
 	default:
 		lock.Close()
@@ -117,24 +119,15 @@ func (n nodeLock) takeWithin(ctx context.Context, patience time.Duration) (unloc
 	}
 }
 
-var errPatience = errors.New("another hostcron command holds it")
+var (
+	errWithout   = errors.New("going without the node's unit lock")
+	errNotWanted = errors.New("wait for the node's unit lock: nobody waits for it any more")
+)
 
-// patienceFor bounds a daemon's patience (0: a manager that waits as long
-// as it takes) by the deadlines of the callers waiting for the lock: half
-// of what the nearest has left, so that its change still applies in time
-// when the wait gives up, however long it waited before (behind another
-// wait, an earlier batch, a node timeout shorter than the patience). At
-// least one try. Pure.
-func patienceFor(patience time.Duration, now time.Time, deadlines []time.Time) time.Duration {
-	if patience <= 0 {
-		return 0
-	}
-	for _, d := range deadlines {
-		if left := d.Sub(now) / 2; left < patience {
-			patience = left
-		}
-	}
-	return max(patience, time.Nanosecond)
+// pastPatience reports whether a lock held since since (zero: not known
+// held) has been held for the patience (0: never) at now. Pure.
+func pastPatience(since, now time.Time, patience time.Duration) bool {
+	return patience > 0 && !since.IsZero() && now.Sub(since) >= patience
 }
 
 // lockWait is one wait for the node's unit lock.
@@ -142,39 +135,49 @@ type lockWait struct {
 	nodeLock
 	began      time.Time
 	lock, turn *os.File // turn nil: no turnstile (not openable)
+	wanted     func() bool
 	logged     time.Duration
 }
 
 // wait takes the turnstile (if any), then the lock; past turnPatience on
-// the turnstile it also tries the lock directly.
+// the turnstile, or with the lock held past the patience, it tries the
+// lock directly too.
 func (w *lockWait) wait(ctx context.Context) error {
 	passed := w.turn == nil
+	var overdueAt time.Time // when this wait first found the lock held past the patience
 	for {
 		if !passed {
 			got, err := tryFlock(w.turn)
-			if err != nil {
-				passed = true // a turnstile flock refuses: do without it
-			} else if got {
-				passed = true
-			}
+			passed = got || err != nil // a turnstile flock that refuses: do without it
 		}
-		if passed || time.Since(w.began) >= turnPatience {
+		now := time.Now()
+		overdue := pastPatience(w.busy.heldSince(), now, w.patience)
+		if passed || overdue || now.Sub(w.began) >= turnPatience {
 			got, err := tryFlock(w.lock)
 			if err != nil {
-				return fmt.Errorf("%w (flock: %v)", errPatience, err)
+				return fmt.Errorf("%w (flock: %v)", errWithout, err)
 			}
 			if got {
 				return nil
 			}
+			w.busy.held(w.log, w.path, now)
 		}
-		waited := time.Since(w.began)
-		if w.patience > 0 && waited >= w.patience {
-			return fmt.Errorf("%w: waited %s", errPatience, waited.Round(time.Second))
+		switch {
+		case !overdue:
+			overdueAt = time.Time{}
+		case overdueAt.IsZero():
+			overdueAt = now
+		case now.Sub(overdueAt) >= overdueRetry:
+			return fmt.Errorf("%w: another hostcron command has held it for %s (the agent's patience is %s)",
+				errWithout, now.Sub(w.busy.heldSince()).Round(time.Second), w.patience)
 		}
-		if waited-w.logged >= lockWaitLog {
+		if waited := now.Sub(w.began); waited-w.logged >= lockWaitLog {
 			w.logged = waited
 			w.log.Warn("waiting for the node's unit lock: another hostcron command (node-agent apply, reconcile, remove or burst) holds it",
 				"path", w.path, "waited", waited.Round(time.Second), "patience", w.patience)
+		}
+		if w.wanted != nil && !w.wanted() {
+			return errNotWanted
 		}
 		select {
 		case <-ctx.Done():
@@ -182,19 +185,6 @@ func (w *lockWait) wait(ctx context.Context) error {
 		case <-time.After(lockPoll):
 		}
 	}
-}
-
-// tryOnce takes the lock if it is free, for a daemon that gave up on it
-// before; else it goes on without it again.
-func (w *lockWait) tryOnce() (func(), error) {
-	if got, err := tryFlock(w.lock); err == nil && got {
-		w.gaveUp.clear()
-		w.log.Info("node's unit lock taken again", "path", w.path)
-		return func() { w.lock.Close() }, nil
-	}
-	w.lock.Close()
-	w.gaveUp.note(w.log, w.path, errPatience)
-	return func() {}, nil
 }
 
 // tryFlock takes an exclusive flock on f if it is free.
@@ -209,69 +199,86 @@ func tryFlock(f *os.File) (bool, error) {
 	return false, err
 }
 
-func (g *gaveUp) isSet() bool {
-	if g == nil {
-		return false
+// heldSince is when the lock was first found held since it was last
+// seen free (zero: not known held).
+func (b *lockBusy) heldSince() time.Time {
+	if b == nil {
+		return time.Time{}
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.set
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.since
 }
 
-func (g *gaveUp) clear() {
-	if g == nil {
+// held records a failed try at now and starts the watch for the lock's
+// release if none runs.
+func (b *lockBusy) held(log *slog.Logger, path string, now time.Time) {
+	if b == nil {
 		return
 	}
-	g.mu.Lock()
-	g.set = false
-	g.mu.Unlock()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.since.IsZero() {
+		b.since = now
+	}
+	if !b.watching {
+		b.watching = true
+		go b.watch(log, path)
+	}
 }
 
-// note records a give-up, logs it (at most once a minute) and starts
-// the watch for the lock's release.
-func (g *gaveUp) note(log *slog.Logger, path string, err error) {
-	if g == nil { // a manager without patience: only a flock that fails
+// free records that the lock was taken: nobody else holds it.
+func (b *lockBusy) free() {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	b.since = time.Time{}
+	b.mu.Unlock()
+}
+
+// wentWithout logs going without the lock (at most once a minute for a
+// daemon, whose changes behind a stopped command all do).
+func (b *lockBusy) wentWithout(log *slog.Logger, path string, err error) {
+	if b == nil { // a manager without patience: only a flock that fails
 		log.Warn("node's unit lock not taken: applying without it", "path", path, "err", err)
 		return
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.set = true
-	if !g.watching {
-		g.watching = true
-		go g.watch(log, path)
-	}
-	if time.Since(g.last) < time.Minute {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if time.Since(b.logged) < time.Minute {
 		return
 	}
-	g.last = time.Now()
+	b.logged = time.Now()
 	log.Error("node's unit lock not taken in the agent's patience (another hostcron command holds it, or flock fails): applying the core's changes without it until it is free",
 		"path", path, "err", err)
 }
 
 // watch waits (blocking, on a descriptor of its own) until the lock is
-// free, lets it go at once and ends the give-up. A lock that cannot be
-// waited for (flock itself fails) keeps the give-up: every take still
-// tries the lock first.
-func (g *gaveUp) watch(log *slog.Logger, path string) {
-	freed := waitFree(path)
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.watching = false
+// free, and forgets the holder while it still holds the lock itself (so
+// no try that met its hold finds the old holder's time afterwards), then
+// lets it go. A lock that cannot be waited for (flock itself fails) ends
+// the watch; the next failed try starts another.
+func (b *lockBusy) watch(log *slog.Logger, path string) {
+	f, err := openLockFile(path)
+	if err == nil {
+		defer f.Close() // lets the lock go, after the holder is forgotten
+	}
+	freed := err == nil && waitFree(f)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.watching = false
 	if freed {
-		g.set = false
-		log.Info("node's unit lock free again: the agent waits for it again", "path", path)
+		if !b.since.IsZero() && !b.logged.IsZero() {
+			log.Info("node's unit lock free again: the agent waits for it again", "path", path)
+		}
+		b.since, b.logged = time.Time{}, time.Time{}
 	}
 }
 
-// waitFree blocks until the lock at path can be taken, takes it and lets
-// it go; false if it cannot be waited for.
-func waitFree(path string) bool {
-	f, err := openLockFile(path)
-	if err != nil {
-		return false
-	}
-	defer f.Close() // lets the lock go
+// waitFree blocks until f's lock can be taken and takes it; false if it
+// cannot be waited for.
+func waitFree(f *os.File) bool {
 	for {
 		err := unix.Flock(int(f.Fd()), unix.LOCK_EX)
 		if err == nil {

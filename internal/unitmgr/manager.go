@@ -43,19 +43,22 @@ type Manager struct {
 	obs       Observer    // nil: nothing observes
 	q         applyQueue  // Apply, Delete, Reconcile and Remove wait here (queue.go)
 	fast      fastPath    // the converge stamp (fastpath.go); read and written under lock
-	// lockPatience bounds the wait for the node's unit lock (nodeLock;
+	// lockPatience is how long the node's unit lock may stay held by
+	// another process before the manager goes without it (nodeLock;
 	// SetLockPatience); 0 waits as long as the caller's context allows.
 	lockPatience time.Duration
-	lockGaveUp   *gaveUp // with a patience: the give-up it remembers
+	lockBusy     *lockBusy // with a patience: since when the lock is held
 }
 
-// SetLockPatience bounds how long the manager waits for the node's unit
-// lock held by another process (an operator's one-shot command) before it
+// SetLockPatience sets how long the node's unit lock may stay held by
+// another process (an operator's one-shot command) before the manager
 // applies without it: the daemon sets it, so that a command stopped
 // while it holds the lock cannot hold back the core's changes for good.
-// Having given up once, the manager only tries the lock, without waiting,
-// until it gets it again. Call it before the manager is shared.
-func (m *Manager) SetLockPatience(d time.Duration) { m.lockPatience, m.lockGaveUp = d, &gaveUp{} }
+// The patience counts from the first wait that found the lock held, not
+// per wait: a change's wait still ends with its context, and the core
+// retries it. Once past it the manager only tries the lock briefly,
+// until the lock is free again. Call it before the manager is shared.
+func (m *Manager) SetLockPatience(d time.Duration) { m.lockPatience, m.lockBusy = d, &lockBusy{} }
 
 // Observer is told what each plan+apply did, for the agent's metrics
 // (metrics.Node has it): the operation, whether it was an operator's, how
@@ -163,18 +166,14 @@ func (m *Manager) acquire(ctx context.Context) (release func(), err error) {
 	case <-ctx.Done():
 		return nil, fmt.Errorf("wait for the node's unit lock: %w", ctx.Err())
 	}
-	var deadlines []time.Time
-	if d, ok := ctx.Deadline(); ok {
-		deadlines = append(deadlines, d)
-	}
-	return m.withNodeLock(ctx, deadlines)
+	return m.withNodeLock(ctx, nil)
 }
 
 // withNodeLock takes the node's lock for a caller that holds the
-// manager's (its patience bounded by deadlines: patienceFor), and
-// releases both; on an error it releases the manager's.
-func (m *Manager) withNodeLock(ctx context.Context, deadlines []time.Time) (release func(), err error) {
-	unlock, err := m.nodeLock().takeWithin(ctx, patienceFor(m.lockPatience, time.Now(), deadlines))
+// manager's, until ctx ends or wanted (nil: always) says nobody waits,
+// and releases both; on an error it releases the manager's.
+func (m *Manager) withNodeLock(ctx context.Context, wanted func() bool) (release func(), err error) {
+	unlock, err := m.nodeLock().take(ctx, wanted)
 	if err != nil {
 		<-m.lock
 		return nil, err
@@ -183,7 +182,7 @@ func (m *Manager) withNodeLock(ctx context.Context, deadlines []time.Time) (rele
 }
 
 func (m *Manager) nodeLock() nodeLock {
-	return nodeLock{path: m.layout.LockPath(), turn: m.layout.turnPath(), patience: m.lockPatience, gaveUp: m.lockGaveUp, log: m.log}
+	return nodeLock{path: m.layout.LockPath(), turn: m.layout.turnPath(), patience: m.lockPatience, busy: m.lockBusy, log: m.log}
 }
 
 func (m *Manager) plan(ctx context.Context, req Request) (Plan, error) {

@@ -146,7 +146,17 @@ func TestDisableWithoutLockDirStillRecordsItsVersion(t *testing.T) {
 // core's newer one landed is not written over it.
 func TestOneShotCommandAndDaemonTakeTurns(t *testing.T) {
 	daemon, f := testManager(t)
-	cli := New(f, daemon.layout.UnitDir, daemon.layout.Paths, daemon.log) // same node, another process
+	daemonWaitsForCommand(t, daemon, f, "the command held its plan")
+}
+
+// daemonWaitsForCommand runs a one-shot command (a Manager of its own on
+// the same node) applying job A version 1; once the command has planned,
+// the daemon applies the core's version 2. The daemon must wait for the
+// command's lock and plan, so version 2 is what stays installed; what
+// says when the daemon did not wait.
+func daemonWaitsForCommand(t *testing.T, daemon *Manager, f *fakeSystemd, what string) {
+	t.Helper()
+	cli := New(f, daemon.layout.UnitDir, daemon.layout.Paths, daemon.log)
 	cli.lockDir, cli.lockDirOK, cli.now = daemon.lockDir, daemon.lockDirOK, daemon.now
 	ctx := context.Background()
 	daemonDone := make(chan error, 1)
@@ -155,8 +165,6 @@ func TestOneShotCommandAndDaemonTakeTurns(t *testing.T) {
 		if once.Swap(true) {
 			return
 		}
-		// The command has observed and planned version 1; the daemon
-		// applies the core's version 2 meanwhile: it must wait.
 		go func() {
 			_, err := daemon.Apply(ctx, []wire.Job{job(idA, version(2))})
 			daemonDone <- err
@@ -164,10 +172,11 @@ func TestOneShotCommandAndDaemonTakeTurns(t *testing.T) {
 		select {
 		case err := <-daemonDone:
 			daemonDone <- err
-			t.Errorf("the daemon applied while the command held its plan (err %v)", err)
+			t.Errorf("the daemon applied while %s (err %v)", what, err)
 		case <-time.After(300 * time.Millisecond):
 		}
 	}
+	t.Cleanup(func() { planned = func() {} })
 	if _, err := cli.Apply(ctx, []wire.Job{job(idA)}); err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +190,7 @@ func TestOneShotCommandAndDaemonTakeTurns(t *testing.T) {
 		t.Fatal(err)
 	}
 	if v := obs.Disk[job(idA).UnitName()].Installed.Version; v != 2 {
-		t.Errorf("installed spec is version %d after the daemon applied version 2 behind the command", v)
+		t.Errorf("installed spec is version %d after the daemon applied version 2 behind the command (the command's older copy won)", v)
 	}
 }
 
@@ -195,17 +204,17 @@ func testLock(dir string, patience time.Duration) nodeLock {
 // takes the lock once it is free.
 func TestUnitLockWaiterGivesUp(t *testing.T) {
 	l := testLock(filepath.Join(t.TempDir(), "specs"), 0)
-	unlock, err := l.take(context.Background())
+	unlock, err := l.take(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	if _, err := l.take(ctx); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := l.take(ctx, nil); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("second lock while held: %v, want the context's deadline", err)
 	}
 	unlock()
-	again, err := l.take(context.Background())
+	again, err := l.take(context.Background(), nil)
 	if err != nil {
 		t.Fatalf("lock after release: %v", err)
 	}
@@ -217,11 +226,12 @@ func TestUnitLockWaiterGivesUp(t *testing.T) {
 // which waits without a deadline, and with it every change of the core,
 // disables included, for as long as it stayed stopped. The daemon's wait
 // is bounded below a change's deadline (daemonLockPatience 30 s against
-// the activity's 60 s; here 1 minute = 400 ms), and having given up once
-// it only tries the lock: the next changes do not wait again (the
-// converge below, two takes in one deadline, would not fit otherwise).
+// the activity's 60 s; here 1 minute = 1 s), and with the lock held past
+// it the daemon only tries the lock briefly (overdueRetry): the next
+// changes do not wait again (the converge below, two takes in one
+// deadline, would not fit otherwise).
 func TestStoppedCommandDelaysTheDaemonOnlyByItsPatience(t *testing.T) {
-	const minute = 400 * time.Millisecond
+	const minute = time.Second
 	daemon, f := testManager(t)
 	daemon.SetLockPatience(minute / 2)
 	ctx := context.Background()
@@ -229,7 +239,7 @@ func TestStoppedCommandDelaysTheDaemonOnlyByItsPatience(t *testing.T) {
 		t.Fatal(err)
 	}
 	command := testLock(daemon.layout.Paths.SpecDir, 0) // another process's open file: flock orders it like one
-	unlock, err := command.take(ctx)
+	unlock, err := command.take(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +273,7 @@ func TestStoppedCommandDelaysTheDaemonOnlyByItsPatience(t *testing.T) {
 	if _, err := daemon.Apply(ctx, []wire.Job{job(idA, version(3), disabled)}); err != nil {
 		t.Fatal(err)
 	}
-	if daemon.lockGaveUp.isSet() {
+	if daemon.goesWithoutLock() {
 		t.Error("the daemon still goes without the lock after the command ended")
 	}
 }
@@ -314,13 +324,14 @@ func TestNodeLockLeavesNoDescriptor(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	unlock, _ := testLock(daemon.layout.Paths.SpecDir, 0).take(ctx) // the patience and give-up paths
+	unlock, _ := testLock(daemon.layout.Paths.SpecDir, 0).take(ctx, nil) // the patience and give-up paths
 	for i := range 3 {
 		if _, err := daemon.Apply(ctx, []wire.Job{job(idA, version(int64(i+100)))}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	unlock()
+	daemon.waitForTheWatch(t)               // it holds the lock a moment, then closes its descriptor
 	if after := count(); after > before+2 { // slack for the runtime's own
 		t.Errorf("open descriptors %d -> %d", before, after)
 	}
@@ -399,7 +410,7 @@ func TestGiveUpEndsWhenTheStoppedCommandDoes(t *testing.T) {
 	daemon.SetLockPatience(time.Second) // longer than the later command holds its plan (300 ms)
 	ctx := context.Background()
 	stopped := testLock(daemon.layout.Paths.SpecDir, 0)
-	unlock, err := stopped.take(ctx)
+	unlock, err := stopped.take(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,72 +418,41 @@ func TestGiveUpEndsWhenTheStoppedCommandDoes(t *testing.T) {
 	if _, err := daemon.Apply(ctx, []wire.Job{job(idB)}); err != nil {
 		t.Fatal(err)
 	}
-	if !daemon.lockGaveUp.isSet() {
+	if !daemon.goesWithoutLock() {
 		t.Fatal("no give-up")
 	}
 	unlock() // the stopped command is resumed (or killed) and ends
-	for deadline := time.Now().Add(10 * time.Second); daemon.lockGaveUp.isSet(); time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); daemon.goesWithoutLock(); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the give-up outlived the stopped command")
 		}
 	}
 
-	cli := New(f, daemon.layout.UnitDir, daemon.layout.Paths, daemon.log)
-	cli.lockDir, cli.lockDirOK, cli.now = daemon.lockDir, daemon.lockDirOK, daemon.now
-	daemonDone := make(chan error, 1)
-	var once atomic.Bool
-	planned = func() {
-		if once.Swap(true) {
-			return
-		}
-		go func() {
-			_, err := daemon.Apply(ctx, []wire.Job{job(idA, version(2))})
-			daemonDone <- err
-		}()
-		select {
-		case err := <-daemonDone:
-			daemonDone <- err
-			t.Errorf("the daemon applied while a later, running command held the lock and its plan (err %v)", err)
-		case <-time.After(300 * time.Millisecond):
-		}
-	}
-	t.Cleanup(func() { planned = func() {} })
-	if _, err := cli.Apply(ctx, []wire.Job{job(idA)}); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-daemonDone; err != nil {
-		t.Fatal(err)
-	}
-	planned = func() {}
-	obs, err := daemon.observe(ctx, Request{Op: OpApply, Jobs: []wire.Job{job(idA)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v := obs.Disk[job(idA).UnitName()].Installed.Version; v != 2 {
-		t.Errorf("installed spec is version %d after the daemon applied version 2 (the command's older copy won)", v)
-	}
+	daemonWaitsForCommand(t, daemon, f, "a later, running command held the lock and its plan")
 }
 
 // Found by review: a node timeout below the daemon's patience (the flow
 // and acceptance tiers run 15 s) timed out every attempt of a change
-// behind a stopped command before the give-up let its batch run. The wait
-// is bounded by half of what the callers' deadlines leave (patienceFor).
-// Scale: 15 s node timeout = T, patience 30 s = 2T.
-func TestPatienceFitsAShortNodeTimeout(t *testing.T) {
-	const T = 200 * time.Millisecond
-	daemon, _ := testManager(t)
+// behind a stopped command, each waiting the patience anew. The patience
+// counts from the first wait that found the lock held: a retry of the
+// change goes through once the lock has been held that long, whatever its
+// node timeout. Scale: 15 s node timeout = T, patience 30 s = 2T.
+func TestStoppedCommandDelaysAShortNodeTimeoutByThePatience(t *testing.T) {
+	const T = 300 * time.Millisecond
+	daemon, f := testManager(t)
 	daemon.SetLockPatience(2 * T)
 	ctx := context.Background()
 	if _, err := daemon.Apply(ctx, []wire.Job{job(idA)}); err != nil {
 		t.Fatal(err)
 	}
-	unlock, err := testLock(daemon.layout.Paths.SpecDir, 0).take(ctx) // a stopped command
+	unlock, err := testLock(daemon.layout.Paths.SpecDir, 0).take(ctx, nil) // a stopped command
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer unlock()
+	began := time.Now()
 	var errs []error
-	for round := 1; round <= 2; round++ {
+	for attempt := 1; attempt <= 6; attempt++ { // the core's retries
 		actx, cancel := context.WithTimeout(ctx, T)
 		_, err := daemon.Apply(actx, []wire.Job{job(idA, version(2), disabled)})
 		cancel()
@@ -480,35 +460,69 @@ func TestPatienceFitsAShortNodeTimeout(t *testing.T) {
 		if err == nil {
 			break
 		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("attempt %d: %v, want the deadline's error (the core retries it)", attempt, err)
+		}
+		time.Sleep(T / 3) // the retry's backoff: the drain's wait ends meanwhile (nobody waits)
 	}
-	t.Logf("rounds: %v", errs)
-	if errs[0] != nil {
-		t.Errorf("the disable timed out behind a stopped command (node timeout under the patience): %v", errs)
+	took := time.Since(began)
+	t.Logf("attempts: %v in %s", errs, took)
+	if errs[len(errs)-1] != nil {
+		t.Fatalf("the disable never went through behind a stopped command: %v", errs)
+	}
+	if errs[0] == nil {
+		t.Errorf("the first attempt went without the lock before the patience had passed")
+	}
+	if took < 2*T {
+		t.Errorf("applied without the lock after %s, before the patience (%s)", took, 2*T)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.active[job(idA).UnitName()+".timer"] {
+		t.Error("the disabled job's timer still runs")
 	}
 }
 
-func TestPatienceFor(t *testing.T) {
+func TestPastPatience(t *testing.T) {
 	now := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
 	cases := []struct {
-		name      string
-		patience  time.Duration
-		deadlines []time.Duration // from now
-		want      time.Duration
+		name     string
+		since    time.Time
+		patience time.Duration
+		want     bool
 	}{
-		{"a command waits as long as it takes", 0, []time.Duration{time.Second}, 0},
-		{"no deadline: the patience", 30 * time.Second, nil, 30 * time.Second},
-		{"a change's 60 s: the patience", 30 * time.Second, []time.Duration{60 * time.Second}, 30 * time.Second},
-		{"a 15 s node timeout: half of it", 30 * time.Second, []time.Duration{60 * time.Second, 15 * time.Second}, 7500 * time.Millisecond},
-		{"a change that already waited 50 s: 5 s", 30 * time.Second, []time.Duration{10 * time.Second}, 5 * time.Second},
-		{"a deadline past: one try", 30 * time.Second, []time.Duration{-time.Second}, time.Nanosecond},
+		{"a command's manager never goes without", now.Add(-time.Hour), 0, false},
+		{"not known held", time.Time{}, 30 * time.Second, false},
+		{"held for less than the patience", now.Add(-29 * time.Second), 30 * time.Second, false},
+		{"held for the patience", now.Add(-30 * time.Second), 30 * time.Second, true},
+		{"held across several waits", now.Add(-5 * time.Minute), 30 * time.Second, true},
+		{"a holder seen after now (a clock step back): not yet", now.Add(time.Minute), 30 * time.Second, false},
 	}
 	for _, tc := range cases {
-		var ds []time.Time
-		for _, d := range tc.deadlines {
-			ds = append(ds, now.Add(d))
-		}
-		if got := patienceFor(tc.patience, now, ds); got != tc.want {
+		if got := pastPatience(tc.since, now, tc.patience); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// goesWithoutLock reports whether the daemon goes without the node's
+// lock now: it has been held past the patience.
+func (m *Manager) goesWithoutLock() bool {
+	return pastPatience(m.lockBusy.heldSince(), time.Now(), m.lockPatience)
+}
+
+// waitForTheWatch waits until no watch for the lock's release runs.
+func (m *Manager) waitForTheWatch(t *testing.T) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		m.lockBusy.mu.Lock()
+		watching := m.lockBusy.watching
+		m.lockBusy.mu.Unlock()
+		if !watching {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the watch for the lock's release outlived the holder")
 		}
 	}
 }

@@ -130,10 +130,9 @@ func (m *Manager) drain() {
 			<-m.lock
 			return
 		}
-		release, err := m.withNodeLock(context.Background(), m.waitingDeadlines())
-		if err != nil { // cannot happen: only a context's end fails the wait
-			m.log.Error("apply queue: the node's unit lock", "err", err)
-			continue
+		release, err := m.withNodeLock(context.Background(), m.anyWaiting)
+		if err != nil { // every caller left while it waited (errNotWanted)
+			continue // idle ends the drain, or the next caller's wait begins
 		}
 		batch := m.take()
 		if len(batch) == 0 {
@@ -145,18 +144,13 @@ func (m *Manager) drain() {
 	}
 }
 
-// waitingDeadlines are the deadlines of the callers in the queue: the
-// drain's wait for the node's lock must leave them time to be applied.
-func (m *Manager) waitingDeadlines() []time.Time {
+// anyWaiting reports whether a caller still waits in the queue: the
+// drain's wait for the node's lock ends when the last leaves (their
+// deadlines passed; the core retries them).
+func (m *Manager) anyWaiting() bool {
 	m.q.mu.Lock()
 	defer m.q.mu.Unlock()
-	var out []time.Time
-	for _, q := range m.q.pending {
-		if d, ok := q.ctx.Deadline(); ok {
-			out = append(out, d)
-		}
-	}
-	return out
+	return slices.ContainsFunc(m.q.pending, func(q *queued) bool { return q.ctx.Err() == nil })
 }
 
 // idle removes the callers that left and, if none is left, ends the
@@ -164,9 +158,15 @@ func (m *Manager) waitingDeadlines() []time.Time {
 func (m *Manager) idle() bool {
 	m.q.mu.Lock()
 	defer m.q.mu.Unlock()
-	m.q.pending = slices.DeleteFunc(m.q.pending, func(q *queued) bool { return q.ctx.Err() != nil })
-	if len(m.q.pending) == 0 {
-		m.q.draining = false
+	return m.q.noneLeft()
+}
+
+// noneLeft removes the callers that left and, if none is left, ends the
+// drain; the caller holds q.mu.
+func (q *applyQueue) noneLeft() bool {
+	q.pending = slices.DeleteFunc(q.pending, func(c *queued) bool { return c.ctx.Err() != nil })
+	if len(q.pending) == 0 {
+		q.draining = false
 		return true
 	}
 	return false
@@ -177,9 +177,7 @@ func (m *Manager) idle() bool {
 func (m *Manager) take() []*queued {
 	m.q.mu.Lock()
 	defer m.q.mu.Unlock()
-	m.q.pending = slices.DeleteFunc(m.q.pending, func(q *queued) bool { return q.ctx.Err() != nil })
-	if len(m.q.pending) == 0 {
-		m.q.draining = false
+	if m.q.noneLeft() {
 		return nil
 	}
 	reqs := make([]Request, len(m.q.pending))
