@@ -86,22 +86,30 @@ func checkChannel(r targetRequest, allowPrivate bool) (store.NotificationTarget,
 	return t, nil
 }
 
-// checkEvents validates the event kinds, naming an unknown one; none
-// given subscribes to all.
+// checkEvents validates a tenant target's event kinds, naming an unknown
+// one; none given subscribes to all.
 func checkEvents(in []string) ([]string, error) {
+	return checkKinds(in, notify.Kinds, "event kind")
+}
+
+// checkKinds validates event kinds against the known ones (what names
+// them in the error), dropping repeats; none given (nil) is all of them,
+// an empty list is refused.
+func checkKinds(in []string, known []notify.Kind, what string) ([]string, error) {
+	names := make([]string, len(known))
+	for i, k := range known {
+		names[i] = string(k)
+	}
 	if in == nil {
-		in = make([]string, len(notify.Kinds))
-		for i, k := range notify.Kinds {
-			in[i] = string(k)
-		}
+		return names, nil
 	}
 	if len(in) == 0 {
 		return nil, invalid("events", "at least one event kind")
 	}
 	var out []string
 	for _, k := range in {
-		if !notify.ValidKind(k) {
-			return nil, invalid("events", "unknown event kind %q (known: run_failed, recovered, disable_warning, auto_disabled, lost)", k)
+		if !slices.Contains(names, k) {
+			return nil, invalid("events", "unknown %s %q (known: %s)", what, k, strings.Join(names, ", "))
 		}
 		if !slices.Contains(out, k) {
 			out = append(out, k)

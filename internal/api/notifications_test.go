@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -159,4 +160,35 @@ func TestEmailTargetsNeedARelay(t *testing.T) {
 		t.Errorf("%d targets stored", n)
 	}
 	v.mustJSON("POST", path, v.key, `{"kind":"webhook","url":"https://hooks.example.com/cron"}`, 201)
+}
+
+func TestCheckKinds(t *testing.T) {
+	cases := []struct {
+		name     string
+		in       []string
+		operator bool
+		want     []string
+		says     string // in the error; "" for none
+	}{
+		{"none given: every kind", nil, false, []string{"run_failed", "recovered", "disable_warning", "auto_disabled", "lost"}, ""},
+		{"none given, operator: every operator kind", nil, true, []string{"platform_error", "node_not_converged", "slots_unrun"}, ""},
+		{"an empty list", []string{}, false, nil, "at least one event kind"},
+		{"repeats dropped, order kept", []string{"lost", "run_failed", "lost"}, false, []string{"lost", "run_failed"}, ""},
+		{"unknown, naming the known", []string{"exploded"}, false, nil, `unknown event kind "exploded" (known: run_failed, recovered, disable_warning, auto_disabled, lost)`},
+		{"an operator kind on a tenant's target", []string{"platform_error"}, false, nil, `unknown event kind "platform_error"`},
+		{"a tenant kind on an operator's target", []string{"run_failed"}, true, nil, `unknown operator event kind "run_failed" (known: platform_error, node_not_converged, slots_unrun)`},
+	}
+	for _, c := range cases {
+		check := checkEvents
+		if c.operator {
+			check = checkOperatorEvents
+		}
+		got, err := check(c.in)
+		switch {
+		case c.says != "" && (err == nil || !strings.Contains(err.Error(), c.says)):
+			t.Errorf("%s: %v, %v; want an error saying %s", c.name, got, err, c.says)
+		case c.says == "" && (err != nil || !slices.Equal(got, c.want)):
+			t.Errorf("%s: %v, %v; want %v", c.name, got, err, c.want)
+		}
+	}
 }

@@ -3,7 +3,6 @@ package api
 import (
 	"errors"
 	"net/http"
-	"slices"
 
 	"github.com/labstack/echo/v4"
 
@@ -49,24 +48,7 @@ func checkOperatorTarget(r operatorTargetRequest, allowPrivate bool) (store.Noti
 // checkOperatorEvents validates operator event kinds; none given
 // subscribes to all.
 func checkOperatorEvents(in []string) ([]string, error) {
-	if in == nil {
-		for _, k := range notify.OperatorKinds {
-			in = append(in, string(k))
-		}
-	}
-	if len(in) == 0 {
-		return nil, invalid("events", "at least one event kind")
-	}
-	var out []string
-	for _, k := range in {
-		if !notify.ValidOperatorKind(k) {
-			return nil, invalid("events", "unknown operator event kind %q (known: platform_error, node_not_converged, slots_unrun)", k)
-		}
-		if !slices.Contains(out, k) {
-			out = append(out, k)
-		}
-	}
-	return out, nil
+	return checkKinds(in, notify.OperatorKinds, "operator event kind")
 }
 
 func (s *Server) createOperatorTarget(c echo.Context) error {

@@ -31,9 +31,6 @@ const (
 // Kinds are all kinds, in the order they are documented.
 var Kinds = []Kind{RunFailed, Recovered, DisableWarning, AutoDisabled, Lost}
 
-// ValidKind reports whether k is a kind a target may subscribe to.
-func ValidKind(k string) bool { return slices.Contains(Kinds, Kind(k)) }
-
 // Recorded is what recording one outcome did, as EventsFor needs it.
 type Recorded struct {
 	Duplicate bool        // the run key was known: nothing was recorded

@@ -20,9 +20,6 @@ const (
 // OperatorKinds are the kinds an operator target may subscribe to.
 var OperatorKinds = []Kind{PlatformError, NodeNotConverged, SlotsUnrun}
 
-// ValidOperatorKind reports whether k is an operator kind.
-func ValidOperatorKind(k string) bool { return slices.Contains(OperatorKinds, Kind(k)) }
-
 // OperatorWindow is the aggregation window of operator events: one event
 // per shard, kind and window, however many occurrences fall into it. A
 // shard-wide fault (shared storage down) makes one platform_error per
