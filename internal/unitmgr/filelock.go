@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -16,8 +15,9 @@ import (
 // lockFileName names the node's unit lock in the spec dir (root-only);
 // turnFileName its turnstile beside it.
 const (
-	lockFileName = ".unitmgr.lock"
-	turnFileName = ".unitmgr.turn"
+	lockFileName    = ".unitmgr.lock"
+	turnFileName    = ".unitmgr.turn"
+	withoutFileName = ".unitmgr.without"
 )
 
 // LockPath is the node's unit lock: every manager on the node, the
@@ -28,6 +28,10 @@ const (
 func (l Layout) LockPath() string { return filepath.Join(l.Paths.SpecDir, lockFileName) }
 
 func (l Layout) turnPath() string { return filepath.Join(l.Paths.SpecDir, turnFileName) }
+
+// withoutPath is the daemon's claim while it applies without the lock
+// (lockWait.claimWithout).
+func (l Layout) withoutPath() string { return filepath.Join(l.Paths.SpecDir, withoutFileName) }
 
 // Timing of the wait for the node's unit lock. flock(2) cannot give up
 // when a context ends, so a waiter tries again every lockPoll, and says
@@ -44,13 +48,13 @@ var turnPatience = 5 * time.Second // a variable for tests
 
 // overdueRetry is how long a daemon whose wait is past its patience
 // still tries the lock before it goes without: a failed try may have met
-// the watcher's own hold (microseconds, the moment the holder let go),
-// and the watcher forgets the holder well within it.
+// a new holder that has not written its tenure yet, which it does well
+// within it.
 const overdueRetry = 100 * time.Millisecond
 
 // nodeLock is how a manager takes the node's unit lock.
 type nodeLock struct {
-	path, turn string
+	path, turn, without string
 	// patience is how long the lock may stay held by another command
 	// before the daemon goes without it (0: never; an operator's command
 	// waits as long as its context allows): a one-shot command stopped
@@ -59,24 +63,6 @@ type nodeLock struct {
 	patience time.Duration
 	busy     *lockBusy // nil: no patience
 	log      *slog.Logger
-}
-
-// lockBusy is the daemon's memory of the lock being held by another
-// command: since when (the first failed try after it was last seen
-// free), across waits. A change's wait ends with its deadline (the core
-// retries it), so the patience is the lock's, not one wait's: a change
-// with little time left never makes the daemon go without the lock (found
-// by review in the nineteenth session), while the changes behind a
-// command stopped with the lock held go through once it has been held
-// for the patience, whatever their node timeout. A watcher waits for the
-// lock in the background and forgets the holder the moment it lets go,
-// so that a later command, which holds the lock in the ordinary way, is
-// waited for anew.
-type lockBusy struct {
-	mu       sync.Mutex
-	since    time.Time // zero: not known to be held
-	watching bool      // a watch goroutine waits for the lock
-	logged   time.Time // when going without was last logged
 }
 
 // take takes the node's unit lock, or gives up when ctx ends first or
@@ -90,10 +76,10 @@ type lockBusy struct {
 //
 // A lock that cannot be opened or made (the spec dir's file system
 // read-only or full; a command not run as root) is no reason to hold back
-// a disable: the caller goes on without it, and so does a daemon once the
-// lock has been held past its patience (unlock is then a no-op); both are
-// logged. The kernel drops the locks of a process that dies, so a crash
-// never leaves them held.
+// a disable: the caller goes on without it (unlock is then a no-op), and
+// so does a daemon once the same holder has held the lock past its
+// patience (claimWithout); both are logged. The kernel drops the locks of
+// a process that dies, so a crash never leaves them held.
 func (n nodeLock) take(ctx context.Context, wanted func() bool) (unlock func(), err error) {
 	lock, err := openLockFile(n.path)
 	if err != nil {
@@ -107,12 +93,14 @@ func (n nodeLock) take(ctx context.Context, wanted func() bool) (unlock func(), 
 	}
 	switch err := w.wait(ctx); {
 	case err == nil:
-		n.busy.free()
+		if n.busy.free() {
+			n.log.Info("node's unit lock taken again: the agent waits for it again", "path", n.path)
+		}
 		return func() { lock.Close() }, nil // closing the last descriptor releases the lock
 	case errors.Is(err, errWithout):
 		lock.Close()
 		n.busy.wentWithout(n.log, n.path, err)
-		return func() {}, nil
+		return w.dropClaim, nil // the apply without the lock ends: the claim goes
 	default:
 		lock.Close()
 		return nil, err
@@ -122,19 +110,15 @@ func (n nodeLock) take(ctx context.Context, wanted func() bool) (unlock func(), 
 var (
 	errWithout   = errors.New("going without the node's unit lock")
 	errNotWanted = errors.New("wait for the node's unit lock: nobody waits for it any more")
+	errNewHolder = errors.New("the node's unit lock changed hands")
 )
-
-// pastPatience reports whether a lock held since since (zero: not known
-// held) has been held for the patience (0: never) at now. Pure.
-func pastPatience(since, now time.Time, patience time.Duration) bool {
-	return patience > 0 && !since.IsZero() && now.Sub(since) >= patience
-}
 
 // lockWait is one wait for the node's unit lock.
 type lockWait struct {
 	nodeLock
 	began      time.Time
 	lock, turn *os.File // turn nil: no turnstile (not openable)
+	claim      *os.File // going without: the daemon's claim (claimWithout)
 	wanted     func() bool
 	logged     time.Duration
 }
@@ -153,14 +137,14 @@ func (w *lockWait) wait(ctx context.Context) error {
 		now := time.Now()
 		overdue := pastPatience(w.busy.heldSince(), now, w.patience)
 		if passed || overdue || now.Sub(w.began) >= turnPatience {
-			got, err := tryFlock(w.lock)
+			got, err := w.tryLock()
 			if err != nil {
 				return fmt.Errorf("%w (flock: %v)", errWithout, err)
 			}
 			if got {
 				return nil
 			}
-			w.busy.held(w.log, w.path, now)
+			w.busy.held(time.Now(), readTenure(w.lock)) // dated after the try: the holder held it then
 		}
 		switch {
 		case !overdue:
@@ -168,8 +152,10 @@ func (w *lockWait) wait(ctx context.Context) error {
 		case overdueAt.IsZero():
 			overdueAt = now
 		case now.Sub(overdueAt) >= overdueRetry:
-			return fmt.Errorf("%w: another hostcron command has held it for %s (the agent's patience is %s)",
-				errWithout, now.Sub(w.busy.heldSince()).Round(time.Second), w.patience)
+			if err := w.claimWithout(); !errors.Is(err, errNewHolder) {
+				return err
+			}
+			overdueAt = time.Time{}
 		}
 		if waited := now.Sub(w.began); waited-w.logged >= lockWaitLog {
 			w.logged = waited
@@ -187,6 +173,73 @@ func (w *lockWait) wait(ctx context.Context) error {
 	}
 }
 
+// tryLock takes the lock if it is free and writes this holder's tenure;
+// while the daemon applies without the lock (its claim is held) it lets
+// the lock go again: the daemon took the holder it gave up on for this
+// one, and its apply is under way.
+func (w *lockWait) tryLock() (bool, error) {
+	got, err := tryFlock(w.lock)
+	if err != nil || !got {
+		return got, err
+	}
+	writeTenure(w.lock) // before the look at the claim: claimWithout reads it after taking the claim
+	if claimed(w.without) {
+		_ = unix.Flock(int(w.lock.Fd()), unix.LOCK_UN)
+		return false, nil
+	}
+	return true, nil
+}
+
+// claimWithout is how a daemon past its patience goes without the lock.
+// It takes its claim first (which every taker looks at once it holds the
+// lock: tryLock), then looks at the lock once more: taken (nil), the
+// claim let go; held under a tenure other than the one past the patience
+// (errNewHolder: a holder that took it before the claim, so did not see
+// it, whose wait begins anew), the claim let go; else errWithout, the
+// claim kept (w.claim) until the apply without the lock ends. A claim
+// that cannot be made is no reason to hold back the disable: errWithout
+// without one.
+func (w *lockWait) claimWithout() error {
+	if claim, err := openLockFile(w.without); err == nil {
+		if err := unix.Flock(int(claim.Fd()), unix.LOCK_EX); err == nil {
+			w.claim = claim
+		} else {
+			claim.Close()
+		}
+	}
+	got, err := tryFlock(w.lock)
+	switch {
+	case err == nil && got:
+		writeTenure(w.lock)
+		w.dropClaim()
+		return nil
+	case err == nil && readTenure(w.lock) != w.busy.heldTenure():
+		w.dropClaim()
+		w.busy.held(time.Now(), readTenure(w.lock))
+		return errNewHolder
+	}
+	return fmt.Errorf("%w: another hostcron command has held it for %s (the agent's patience is %s)",
+		errWithout, time.Since(w.busy.heldSince()).Round(time.Second), w.patience)
+}
+
+func (w *lockWait) dropClaim() {
+	if w.claim != nil {
+		w.claim.Close()
+		w.claim = nil
+	}
+}
+
+// claimed reports whether the daemon's claim at path is held: it applies
+// without the lock. A claim file that cannot be opened was never made.
+func claimed(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	return errors.Is(unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB), unix.EWOULDBLOCK)
+}
+
 // tryFlock takes an exclusive flock on f if it is free.
 func tryFlock(f *os.File) (bool, error) {
 	err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
@@ -199,101 +252,14 @@ func tryFlock(f *os.File) (bool, error) {
 	return false, err
 }
 
-// heldSince is when the lock was first found held since it was last
-// seen free (zero: not known held).
-func (b *lockBusy) heldSince() time.Time {
-	if b == nil {
-		return time.Time{}
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.since
-}
-
-// held records a failed try at now and starts the watch for the lock's
-// release if none runs.
-func (b *lockBusy) held(log *slog.Logger, path string, now time.Time) {
-	if b == nil {
-		return
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.since.IsZero() {
-		b.since = now
-	}
-	if !b.watching {
-		b.watching = true
-		go b.watch(log, path)
-	}
-}
-
-// free records that the lock was taken: nobody else holds it.
-func (b *lockBusy) free() {
-	if b == nil {
-		return
-	}
-	b.mu.Lock()
-	b.since = time.Time{}
-	b.mu.Unlock()
-}
-
-// wentWithout logs going without the lock (at most once a minute for a
-// daemon, whose changes behind a stopped command all do).
-func (b *lockBusy) wentWithout(log *slog.Logger, path string, err error) {
-	if b == nil { // a manager without patience: only a flock that fails
-		log.Warn("node's unit lock not taken: applying without it", "path", path, "err", err)
-		return
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if time.Since(b.logged) < time.Minute {
-		return
-	}
-	b.logged = time.Now()
-	log.Error("node's unit lock not taken in the agent's patience (another hostcron command holds it, or flock fails): applying the core's changes without it until it is free",
-		"path", path, "err", err)
-}
-
-// watch waits (blocking, on a descriptor of its own) until the lock is
-// free, and forgets the holder while it still holds the lock itself (so
-// no try that met its hold finds the old holder's time afterwards), then
-// lets it go. A lock that cannot be waited for (flock itself fails) ends
-// the watch; the next failed try starts another.
-func (b *lockBusy) watch(log *slog.Logger, path string) {
-	f, err := openLockFile(path)
-	if err == nil {
-		defer f.Close() // lets the lock go, after the holder is forgotten
-	}
-	freed := err == nil && waitFree(f)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.watching = false
-	if freed {
-		if !b.since.IsZero() && !b.logged.IsZero() {
-			log.Info("node's unit lock free again: the agent waits for it again", "path", path)
-		}
-		b.since, b.logged = time.Time{}, time.Time{}
-	}
-}
-
-// waitFree blocks until f's lock can be taken and takes it; false if it
-// cannot be waited for.
-func waitFree(f *os.File) bool {
-	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX)
-		if err == nil {
-			return true
-		}
-		if !errors.Is(err, unix.EINTR) {
-			return false
-		}
-	}
-}
-
-// openLockFile opens a lock file read-only (flock needs no more, and a
+// openLockFile opens a lock file for reading and writing (its tenure),
+// or read-only where it cannot be written (flock needs no more, and a
 // read-only file system still opens it), making it (0600, in a 0700
 // directory) only when it is missing.
 func openLockFile(path string) (*os.File, error) {
+	if f, err := os.OpenFile(path, os.O_RDWR, 0); err == nil {
+		return f, nil
+	}
 	f, err := os.Open(path)
 	if !errors.Is(err, os.ErrNotExist) {
 		return f, err
@@ -301,5 +267,24 @@ func openLockFile(path string) (*os.File, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, err
 	}
-	return os.OpenFile(path, os.O_RDONLY|os.O_CREATE, 0o600)
+	return os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+}
+
+// tenureLen is the size of a tenure: "pid nanoseconds\n", fixed width.
+const tenureLen = 31
+
+// writeTenure says in the lock file who took the lock and when (the
+// holder's process and its clock): a waiter that reads a tenure other
+// than the one it first waited behind knows the lock changed hands
+// (lockBusy.held), and an operator reading the file sees who holds it. A
+// file that cannot be written (read-only) keeps the last tenure.
+func writeTenure(lock *os.File) {
+	_, _ = lock.WriteAt(fmt.Appendf(nil, "%010d %019d\n", os.Getpid(), time.Now().UnixNano()), 0)
+}
+
+// readTenure is the lock file's tenure ("" if none was ever written).
+func readTenure(lock *os.File) string {
+	b := make([]byte, tenureLen)
+	n, _ := lock.ReadAt(b, 0)
+	return string(b[:n])
 }

@@ -182,7 +182,8 @@ func (m *Manager) withNodeLock(ctx context.Context, wanted func() bool) (release
 }
 
 func (m *Manager) nodeLock() nodeLock {
-	return nodeLock{path: m.layout.LockPath(), turn: m.layout.turnPath(), patience: m.lockPatience, busy: m.lockBusy, log: m.log}
+	return nodeLock{path: m.layout.LockPath(), turn: m.layout.turnPath(), without: m.layout.withoutPath(),
+		patience: m.lockPatience, busy: m.lockBusy, log: m.log}
 }
 
 func (m *Manager) plan(ctx context.Context, req Request) (Plan, error) {

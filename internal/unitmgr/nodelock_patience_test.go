@@ -1,0 +1,374 @@
+package unitmgr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hostcron/hostcron/internal/wire"
+)
+
+// Found by review (df7e09e): patienceFor lets a caller with little
+// deadline left collapse the daemon's 30 s patience to almost nothing,
+// so the daemon gives up on an ordinary, running command (not a stopped
+// one) and applies its change while the command holds the lock and its
+// plan: the command's older copy is then written over the daemon's newer
+// disable.
+func TestANearDeadlineNeverGoesWithoutTheLock(t *testing.T) {
+	daemon, f := testManager(t)
+	daemon.SetLockPatience(30 * time.Second) // daemonLockPatience
+	ctx := context.Background()
+	cli := New(f, daemon.layout.UnitDir, daemon.layout.Paths, daemon.log)
+	cli.lockDir, cli.lockDirOK, cli.now = daemon.lockDir, daemon.lockDirOK, daemon.now
+	daemonDone := make(chan error, 1)
+	var once atomic.Bool
+	planned = func() {
+		if once.Swap(true) {
+			return
+		}
+		// The command (running, holding the lock for well under 30 s)
+		// has planned version 1. A core disable arrives that already
+		// spent most of its attempt in the queue: 400 ms left.
+		go func() {
+			actx, cancel := context.WithTimeout(ctx, 400*time.Millisecond)
+			defer cancel()
+			_, err := daemon.Apply(actx, []wire.Job{job(idA, version(2), disabled)})
+			daemonDone <- err
+		}()
+		select {
+		case err := <-daemonDone:
+			daemonDone <- err
+			if err == nil { // an error is safe: the core retries the change
+				t.Errorf("the daemon applied while a running command held the lock and its plan (gave up %v)", daemon.goesWithoutLock())
+			}
+		case <-time.After(600 * time.Millisecond):
+		}
+	}
+	t.Cleanup(func() { planned = func() {} })
+	if _, err := cli.Apply(ctx, []wire.Job{job(idA)}); err != nil {
+		t.Fatal(err)
+	}
+	derr := <-daemonDone
+	planned = func() {}
+	if derr != nil {
+		return // not applied, reported failed: retried, nothing lost
+	}
+	disableStays(t, daemon, f)
+}
+
+// disableStays checks that the core's disable of job A (version 2) is
+// what the node has: installed, its timer stopped.
+func disableStays(t *testing.T, daemon *Manager, f *fakeSystemd) {
+	t.Helper()
+	obs, err := daemon.observe(context.Background(), Request{Op: OpApply, Jobs: []wire.Job{job(idA)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	on := f.active[job(idA).UnitName()+".timer"]
+	f.mu.Unlock()
+	if v := obs.Disk[job(idA).UnitName()].Installed.Version; v != 2 || on {
+		t.Errorf("after the core's disable (version 2), reported applied: installed version %d, timer active %v", v, on)
+	}
+}
+
+// Found by review (df7e09e): "At least one try" (patienceFor) does
+// not hold when another waiter holds the turnstile: with a patience under
+// turnPatience the daemon never tries the lock, though it is free, and
+// applies without it; the waiter on the turnstile takes the free lock at
+// its next poll and applies concurrently.
+func TestAShortDeadlineBehindTheTurnstileNeverGoesWithoutTheLock(t *testing.T) {
+	daemon, _ := testManager(t)
+	daemon.SetLockPatience(30 * time.Second)
+	ctx := context.Background()
+	if _, err := daemon.Apply(ctx, []wire.Job{job(idA)}); err != nil {
+		t.Fatal(err)
+	}
+	turn, err := openLockFile(daemon.layout.turnPath()) // a command waiting, between two polls
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer turn.Close()
+	if got, err := tryFlock(turn); !got || err != nil {
+		t.Fatalf("turnstile: %v %v", got, err)
+	}
+	lockFreeDuringApply := make(chan bool, 1)
+	var once atomic.Bool
+	planned = func() {
+		if once.Swap(true) {
+			return
+		}
+		l, err := openLockFile(daemon.layout.LockPath())
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer l.Close()
+		got, _ := tryFlock(l) // what the waiting command's next poll does
+		lockFreeDuringApply <- got
+	}
+	t.Cleanup(func() { planned = func() {} })
+	actx, cancel := context.WithTimeout(ctx, 200*time.Millisecond) // a 15 s node timeout, scaled
+	defer cancel()
+	if _, err := daemon.Apply(actx, []wire.Job{job(idA, version(2), disabled)}); err != nil {
+		t.Logf("not applied (safe, retried): %v", err)
+		return
+	}
+	select {
+	case free := <-lockFreeDuringApply:
+		if free {
+			t.Error("the daemon planned and applied without the node's lock while it was free (never tried it behind a turnstile waiter); another command could take it meanwhile")
+		}
+	default:
+		t.Fatal("planned not called")
+	}
+}
+
+// Found by review (df7e09e): one change with little deadline left
+// (it may even leave before its batch) bounds the patience to half of it,
+// and its give-up then holds for every later change until the lock is
+// free: a fresh change with its whole deadline applies at once beside an
+// ordinary command that holds the lock for a few seconds (a reconcile of
+// many units), which the 30 s patience was meant to wait for.
+func TestOneShortDeadlineLeavesLaterChangesWaiting(t *testing.T) {
+	daemon, _ := testManager(t)
+	daemon.SetLockPatience(30 * time.Second)
+	ctx := context.Background()
+	if _, err := daemon.Apply(ctx, []wire.Job{job(idA)}); err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := testLock(daemon.layout.Paths.SpecDir, 0).take(ctx, nil) // an ordinary command, running
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond) // a change at the end of its attempt
+	_, _ = daemon.Apply(sctx, []wire.Job{job(idB)})
+	cancel()
+	time.Sleep(50 * time.Millisecond) // its drain ends
+	done := make(chan error, 1)
+	go func() {
+		_, err := daemon.Apply(ctx, []wire.Job{job(idA, version(2), disabled)}) // a fresh change
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Errorf("a fresh change applied at once beside a running command that holds the lock (err %v, gave up %v)", err, daemon.goesWithoutLock())
+	case <-time.After(time.Second): // waits (the command would end within the patience)
+		unlock()
+		<-done
+	}
+}
+
+// Found by review (51d7004): going without the lock ended where an apply
+// began. A stopped command A holds the lock past the patience; the
+// daemon starts its disable without the lock; A ends (fg/kill) during
+// that apply, and an ordinary command B, waiting meanwhile, took the now
+// free lock, observed before the daemon's writes and wrote after them:
+// B (held for far less than the patience) overwrote the core's disable.
+// The daemon's claim (claimWithout) sends B back until the apply ends.
+func TestTheNextCommandWaitsForAnApplyWithoutTheLock(t *testing.T) {
+	daemon, f := testManager(t)
+	daemon.SetLockPatience(200 * time.Millisecond)
+	ctx := context.Background()
+	cli := New(f, daemon.layout.UnitDir, daemon.layout.Paths, daemon.log)
+	cli.lockDir, cli.lockDirOK, cli.now = daemon.lockDir, daemon.lockDirOK, daemon.now
+	unlockA, err := testLock(daemon.layout.Paths.SpecDir, 0).take(ctx, nil) // stopped command A
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int32
+	bPlanned := make(chan struct{})
+	bDone := make(chan error, 1)
+	planned = func() {
+		switch calls.Add(1) {
+		case 1: // the daemon's lockless plan (disable v2) is made
+			unlockA() // A is resumed and ends
+			go func() { _, err := cli.Apply(ctx, []wire.Job{job(idA)}); bDone <- err }()
+			select {
+			case <-bPlanned: // B planned beside the daemon's apply: the check below fails
+			case <-time.After(500 * time.Millisecond): // B waits for the lock, as it must
+			}
+		case 2: // B holds the lock and has planned v1 from the state before the daemon's write
+			close(bPlanned)
+			time.Sleep(300 * time.Millisecond) // the daemon writes meanwhile
+		}
+	}
+	t.Cleanup(func() { planned = func() {} })
+	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := daemon.Apply(actx, []wire.Job{job(idA, version(2), disabled)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-bDone; err != nil {
+		t.Fatal(err)
+	}
+	planned = func() {}
+	disableStays(t, daemon, f)
+}
+
+// Found by review (51d7004): a command that releases the lock and takes
+// it again at once (a burst's next batch, a command's drain with a
+// backlog) while the daemon is not waiting (its change timed out, the
+// retry's backoff) was a hand-over the watcher missed: the daemon's
+// memory stayed at the first hold, and the retry went without the lock
+// beside the second, which had lasted far less than the patience. Every
+// take writes a tenure of its own: a new holder.
+func TestALockTakenAgainIsANewHolder(t *testing.T) {
+	const T = 300 * time.Millisecond // node timeout; patience 2T
+	misses := 0
+	const rounds = 10
+	for r := 0; r < rounds; r++ {
+		daemon, _ := testManager(t)
+		daemon.SetLockPatience(2 * T)
+		ctx := context.Background()
+		cmd := testLock(daemon.layout.Paths.SpecDir, 0)
+		unlock1, err := cmd.take(ctx, nil) // batch 1 of the command
+		if err != nil {
+			t.Fatal(err)
+		}
+		actx, cancel := context.WithTimeout(ctx, T)
+		_, err = daemon.Apply(actx, []wire.Job{job(idA, version(2), disabled)})
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("first attempt: %v", err)
+		}
+		time.Sleep(T / 3)
+		unlock1()
+		unlock2, err := cmd.take(ctx, nil) // batch 2 at once
+		if err != nil {
+			t.Fatal(err)
+		}
+		second := time.Now()
+		actx, cancel = context.WithTimeout(ctx, 2*T)
+		_, err = daemon.Apply(actx, []wire.Job{job(idA, version(2), disabled)})
+		cancel()
+		if err == nil {
+			misses++
+			t.Logf("round %d: went without beside batch 2, held %s (patience %s)", r, time.Since(second).Round(time.Millisecond), 2*T)
+		}
+		unlock2()
+	}
+	if misses > 0 {
+		t.Errorf("%d/%d rounds: the daemon went without the lock beside an ordinary hold shorter than the patience", misses, rounds)
+	}
+}
+
+// The holder of the node's lock writes its tenure (process and time) into
+// the lock file: every take a new one, which a waiter reads to tell a new
+// holder from the one it first waited behind, and an operator reads to
+// see who holds the lock. A lock file that cannot be written (a
+// read-only spec dir) keeps the last tenure and the lock still works.
+func TestTheLockFileSaysWhoHoldsIt(t *testing.T) {
+	dir := t.TempDir()
+	l := testLock(dir, 0)
+	ctx := context.Background()
+	var tenures []string
+	for range 2 {
+		unlock, err := l.take(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(l.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		unlock()
+		tenures = append(tenures, string(b))
+	}
+	if !strings.HasPrefix(tenures[0], fmt.Sprintf("%010d ", os.Getpid())) || len(tenures[0]) != tenureLen {
+		t.Errorf("tenure %q does not name this process in %d bytes", tenures[0], tenureLen)
+	}
+	if tenures[0] == tenures[1] {
+		t.Errorf("two takes wrote the same tenure %q: a new holder would not be told from the old", tenures[0])
+	}
+	ro, err := os.Open(l.path) // as openLockFile opens it where it cannot be written
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	writeTenure(ro) // what a read-only spec dir leaves
+	if got := readTenure(ro); got != tenures[1] {
+		t.Errorf("a tenure that cannot be written: %q, want the last one %q", got, tenures[1])
+	}
+}
+
+// claimWithout, the daemon's last look before it goes without the lock:
+// the lock free is taken; a holder other than the one past the patience
+// (it took the lock before the claim, so never saw it) is waited for
+// anew; the same holder is gone without, the claim kept (every taker
+// then lets the lock go again: tryLock) until the apply ends.
+func TestClaimWithout(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	newWait := func(t *testing.T, heldBy string) *lockWait {
+		t.Helper()
+		n := testLock(dir, time.Second)
+		n.busy = &lockBusy{since: time.Now().Add(-time.Minute), tenure: heldBy}
+		lock, err := openLockFile(n.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := &lockWait{nodeLock: n, began: time.Now(), lock: lock}
+		t.Cleanup(func() { w.dropClaim(); lock.Close() })
+		return w
+	}
+	t.Run("the lock free: taken", func(t *testing.T) {
+		w := newWait(t, "a stale holder")
+		if err := w.claimWithout(); err != nil {
+			t.Fatalf("%v, want the lock taken", err)
+		}
+		if w.claim != nil || claimed(w.without) {
+			t.Error("the claim outlived a take of the lock")
+		}
+		w.lock.Close()
+	})
+	holder := testLock(dir, 0)
+	unlock, err := holder.take(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	tenure, err := os.ReadFile(holder.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("a new holder: waited for anew", func(t *testing.T) {
+		w := newWait(t, "the holder the patience ran out on")
+		if err := w.claimWithout(); !errors.Is(err, errNewHolder) {
+			t.Fatalf("%v, want errNewHolder", err)
+		}
+		if w.claim != nil || claimed(w.without) {
+			t.Error("the claim outlived a new holder")
+		}
+		if got := w.busy.heldTenure(); got != string(tenure) {
+			t.Errorf("the wait is behind %q, want the new holder %q", got, tenure)
+		}
+		if pastPatience(w.busy.heldSince(), time.Now(), w.patience) {
+			t.Error("the new holder is past the patience at once")
+		}
+	})
+	t.Run("the same holder: gone without, claimed", func(t *testing.T) {
+		w := newWait(t, string(tenure))
+		if err := w.claimWithout(); !errors.Is(err, errWithout) {
+			t.Fatalf("%v, want errWithout", err)
+		}
+		if !claimed(w.without) {
+			t.Fatal("going without, unclaimed: a next taker would plan beside the apply")
+		}
+		other := &lockWait{nodeLock: testLock(dir, 0), lock: w.lock}
+		unlock() // the holder ends; a next command tries
+		if got, err := other.tryLock(); got || err != nil {
+			t.Errorf("a taker got the lock (%v, %v) while the daemon applies without it", got, err)
+		}
+		w.dropClaim() // the apply ends
+		if got, err := other.tryLock(); !got || err != nil {
+			t.Errorf("after the apply a taker did not get the free lock: %v, %v", got, err)
+		}
+	})
+}
