@@ -201,7 +201,7 @@ func (w *lockWait) tryLock() (bool, error) {
 // without one.
 func (w *lockWait) claimWithout() error {
 	if claim, err := openLockFile(w.without); err == nil {
-		if err := unix.Flock(int(claim.Fd()), unix.LOCK_EX); err == nil {
+		if flockWithin(claim, overdueRetry) {
 			w.claim = claim
 		} else {
 			claim.Close()
@@ -226,6 +226,18 @@ func (w *lockWait) dropClaim() {
 	if w.claim != nil {
 		w.claim.Close()
 		w.claim = nil
+	}
+}
+
+// flockWithin takes an exclusive flock on f, trying for up to patience:
+// a taker looks at the claim for microseconds (claimed), but one stopped
+// right there (Ctrl-Z) must not stop the daemon for good. That taker
+// holds the lock too, so it is the holder the patience ran out on.
+func flockWithin(f *os.File, patience time.Duration) bool {
+	for deadline := time.Now().Add(patience); ; time.Sleep(lockPoll / 4) {
+		if got, err := tryFlock(f); got || err != nil || time.Now().After(deadline) {
+			return got
+		}
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hostcron/hostcron/internal/wire"
+	"golang.org/x/sys/unix"
 )
 
 // Found by review (df7e09e): patienceFor lets a caller with little
@@ -371,4 +372,50 @@ func TestClaimWithout(t *testing.T) {
 			t.Errorf("after the apply a taker did not get the free lock: %v, %v", got, err)
 		}
 	})
+}
+
+// A taker stopped while it looks at the daemon's claim (it holds the
+// claim file shared for microseconds, and the lock) must not stop the
+// daemon's claim for good: it goes without, unclaimed.
+func TestATakerStoppedAtTheClaimDoesNotStopTheDaemon(t *testing.T) {
+	dir := t.TempDir()
+	holder := testLock(dir, 0)
+	unlock, err := holder.take(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	tenure, err := os.ReadFile(holder.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	look, err := openLockFile(holder.without) // the stopped look at the claim
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer look.Close()
+	if err := unix.Flock(int(look.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	n := testLock(dir, time.Second)
+	n.busy = &lockBusy{since: time.Now().Add(-time.Minute), tenure: string(tenure)}
+	lock, err := openLockFile(n.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	w := &lockWait{nodeLock: n, began: time.Now(), lock: lock}
+	done := make(chan error, 1)
+	go func() { done <- w.claimWithout() }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, errWithout) {
+			t.Errorf("%v, want errWithout", err)
+		}
+		if w.claim != nil {
+			t.Error("claimed beside a taker's look at the claim")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the daemon's claim waits for good behind a stopped taker")
+	}
 }
