@@ -187,18 +187,23 @@ func (w *lockWait) tryLock() (bool, error) {
 		_ = unix.Flock(int(w.lock.Fd()), unix.LOCK_UN)
 		return false, nil
 	}
+	lookedAtClaim()
 	return true, nil
 }
+
+// lookedAtClaim runs once a taker has found no claim (tests put the
+// daemon's claim there).
+var lookedAtClaim = func() {}
 
 // claimWithout is how a daemon past its patience goes without the lock.
 // It takes its claim first (which every taker looks at once it holds the
 // lock: tryLock), then looks at the lock once more: taken (nil), the
 // claim let go; held under a tenure other than the one past the patience
-// (errNewHolder: a holder that took it before the claim, so did not see
-// it, whose wait begins anew), the claim let go; else errWithout, the
-// claim kept (w.claim) until the apply without the lock ends. A claim
-// that cannot be made is no reason to hold back the disable: errWithout
-// without one.
+// (errNewHolder: a holder that took it since the last poll, or before
+// the claim, so did not see it, whose wait begins anew), the claim let
+// go; else errWithout, the claim kept (w.claim) until the apply without
+// the lock ends. A claim that cannot be made is no reason to hold back
+// the disable: errWithout without one.
 func (w *lockWait) claimWithout() error {
 	if claim, err := openLockFile(w.without); err == nil {
 		if flockWithin(claim, overdueRetry) {
@@ -208,15 +213,20 @@ func (w *lockWait) claimWithout() error {
 		}
 	}
 	got, err := tryFlock(w.lock)
-	switch {
-	case err == nil && got:
+	if err == nil && got {
 		writeTenure(w.lock)
 		w.dropClaim()
 		return nil
-	case err == nil && readTenure(w.lock) != w.busy.heldTenure():
-		w.dropClaim()
-		w.busy.held(time.Now(), readTenure(w.lock))
-		return errNewHolder
+	}
+	if err == nil {
+		// The holder now, read after the claim: one that took the lock
+		// since the last poll (its tenure is new) is not past the patience.
+		now := time.Now()
+		w.busy.held(now, readTenure(w.lock))
+		if !pastPatience(w.busy.heldSince(), now, w.patience) {
+			w.dropClaim()
+			return errNewHolder
+		}
 	}
 	return fmt.Errorf("%w: another hostcron command has held it for %s (the agent's patience is %s)",
 		errWithout, time.Since(w.busy.heldSince()).Round(time.Second), w.patience)

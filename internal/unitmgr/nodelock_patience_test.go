@@ -419,3 +419,122 @@ func TestATakerStoppedAtTheClaimDoesNotStopTheDaemon(t *testing.T) {
 		t.Fatal("the daemon's claim waits for good behind a stopped taker")
 	}
 }
+
+// Found by review (0c42c66): in the poll where the daemon's wait has been overdue
+// for overdueRetry, `overdue` is computed before the try; the failed try
+// then records a NEW holder's tenure (lockBusy.held resets since), and
+// claimWithout compared the tenure read after the claim with the one just
+// recorded: equal, so it went without beside a command that had held the
+// lock for one poll (and looked at the claim before it was taken). It
+// now goes without only behind a holder past the patience.
+func TestANewHolderSeenInTheClaimingPollIsWaitedFor(t *testing.T) {
+	const patience = 200 * time.Millisecond
+	bad := 0
+	const rounds = 10
+	for r := 0; r < rounds; r++ {
+		dir := t.TempDir()
+		ctx := context.Background()
+		unlockA, err := testLock(dir, 0).take(ctx, nil) // stopped command A
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := testLock(dir, patience)
+		d.busy = &lockBusy{}
+		start := time.Now()
+		type res struct {
+			unlock func()
+			at     time.Time
+		}
+		done := make(chan res, 1)
+		go func() {
+			u, err := d.take(ctx, nil)
+			if err != nil {
+				t.Error(err)
+			}
+			done <- res{u, time.Now()}
+		}()
+		// overdue from ~start+patience; the claiming poll ~100 ms later.
+		time.Sleep(time.Until(start.Add(patience + overdueRetry - 8*time.Millisecond)))
+		unlockA() // A resumed, ends
+		lock, err := openLockFile(d.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &lockWait{nodeLock: testLock(dir, 0), lock: lock} // command C's poll
+		got, err := c.tryLock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got {
+			// the daemon took the free lock first (fine) or claimed first
+			rr := <-done
+			rr.unlock()
+			lock.Close()
+			continue
+		}
+		cAt := time.Now()
+		select {
+		case rr := <-done:
+			bad++
+			t.Logf("round %d: daemon went without %s after C (running, not stopped) took the lock; claimed=%v",
+				r, rr.at.Sub(cAt).Round(time.Millisecond), claimed(d.without))
+			rr.unlock()
+		case <-time.After(patience / 2):
+			lock.Close() // C ends
+			rr := <-done
+			rr.unlock()
+		}
+		lock.Close()
+	}
+	if bad > 0 {
+		t.Errorf("%d/%d rounds: the daemon went without the lock beside a new holder that held it for one poll", bad, rounds)
+	}
+}
+
+// A taker writes its tenure before it looks at the claim, and the daemon
+// reads the tenure after it took the claim: whichever comes first, the
+// other sees it. Here the daemon claims right after a taker found no
+// claim: it must see the taker's tenure (a new holder) and not go
+// without beside it. Swapping the taker's two steps fails this.
+func TestTheTenureIsWrittenBeforeTheLookAtTheClaim(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	stopped := testLock(dir, 0)
+	unlock, err := stopped.take(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale, err := os.ReadFile(stopped.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock() // the holder the patience ran out on ends
+	n := testLock(dir, time.Second)
+	n.busy = &lockBusy{since: time.Now().Add(-time.Minute), tenure: string(stale)}
+	dlock, err := openLockFile(n.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dlock.Close()
+	daemon := &lockWait{nodeLock: n, began: time.Now(), lock: dlock}
+	defer daemon.dropClaim()
+	var claimErr error
+	lookedAtClaim = func() { claimErr = daemon.claimWithout() }
+	t.Cleanup(func() { lookedAtClaim = func() {} })
+	tlock, err := openLockFile(n.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tlock.Close()
+	taker := &lockWait{nodeLock: testLock(dir, 0), lock: tlock}
+	got, err := taker.tryLock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got && errors.Is(claimErr, errWithout) {
+		t.Errorf("the taker holds the lock and the daemon goes without it beside the taker (claim: %v)", claimErr)
+	}
+	if !got || !errors.Is(claimErr, errNewHolder) {
+		t.Errorf("taker got %v, daemon %v; want the taker holding the lock and the daemon waiting behind it", got, claimErr)
+	}
+}
