@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -46,12 +47,6 @@ const (
 
 var turnPatience = 5 * time.Second // a variable for tests
 
-// overdueRetry is how long a daemon whose wait is past its patience
-// still tries the lock before it goes without: a failed try may have met
-// a new holder that has not written its tenure yet, which it does well
-// within it.
-const overdueRetry = 100 * time.Millisecond
-
 // nodeLock is how a manager takes the node's unit lock.
 type nodeLock struct {
 	path, turn, without string
@@ -87,6 +82,7 @@ func (n nodeLock) take(ctx context.Context, wanted func() bool) (unlock func(), 
 		return func() {}, nil
 	}
 	w := lockWait{nodeLock: n, began: time.Now(), lock: lock, wanted: wanted}
+	n.busy.makeClaimFile(n.without)
 	if turn, err := openLockFile(n.turn); err == nil {
 		defer turn.Close() // passes the turnstile on once the lock is ours
 		w.turn = turn
@@ -124,11 +120,11 @@ type lockWait struct {
 }
 
 // wait takes the turnstile (if any), then the lock; past turnPatience on
-// the turnstile, or with the lock held past the patience, it tries the
-// lock directly too.
+// the turnstile it tries the lock directly too. With the lock held past
+// the patience by the same holder it claims (claimWithout, which looks at
+// the lock itself, turnstile or not).
 func (w *lockWait) wait(ctx context.Context) error {
 	passed := w.turn == nil
-	var overdueAt time.Time // when this wait first found the lock held past the patience
 	for {
 		if !passed {
 			got, err := tryFlock(w.turn)
@@ -136,7 +132,7 @@ func (w *lockWait) wait(ctx context.Context) error {
 		}
 		now := time.Now()
 		overdue := pastPatience(w.busy.heldSince(), now, w.patience)
-		if passed || overdue || now.Sub(w.began) >= turnPatience {
+		if passed || now.Sub(w.began) >= turnPatience {
 			got, err := w.tryLock()
 			if err != nil {
 				return fmt.Errorf("%w (flock: %v)", errWithout, err)
@@ -146,16 +142,10 @@ func (w *lockWait) wait(ctx context.Context) error {
 			}
 			w.busy.held(time.Now(), readTenure(w.lock)) // dated after the try: the holder held it then
 		}
-		switch {
-		case !overdue:
-			overdueAt = time.Time{}
-		case overdueAt.IsZero():
-			overdueAt = now
-		case now.Sub(overdueAt) >= overdueRetry:
+		if overdue {
 			if err := w.claimWithout(); !errors.Is(err, errNewHolder) {
 				return err
 			}
-			overdueAt = time.Time{}
 		}
 		if waited := now.Sub(w.began); waited-w.logged >= lockWaitLog {
 			w.logged = waited
@@ -187,28 +177,30 @@ func (w *lockWait) tryLock() (bool, error) {
 		_ = unix.Flock(int(w.lock.Fd()), unix.LOCK_UN)
 		return false, nil
 	}
-	lookedAtClaim()
 	return true, nil
 }
-
-// lookedAtClaim runs once a taker has found no claim (tests put the
-// daemon's claim there).
-var lookedAtClaim = func() {}
 
 // claimWithout is how a daemon past its patience goes without the lock.
 // It takes its claim first (which every taker looks at once it holds the
 // lock: tryLock), then looks at the lock once more: taken (nil), the
-// claim let go; held under a tenure other than the one past the patience
-// (errNewHolder: a holder that took it since the last poll, or before
-// the claim, so did not see it, whose wait begins anew), the claim let
-// go; else errWithout, the claim kept (w.claim) until the apply without
-// the lock ends. A claim that cannot be made is no reason to hold back
-// the disable: errWithout without one.
+// claim let go; held by a holder not past the patience as its tenure,
+// read after the claim, says (errNewHolder: one that took the lock since
+// the last poll, or before the claim, so did not see it, whose wait
+// begins anew), the claim let go; else errWithout, the claim kept
+// (w.claim) until the apply without the lock ends. A claim file that
+// cannot be opened for writing (a read-only spec dir, where no unit can
+// be written either) is no reason to hold back the disable: errWithout
+// without one. A claim another process holds (a second daemon) is waited
+// out like a new holder.
 func (w *lockWait) claimWithout() error {
 	if claim, err := openLockFile(w.without); err == nil {
-		if flockWithin(claim, overdueRetry) {
+		switch err := setClaim(claim); {
+		case err == nil:
 			w.claim = claim
-		} else {
+		case errors.Is(err, unix.EAGAIN), errors.Is(err, unix.EACCES):
+			claim.Close()
+			return errNewHolder
+		default: // opened read-only: no claim
 			claim.Close()
 		}
 	}
@@ -239,28 +231,34 @@ func (w *lockWait) dropClaim() {
 	}
 }
 
-// flockWithin takes an exclusive flock on f, trying for up to patience:
-// a taker looks at the claim for microseconds (claimed), but one stopped
-// right there (Ctrl-Z) must not stop the daemon for good. That taker
-// holds the lock too, so it is the holder the patience ran out on.
-func flockWithin(f *os.File, patience time.Duration) bool {
-	for deadline := time.Now().Add(patience); ; time.Sleep(lockPoll / 4) {
-		if got, err := tryFlock(f); got || err != nil || time.Now().After(deadline) {
-			return got
-		}
-	}
+// The claim is an open file description lock (F_OFD_SETLK) on the whole
+// claim file, and a taker's look at it is F_OFD_GETLK, which takes
+// nothing: no taker, stopped or killed while it looks, can keep the
+// daemon from its claim (an flock taken shared to look, as before, could,
+// and the daemon then went without unclaimed: the fourth review). The
+// kernel drops the claim with the daemon's last descriptor, or its death.
+func setClaim(f *os.File) error {
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: io.SeekStart}
+	return unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &lk)
 }
 
 // claimed reports whether the daemon's claim at path is held: it applies
 // without the lock. A claim file that cannot be opened was never made.
 func claimed(path string) bool {
+	defer lookedAtClaim()
 	f, err := os.Open(path)
 	if err != nil {
 		return false
 	}
 	defer f.Close()
-	return errors.Is(unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB), unix.EWOULDBLOCK)
+	lk := unix.Flock_t{Type: unix.F_RDLCK, Whence: io.SeekStart}
+	err = unix.FcntlFlock(f.Fd(), unix.F_OFD_GETLK, &lk)
+	return err == nil && lk.Type != unix.F_UNLCK
 }
+
+// lookedAtClaim runs right after a taker's look at the claim (tests put
+// the daemon's claim there).
+var lookedAtClaim = func() {}
 
 // tryFlock takes an exclusive flock on f if it is free.
 func tryFlock(f *os.File) (bool, error) {

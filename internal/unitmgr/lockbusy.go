@@ -18,10 +18,29 @@ import (
 // later command, or the next batch of a command that took the lock again
 // at once while the daemon was not waiting.
 type lockBusy struct {
-	mu     sync.Mutex
-	since  time.Time // zero: not known to be held
-	tenure string    // the holder's tenure
-	logged time.Time // when going without was last logged
+	mu        sync.Mutex
+	since     time.Time // zero: not known to be held
+	tenure    string    // the holder's tenure
+	logged    time.Time // when going without was last logged
+	claimMade bool      // the claim file exists (makeClaimFile)
+}
+
+// makeClaimFile makes the daemon's claim file at its first take, while
+// the spec dir is healthy, so that a later full disk (no inode left) does
+// not leave the daemon going without the lock unclaimed.
+func (b *lockBusy) makeClaimFile(path string) {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.claimMade {
+		return
+	}
+	if f, err := openLockFile(path); err == nil {
+		f.Close()
+		b.claimMade = true
+	}
 }
 
 // pastPatience reports whether a lock held since since (zero: not known

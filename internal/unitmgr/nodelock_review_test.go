@@ -228,7 +228,7 @@ func TestUnitLockWaiterGivesUp(t *testing.T) {
 // disables included, for as long as it stayed stopped. The daemon's wait
 // is bounded below a change's deadline (daemonLockPatience 30 s against
 // the activity's 60 s; here 1 minute = 1 s), and with the lock held past
-// it the daemon only tries the lock briefly (overdueRetry): the next
+// it the daemon looks at the lock once a change (claimWithout): the next
 // changes do not wait again (the converge below, two takes in one
 // deadline, would not fit otherwise).
 func TestStoppedCommandDelaysTheDaemonOnlyByItsPatience(t *testing.T) {
