@@ -193,6 +193,7 @@ func (w *lockWait) tryLock() (bool, error) {
 // without one. A claim another process holds (a second daemon) is waited
 // out like a new holder.
 func (w *lockWait) claimWithout() error {
+	claiming()
 	if claim, err := openLockFile(w.without); err == nil {
 		switch err := setClaim(claim); {
 		case err == nil:
@@ -200,7 +201,8 @@ func (w *lockWait) claimWithout() error {
 		case errors.Is(err, unix.EAGAIN), errors.Is(err, unix.EACCES):
 			claim.Close()
 			return errNewHolder
-		default: // opened read-only: no claim
+		default: // opened read-only, or no OFD locks here: no claim
+			w.log.Warn("the agent's claim on the node's unit lock not taken: going without it unclaimed", "path", w.without, "err", err)
 			claim.Close()
 		}
 	}
@@ -244,21 +246,28 @@ func setClaim(f *os.File) error {
 
 // claimed reports whether the daemon's claim at path is held: it applies
 // without the lock. A claim file that cannot be opened was never made.
+// A claim file that cannot be opened for another reason (no descriptor
+// left) counts as claimed: the taker lets the lock go and tries again.
 func claimed(path string) bool {
-	defer lookedAtClaim()
 	f, err := os.Open(path)
 	if err != nil {
-		return false
+		lookedAtClaim()
+		return !errors.Is(err, os.ErrNotExist)
 	}
 	defer f.Close()
 	lk := unix.Flock_t{Type: unix.F_RDLCK, Whence: io.SeekStart}
 	err = unix.FcntlFlock(f.Fd(), unix.F_OFD_GETLK, &lk)
+	lookedAtClaim() // the look's descriptor still open: a taker stopped here
 	return err == nil && lk.Type != unix.F_UNLCK
 }
 
-// lookedAtClaim runs right after a taker's look at the claim (tests put
-// the daemon's claim there).
-var lookedAtClaim = func() {}
+// Test seams: lookedAtClaim runs right after a taker's look at the claim,
+// claiming right before the daemon's claim (tests put the other side's
+// step there, to pin the order of each side's two steps).
+var (
+	lookedAtClaim = func() {}
+	claiming      = func() {}
+)
 
 // tryFlock takes an exclusive flock on f if it is free.
 func tryFlock(f *os.File) (bool, error) {

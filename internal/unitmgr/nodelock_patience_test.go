@@ -602,3 +602,102 @@ func TestPastThePatienceTheTurnstileIsNoDetour(t *testing.T) {
 		t.Errorf("a change past the patience took %s: it waited on the turnstile (%s)", took, turnPatience)
 	}
 }
+
+// The daemon's half of the order: it reads the tenure after its claim. A
+// taker that takes the lock, writes its tenure and looks (no claim yet)
+// just before the daemon claims is a new holder; reading the tenure
+// before the claim fails this. (Found by review, 2a1c784: untested.)
+func TestTheDaemonReadsTheTenureAfterItsClaim(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	stopped := testLock(dir, 0)
+	unlock, err := stopped.take(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale, err := os.ReadFile(stopped.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock() // the holder the patience ran out on ends
+	n := testLock(dir, time.Second)
+	n.busy = &lockBusy{since: time.Now().Add(-time.Minute), tenure: string(stale)}
+	daemon := openWait(t, n)
+	taker := openWait(t, testLock(dir, 0))
+	var got bool
+	claiming = func() { got, _ = taker.tryLock() } // the taker's whole take, just before the claim
+	t.Cleanup(func() { claiming = func() {} })
+	err = daemon.claimWithout()
+	claiming = func() {}
+	if !got || !errors.Is(err, errNewHolder) {
+		t.Errorf("taker got %v, daemon %v; want the taker holding the lock and the daemon waiting behind it", got, err)
+	}
+}
+
+// A taker stopped inside its look at the claim holds nothing on the claim
+// file (F_OFD_GETLK): the daemon past its patience behind it claims. (The
+// fourth review's finding as its own test: a look that took an flock
+// shared kept the daemon from claiming.)
+func TestATakerStoppedInItsLookDoesNotBlockTheClaim(t *testing.T) {
+	dir := t.TempDir()
+	n := testLock(dir, time.Second)
+	n.busy = &lockBusy{}
+	n.busy.makeClaimFile(n.without)
+	daemon := openWait(t, n)
+	taker := openWait(t, testLock(dir, 0))
+	var claimErr error
+	var held bool
+	lookedAtClaim = func() { // the taker is stopped here, past the patience
+		lookedAtClaim = func() {}
+		n.busy.since, n.busy.tenure = time.Now().Add(-time.Minute), readTenure(daemon.lock)
+		claimErr = daemon.claimWithout()
+		held = daemon.claim != nil
+	}
+	t.Cleanup(func() { lookedAtClaim = func() {} })
+	if _, err := taker.tryLock(); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(claimErr, errWithout) || !held {
+		t.Errorf("daemon behind a taker stopped in its look: %v, claim held %v; want errWithout with the claim", claimErr, held)
+	}
+}
+
+// A claim another process holds (a second daemon, applying without the
+// lock) is waited out like a new holder, never gone without beside; the
+// daemon makes the claim file at its first take.
+func TestAClaimHeldElsewhereIsWaitedOut(t *testing.T) {
+	daemon, _ := testManager(t)
+	daemon.SetLockPatience(time.Second)
+	if _, err := daemon.Apply(context.Background(), []wire.Job{job(idA)}); err != nil {
+		t.Fatal(err)
+	}
+	other, err := os.OpenFile(daemon.layout.withoutPath(), os.O_RDWR, 0) // made at the first take
+	if err != nil {
+		t.Fatalf("no claim file after the daemon's first take: %v", err)
+	}
+	defer other.Close()
+	if err := setClaim(other); err != nil {
+		t.Fatal(err)
+	}
+	n := daemon.nodeLock()
+	n.busy = &lockBusy{since: time.Now().Add(-time.Minute), tenure: "a stopped holder"}
+	w := openWait(t, n)
+	if err := w.claimWithout(); !errors.Is(err, errNewHolder) {
+		t.Errorf("%v, want errNewHolder (waited out)", err)
+	}
+	if w.claim != nil {
+		t.Error("claimed beside another's claim")
+	}
+}
+
+// openWait is a wait for n's lock on a descriptor of its own.
+func openWait(t *testing.T, n nodeLock) *lockWait {
+	t.Helper()
+	lock, err := openLockFile(n.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &lockWait{nodeLock: n, began: time.Now(), lock: lock}
+	t.Cleanup(func() { w.dropClaim(); lock.Close() })
+	return w
+}
