@@ -245,9 +245,9 @@ func setClaim(f *os.File) error {
 }
 
 // claimed reports whether the daemon's claim at path is held: it applies
-// without the lock. A claim file that cannot be opened was never made.
-// A claim file that cannot be opened for another reason (no descriptor
-// left) counts as claimed: the taker lets the lock go and tries again.
+// without the lock. A claim file that does not exist was never made; one
+// that cannot be opened for another reason (no descriptor left) counts
+// as claimed: the taker lets the lock go and tries again.
 func claimed(path string) bool {
 	f, err := os.Open(path)
 	if err != nil {

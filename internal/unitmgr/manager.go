@@ -47,7 +47,7 @@ type Manager struct {
 	// another process before the manager goes without it (nodeLock;
 	// SetLockPatience); 0 waits as long as the caller's context allows.
 	lockPatience time.Duration
-	lockBusy     *lockBusy // with a patience: since when the lock is held
+	lockBusy     *lockBusy // with a patience: which holder holds the lock, since when
 }
 
 // SetLockPatience sets how long the node's unit lock may stay held by
@@ -56,8 +56,9 @@ type Manager struct {
 // while it holds the lock cannot hold back the core's changes for good.
 // The patience counts from the first wait that found the lock held, not
 // per wait: a change's wait still ends with its context, and the core
-// retries it. Once past it the manager only tries the lock briefly,
-// until the lock is free again. Call it before the manager is shared.
+// retries it. Past it, behind the same holder, the manager claims the
+// node and applies without the lock (claimWithout), until the lock
+// changes hands. Call it before the manager is shared.
 func (m *Manager) SetLockPatience(d time.Duration) { m.lockPatience, m.lockBusy = d, &lockBusy{} }
 
 // Observer is told what each plan+apply did, for the agent's metrics
