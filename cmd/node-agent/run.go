@@ -273,8 +273,9 @@ func recordClockOffset(cfg nodeconf.Config, source string, sent, received time.T
 // change whose deadline comes first fails and the core retries it, so a
 // command stopped with the lock held (Ctrl-Z, a debugger) delays the
 // core's changes, disables among them, by about this much, and a change
-// near its deadline never makes the agent go without the lock. Past it
-// the agent only tries the lock briefly until it changes hands. A
+// near its deadline never makes the agent go without the lock. Past it,
+// behind the same holder, the agent claims the node and applies without
+// the lock until it changes hands (unitmgr's claimWithout). A
 // command's apply longer than this (a reconcile of 20,000 units whose
 // reload takes a minute here) may then race the agent's, as every
 // command did before the lock.

@@ -216,8 +216,7 @@ func (w *lockWait) claimWithout() error {
 		// The holder now, read after the claim: one that took the lock
 		// since the last poll (its tenure is new) is not past the patience.
 		now := time.Now()
-		w.busy.held(now, readTenure(w.lock))
-		if !pastPatience(w.busy.heldSince(), now, w.patience) {
+		if !pastPatience(w.busy.held(now, readTenure(w.lock)), now, w.patience) {
 			w.dropClaim()
 			return errNewHolder
 		}

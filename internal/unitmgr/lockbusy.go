@@ -60,26 +60,18 @@ func (b *lockBusy) heldSince() time.Time {
 	return b.since
 }
 
-func (b *lockBusy) heldTenure() string {
+// held records a failed try at now behind the holder of tenure, and
+// returns since when that holder holds the lock: a new holder since now.
+func (b *lockBusy) held(now time.Time, tenure string) (since time.Time) {
 	if b == nil {
-		return ""
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.tenure
-}
-
-// held records a failed try at now behind the holder of tenure: a new
-// holder is held since now.
-func (b *lockBusy) held(now time.Time, tenure string) {
-	if b == nil {
-		return
+		return time.Time{}
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.since.IsZero() || tenure != b.tenure {
 		b.since, b.tenure = now, tenure
 	}
+	return b.since
 }
 
 // free records that the daemon took the lock: nobody else holds it.

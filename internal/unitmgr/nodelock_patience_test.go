@@ -325,13 +325,7 @@ func TestClaimWithout(t *testing.T) {
 		t.Helper()
 		n := testLock(dir, time.Second)
 		n.busy = &lockBusy{since: time.Now().Add(-time.Minute), tenure: heldBy}
-		lock, err := openLockFile(n.path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		w := &lockWait{nodeLock: n, began: time.Now(), lock: lock}
-		t.Cleanup(func() { w.dropClaim(); lock.Close() })
-		return w
+		return openWait(t, n)
 	}
 	t.Run("the lock free: taken", func(t *testing.T) {
 		w := newWait(t, "a stale holder")
@@ -361,7 +355,7 @@ func TestClaimWithout(t *testing.T) {
 		if w.claim != nil || claimed(w.without) {
 			t.Error("the claim outlived a new holder")
 		}
-		if got := w.busy.heldTenure(); got != string(tenure) {
+		if got := w.busy.tenure; got != string(tenure) {
 			t.Errorf("the wait is behind %q, want the new holder %q", got, tenure)
 		}
 		if pastPatience(w.busy.heldSince(), time.Now(), w.patience) {
@@ -488,36 +482,11 @@ func TestANewHolderSeenInTheClaimingPollIsWaitedFor(t *testing.T) {
 // and not go without beside it. Swapping the taker's two steps fails
 // this.
 func TestTheTenureIsWrittenBeforeTheLookAtTheClaim(t *testing.T) {
-	dir := t.TempDir()
-	ctx := context.Background()
-	stopped := testLock(dir, 0)
-	unlock, err := stopped.take(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stale, err := os.ReadFile(stopped.path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	unlock() // the holder the patience ran out on ends
-	n := testLock(dir, time.Second)
-	n.busy = &lockBusy{since: time.Now().Add(-time.Minute), tenure: string(stale)}
-	dlock, err := openLockFile(n.path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dlock.Close()
-	daemon := &lockWait{nodeLock: n, began: time.Now(), lock: dlock}
-	defer daemon.dropClaim()
+	daemon, dir := behindAHolderThatEnded(t)
 	var claimErr error
 	lookedAtClaim = func() { claimErr = daemon.claimWithout() }
 	t.Cleanup(func() { lookedAtClaim = func() {} })
-	tlock, err := openLockFile(n.path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tlock.Close()
-	taker := &lockWait{nodeLock: testLock(dir, 0), lock: tlock}
+	taker := openWait(t, testLock(dir, 0))
 	got, err := taker.tryLock()
 	if err != nil {
 		t.Fatal(err)
@@ -608,26 +577,12 @@ func TestPastThePatienceTheTurnstileIsNoDetour(t *testing.T) {
 // just before the daemon claims is a new holder; reading the tenure
 // before the claim fails this. (Found by review, 2a1c784: untested.)
 func TestTheDaemonReadsTheTenureAfterItsClaim(t *testing.T) {
-	dir := t.TempDir()
-	ctx := context.Background()
-	stopped := testLock(dir, 0)
-	unlock, err := stopped.take(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stale, err := os.ReadFile(stopped.path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	unlock() // the holder the patience ran out on ends
-	n := testLock(dir, time.Second)
-	n.busy = &lockBusy{since: time.Now().Add(-time.Minute), tenure: string(stale)}
-	daemon := openWait(t, n)
+	daemon, dir := behindAHolderThatEnded(t)
 	taker := openWait(t, testLock(dir, 0))
 	var got bool
 	claiming = func() { got, _ = taker.tryLock() } // the taker's whole take, just before the claim
 	t.Cleanup(func() { claiming = func() {} })
-	err = daemon.claimWithout()
+	err := daemon.claimWithout()
 	claiming = func() {}
 	if !got || !errors.Is(err, errNewHolder) {
 		t.Errorf("taker got %v, daemon %v; want the taker holding the lock and the daemon waiting behind it", got, err)
@@ -700,4 +655,25 @@ func openWait(t *testing.T, n nodeLock) *lockWait {
 	w := &lockWait{nodeLock: n, began: time.Now(), lock: lock}
 	t.Cleanup(func() { w.dropClaim(); lock.Close() })
 	return w
+}
+
+// behindAHolderThatEnded is the daemon's wait past its patience behind a
+// holder that has since let the lock go (its tenure still in the file),
+// and the dir of the lock.
+func behindAHolderThatEnded(t *testing.T) (*lockWait, string) {
+	t.Helper()
+	dir := t.TempDir()
+	stopped := testLock(dir, 0)
+	unlock, err := stopped.take(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale, err := os.ReadFile(stopped.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock() // the holder the patience ran out on ends
+	n := testLock(dir, time.Second)
+	n.busy = &lockBusy{since: time.Now().Add(-time.Minute), tenure: string(stale)}
+	return openWait(t, n), dir
 }
