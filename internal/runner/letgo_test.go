@@ -24,6 +24,18 @@ func slotRuns(t *testing.T, locks string) int {
 	return strings.Count(string(b), "\n")
 }
 
+// behindAHolderLettingGo is node2, whose timer fires for the 12:00:10
+// slot while another node holds the job's lock with stamp; the holder
+// lets go 50 ms later. node2 waits up to stampWait for a stamp.
+func behindAHolderLettingGo(t *testing.T, env Env, locks, stamp string, stampWait time.Duration) Env {
+	t.Helper()
+	holder := holdLock(t, locks, stamp)
+	go func() { time.Sleep(50 * time.Millisecond); holder.Close() }()
+	node2 := otherNode(t, env, "node2", env.Now())
+	node2.StampWait = stampWait
+	return node2
+}
+
 // releasedStamp is the stamp of the 12:00:00 slot's run, ended and let go.
 const releasedStamp = `{"slot":"2026-11-21T12:00:00Z","holder":"node1","run_key":"` + id + `#scheduled#2026-11-21T12:00:00Z","heartbeat":"2026-11-21T12:00:05Z","released":true}`
 
@@ -34,10 +46,7 @@ const releasedStamp = `{"slot":"2026-11-21T12:00:00Z","holder":"node1","run_key"
 // runs the slot, once; a later node stays silent.
 func TestLoserRunsTheSlotWhenTheHolderLetsGoWithoutAStamp(t *testing.T) {
 	env, locks := setup(t, "echo run >> ran") // slot 12:00:10, now 12:00:13
-	holder := holdLock(t, locks, releasedStamp)
-	go func() { time.Sleep(50 * time.Millisecond); holder.Close() }()
-	node2 := otherNode(t, env, "node2", env.Now())
-	node2.StampWait = 2 * time.Second
+	node2 := behindAHolderLettingGo(t, env, locks, releasedStamp, 2*time.Second)
 	if code := Run(node2); code != 0 {
 		t.Fatalf("node2 exit %d, want 0 (it ran the slot); record %+v", code, record(t, node2))
 	}
@@ -95,10 +104,7 @@ func TestServedRunNowStartDoesNotCostTheSlot(t *testing.T) {
 // during the stamp wait; the loser does not take the lock and run late.
 func TestLoserStillSkipsWhenThePreviousRunHoldsTheLock(t *testing.T) {
 	env, locks := setup(t, "echo run >> ran")
-	holder := holdLock(t, locks, `{"slot":"2026-11-21T12:00:00Z","holder":"node1","run_key":"`+id+`#scheduled#2026-11-21T12:00:00Z","heartbeat":"2026-11-21T12:00:12Z"}`)
-	go func() { time.Sleep(50 * time.Millisecond); holder.Close() }()
-	node2 := otherNode(t, env, "node2", env.Now())
-	node2.StampWait = time.Second
+	node2 := behindAHolderLettingGo(t, env, locks, `{"slot":"2026-11-21T12:00:00Z","holder":"node1","run_key":"`+id+`#scheduled#2026-11-21T12:00:00Z","heartbeat":"2026-11-21T12:00:12Z"}`, time.Second)
 	if code := Run(node2); code != ExitSkip {
 		t.Fatalf("node2 exit %d, want the overlap's skip", code)
 	}

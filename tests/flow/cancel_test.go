@@ -71,18 +71,30 @@ func longRunNow(t *testing.T, marker string) (id, key, run string) {
 // runningSomewhere reports whether the job's service runs on any node.
 func runningSomewhere(t *testing.T, id string) bool {
 	t.Helper()
+	return runningOn(t, id) != ""
+}
+
+// runningOn is the node whose service of the job runs, or "".
+func runningOn(t *testing.T, id string) string {
+	t.Helper()
 	for _, node := range c.Nodes {
 		out, _ := c.Exec(node, nil, "systemctl", "is-active", unitName(id)+".service")
 		if strings.TrimSpace(out) == "activating" {
-			return true
+			return node
 		}
 	}
-	return false
+	return ""
 }
 
 // waitRecorded polls a run until it has a record (it is neither queued
 // nor running) and returns it.
 func waitRecorded(t *testing.T, id, key string, timeout time.Duration) map[string]any {
+	t.Helper()
+	return recordedWithin(t, id, key, timeout, func() {})
+}
+
+// recordedWithin is waitRecorded that runs diagnose before it fails.
+func recordedWithin(t *testing.T, id, key string, timeout time.Duration, diagnose func()) map[string]any {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -91,6 +103,7 @@ func waitRecorded(t *testing.T, id, key string, timeout time.Duration) map[strin
 			return r
 		}
 		if time.Now().After(deadline) {
+			diagnose()
 			t.Fatalf("run %s not recorded within %v: %v", key, timeout, r)
 		}
 		time.Sleep(250 * time.Millisecond)

@@ -3,7 +3,6 @@
 package flow
 
 import (
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -48,33 +47,4 @@ func TestNodeShutdownDuringRunIsThePlatforms(t *testing.T) {
 	}
 	call(t, "DELETE", "/api/v1/cron-jobs/"+id, "", 202)
 	waitGone(t, id, 90*time.Second)
-}
-
-// runningOn is the node whose service of the job runs, or "".
-func runningOn(t *testing.T, id string) string {
-	t.Helper()
-	for _, node := range c.Nodes {
-		out, _ := c.Exec(node, nil, "systemctl", "is-active", unitName(id)+".service")
-		if strings.TrimSpace(out) == "activating" {
-			return node
-		}
-	}
-	return ""
-}
-
-// recordedWithin is waitRecorded that runs diagnose before it fails.
-func recordedWithin(t *testing.T, id, key string, timeout time.Duration, diagnose func()) map[string]any {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		r := call(t, "GET", "/api/v1/cron-jobs/"+id+"/runs/"+url.PathEscape(key), "", 200)
-		if r["result"] != "queued" && r["result"] != "running" {
-			return r
-		}
-		if time.Now().After(deadline) {
-			diagnose()
-			t.Fatalf("run %s not recorded within %v: %v", key, timeout, r)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
 }
