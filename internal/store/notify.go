@@ -51,14 +51,21 @@ var ErrTooManyTargets = errors.New("too many notification targets")
 
 // CreateTarget stores a target. A job target's job must be the tenant's
 // (ErrNotFound otherwise). The tenant's row is locked, so two creates
-// cannot both pass the limit.
+// cannot both pass the limit: the count is a statement of its own after
+// the lock, as checkJobQuota's. Under READ COMMITTED a count in the
+// locking statement reads that statement's snapshot, taken before it
+// waited for the lock, and misses the target the create it waited for
+// inserted.
 func (s *Store) CreateTarget(ctx context.Context, t NotificationTarget) (NotificationTarget, error) {
 	var out NotificationTarget
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var n int
-		if err := tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM notification_targets WHERE tenant_id = t.id)
-			FROM tenants t WHERE t.id = $1 FOR UPDATE`, t.TenantID).Scan(&n); err != nil {
+		var locked bool
+		if err := tx.QueryRow(ctx, `SELECT true FROM tenants WHERE id = $1 FOR UPDATE`, t.TenantID).Scan(&locked); err != nil {
 			return notFound(err, "create notification target: tenant")
+		}
+		var n int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM notification_targets WHERE tenant_id = $1`, t.TenantID).Scan(&n); err != nil {
+			return fmt.Errorf("create notification target: count: %w", err)
 		}
 		if n >= MaxTargetsPerTenant {
 			return fmt.Errorf("%w: at most %d per tenant", ErrTooManyTargets, MaxTargetsPerTenant)
