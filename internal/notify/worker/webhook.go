@@ -31,6 +31,13 @@ const Timeout = 10 * time.Second
 // ErrRefusedAddress is a dial to an address a webhook may not reach.
 var ErrRefusedAddress = errors.New("address not allowed for webhooks (loopback, link-local, private, multicast or unspecified)")
 
+// ErrNoPublicAddress is what a delivery's last_error says when the URL's
+// host did not resolve, or resolved only to addresses a webhook may not
+// reach (ErrRefusedAddress): one message for both, since last_error is
+// the tenant's to read and telling them apart would show which internal
+// names the platform's resolver knows.
+var ErrNoPublicAddress = errors.New("the host has no address a webhook may reach (its name does not resolve, or only to loopback, private or other internal addresses)")
+
 // errRedirect marks a redirect the client did not follow.
 var errRedirect = errors.New("redirect refused: webhooks never follow redirects")
 
@@ -100,10 +107,15 @@ func (h *Webhook) Post(ctx context.Context, d store.Delivery) Result {
 	req.Header.Set(AttemptHeader, strconv.Itoa(d.Attempts+1))
 	req.Header.Set(notify.SignatureHeader, notify.Sign([]byte(d.Secret), body, h.Now()))
 	resp, err := h.Client.Do(req)
-	if errors.Is(err, ErrRefusedAddress) {
+	var dnsErr *net.DNSError
+	switch {
+	case errors.Is(err, ErrRefusedAddress):
 		// Not the dialed address: last_error is the tenant's to read, and
 		// the address would map the platform's internal names for them.
-		return Result{Verdict: notify.Retry, Err: fmt.Errorf("post: %w", ErrRefusedAddress), Reason: "refused_address"}
+		return Result{Verdict: notify.Retry, Err: fmt.Errorf("post: %w", ErrNoPublicAddress), Reason: "refused_address"}
+	case errors.As(err, &dnsErr):
+		// Nor the resolver's answer (nor its address, which it names).
+		return Result{Verdict: notify.Retry, Err: fmt.Errorf("post: %w", ErrNoPublicAddress), Reason: "network"}
 	}
 	if err != nil {
 		return Result{Verdict: notify.Retry, Err: fmt.Errorf("post: %w", err), Reason: "network"}

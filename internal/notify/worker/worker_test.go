@@ -218,15 +218,22 @@ func TestWebhookRefusesPrivateAddresses(t *testing.T) {
 	if rcv.count() != 0 {
 		t.Fatal("a webhook reached 127.0.0.1 without the operator's allowance")
 	}
-	if ds := f.deliveries(tg.ID); ds[0].State != "pending" || !strings.Contains(ds[0].LastError, "not allowed") ||
+	if ds := f.deliveries(tg.ID); ds[0].State != "pending" || !strings.Contains(ds[0].LastError, worker.ErrNoPublicAddress.Error()) ||
 		strings.Contains(ds[0].LastError, "127.0.0.1") {
 		t.Errorf("refused: %+v (want the refusal, never the dialed address, which maps internal names)", ds[0])
 	}
 	// Also by name: localhost resolves to loopback, and the check is on
 	// the resolved address.
 	res := worker.NewWebhook(false).Post(context.Background(), store.Delivery{URL: strings.Replace(srv.URL, "127.0.0.1", "localhost", 1)})
-	if !errors.Is(res.Err, worker.ErrRefusedAddress) {
+	if !errors.Is(res.Err, worker.ErrNoPublicAddress) {
 		t.Errorf("localhost: %v", res.Err)
+	}
+	// A name that does not resolve reads the same: otherwise a tenant's
+	// guesses at internal names (postgres.svc.cluster.local, ...) would
+	// tell those the platform's resolver knows from those it does not.
+	missing := worker.NewWebhook(false).Post(context.Background(), store.Delivery{URL: "https://no-such-name.invalid/"})
+	if !errors.Is(missing.Err, worker.ErrNoPublicAddress) || missing.Err.Error() != res.Err.Error() {
+		t.Errorf("a name that does not resolve: %v; one that resolves to loopback: %v (want the same words)", missing.Err, res.Err)
 	}
 }
 
