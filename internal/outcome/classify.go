@@ -60,6 +60,14 @@ func Classify(svc Service, rec runner.Record, haveRecord bool, now time.Time) (r
 		end := now.UTC()
 		r.FinishedAt = &end
 	}
+	if r.StartedAt != nil && r.FinishedAt != nil && r.FinishedAt.Before(*r.StartedAt) {
+		// The node's clock was stepped back during the run (the runner's
+		// finish, or the hook's now for a runner killed before it wrote
+		// one). The core refuses a finish before the start for good, and
+		// the run would be swept lost: report no duration instead.
+		end := *r.StartedAt
+		r.FinishedAt = &end
+	}
 	if rec.Signal != "" {
 		sig := rec.Signal
 		r.Signal = &sig

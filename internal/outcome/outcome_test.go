@@ -81,3 +81,33 @@ func TestClassify(t *testing.T) {
 		t.Errorf("own 75 report %+v", r)
 	}
 }
+
+// A report's finish is never before its start, so the core (which refuses
+// one for good) records the run: a node clock stepped back during the
+// run gives the runner's finish, or the hook's own now for a runner
+// killed before it wrote one, a time before the start.
+func TestReportFinishesNoEarlierThanItStarts(t *testing.T) {
+	now := time.Date(2026, 11, 21, 12, 0, 30, 0, time.UTC)
+	slot := now.Add(-25 * time.Second)
+	startedAt := func(d time.Duration) *time.Time { t := slot.Add(d); return &t }
+	timeout := Service{Result: "timeout", ExitCode: "killed", ExitStatus: "KILL"}
+	tests := []struct {
+		name       string
+		started    *time.Time
+		finished   *time.Time
+		wantFinish time.Time
+	}{
+		{"the runner's finish after its start", startedAt(time.Second), startedAt(9 * time.Second), slot.Add(9 * time.Second)},
+		{"the runner's finish before its start (clock stepped back)", startedAt(20 * time.Second), startedAt(5 * time.Second), slot.Add(20 * time.Second)},
+		{"killed before its finish: the hook's now", startedAt(time.Second), nil, now},
+		{"killed before its finish, now before its start (clock stepped back)", startedAt(75 * time.Second), nil, slot.Add(75 * time.Second)},
+	}
+	for _, tt := range tests {
+		rec := runner.Record{Kind: runner.KindRan, RunKey: "k", Slot: slot, StartedAt: tt.started, FinishedAt: tt.finished}
+		r, _ := Classify(timeout, rec, true, now)
+		if r.Result != wire.ResultTimeout || r.FinishedAt == nil || !r.FinishedAt.Equal(tt.wantFinish) || !r.StartedAt.Equal(*tt.started) {
+			t.Errorf("%s: %s, started %v, finished %v; want timeout, started %v, finished %v",
+				tt.name, r.Result, r.StartedAt, r.FinishedAt, *tt.started, tt.wantFinish)
+		}
+	}
+}
