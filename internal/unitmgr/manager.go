@@ -39,6 +39,7 @@ type Manager struct {
 	lockDir   func(dir, user, group string) error
 	lockDirOK func(dir, user, group string) bool
 	runNow    runNowHooks // zero: the node's (see runNowHooks)
+	waits     runNowWaits // the run-nows waiting long for a run to end (runnowwaits.go)
 	cancel    cancelPaths // zero: the node's (see cancelPaths)
 	obs       Observer    // nil: nothing observes
 	q         applyQueue  // Apply, Delete, Reconcile and Remove wait here (queue.go)

@@ -131,15 +131,28 @@ func requestKeyLine(req wire.RunNowRequest, jobID string) (string, error) {
 	return req.RunKey + "\n", nil
 }
 
-// serveRequest starts the service until a runner took the request.
+// serveRequest starts the service until a runner took the request. A
+// wait past runNowWaitGrace takes a place from the node's budget of long
+// waits (runnowwaits.go), or gives the request up here.
 func (m *Manager) serveRequest(ctx context.Context, h runNowHooks, service string, spec jobspec.Spec, owner int, request string, at time.Time) error {
 	var st runNowState
+	var release func() // the long wait's place, once taken
+	defer func() {
+		if release != nil {
+			release()
+		}
+	}()
 	for {
 		obs, err := m.observeRunNow(ctx, h, service, spec, owner, request, at)
 		if err != nil {
 			return err
 		}
 		step := nextRunNow(obs, st)
+		if step.Action == runNowWait && release == nil && obs.Age >= runNowWaitGrace {
+			if release, err = m.waits.take(spec.Tenant); err != nil {
+				return fmt.Errorf("%w: %s: %v", wire.ErrRunNowNotTaken, service, err)
+			}
+		}
 		switch step.Action {
 		case runNowDone:
 			return nil
