@@ -14,7 +14,10 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/hostcron/hostcron/internal/atomicfile"
 	"github.com/hostcron/hostcron/internal/runkey"
@@ -118,7 +121,12 @@ func SpoolName(jobID, runKey string) string {
 	return hex.EncodeToString(sum[:16]) + ".json"
 }
 
-// Spool stores a report durably for later delivery.
+// Spool stores a report durably for later delivery, replacing a report
+// of the same run spooled before: the hooks of one job are one unit's
+// ExecStopPost, which systemd runs to its end before the unit can start
+// again, so a later Spool of a run key always holds the newer report (a
+// redelivery in flight posts a claimed copy and never writes the name:
+// Redeliver).
 func Spool(dir, jobID string, r wire.Outcome) error {
 	if k, err := runkey.Parse(r.RunKey); err != nil || k.JobID != jobID {
 		return fmt.Errorf("spool: run key %q is not one of job %s", r.RunKey, jobID)
@@ -219,9 +227,27 @@ type Stats struct {
 // report is due, the one due soonest is tried anyway (one request a pass),
 // and once any report is delivered the API is up, so every waiting report
 // is tried at once.
+//
+// A hook may spool a newer report of the same run (same file name) while
+// a pass posts the older one: each report is claimed (renamed to a name
+// only Redeliver uses) before it is posted, and afterwards only that
+// claimed copy is removed, dead-lettered or put back, never the name a
+// hook writes (see claim). One pass at a time holds the spool (an flock
+// on its directory), so a claim found when a pass starts is one a crash
+// left, and it is put back and delivered.
 func Redeliver(ctx context.Context, c Client, dir string, now time.Time) (Stats, error) {
 	var st Stats
-	items, errs := loadSpool(dir, now, &st)
+	unlock, err := lockSpool(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return st, nil // nothing was ever spooled
+	}
+	if err != nil {
+		return st, err
+	}
+	defer unlock()
+	errs := recoverClaims(dir)
+	items, lerrs := loadSpool(dir, now, &st)
+	errs = append(errs, lerrs...)
 	due, waiting := splitDue(items, now)
 	if len(due) == 0 && len(waiting) > 0 {
 		due, waiting = waiting[:1], waiting[1:] // probe
@@ -249,19 +275,108 @@ func Redeliver(ctx context.Context, c Client, dir string, now time.Time) (Stats,
 	return st, errors.Join(errs...)
 }
 
+// lockSpool takes the spool for one Redeliver pass: an exclusive flock on
+// the directory itself (no lock file: the spool's every file is a
+// report), not waited for. The agent's one redelivery loop is the only
+// caller; the lock makes a second one (another goroutine, a second agent
+// started by hand) skip its pass instead of taking a claim in flight for
+// a crash's leftover.
+func lockSpool(dir string) (unlock func(), err error) {
+	d, err := os.Open(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("redeliver: %w", err)
+	}
+	if err := unix.Flock(int(d.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		d.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("redeliver: another redelivery holds the spool %s", dir)
+		}
+		return nil, fmt.Errorf("redeliver: lock %s: %w", dir, err)
+	}
+	return func() { d.Close() }, nil // closing the descriptor lets the flock go
+}
+
+// claimPrefix starts the name of a report Redeliver has claimed for one
+// attempt: ".claimed-<spool name>", which still ends in .json, so the
+// spool's counts and metrics (SpoolCounts, SpoolStats) count a report
+// while it is being posted, and one a crash left claimed.
+const claimPrefix = ".claimed-"
+
+// claim takes the report under name for one attempt: a rename (atomic)
+// to claimPrefix+name. A hook that spools the run again meanwhile
+// creates a new file under name, which nothing of this attempt touches.
+func claim(dir, name string) error {
+	return os.Rename(filepath.Join(dir, name), filepath.Join(dir, claimPrefix+name))
+}
+
+// putBack returns a claimed report to its name for the next pass, unless
+// a newer report of the same run took the name while it was claimed: the
+// link refuses to replace it, and the claimed copy, the older, is dropped.
+// The newer one supersedes it, as a hook's Spool replaces an older spooled
+// report of its run anyway: the older is a first start's platform_error
+// and the newer the run's real result, which the core takes in its place
+// (decideRecord: a counted result or cancelled replaces platform_error;
+// docs/semantics.md, "Delivery"). Link then remove: a crash between the
+// two leaves the claim beside a name holding the same file, and the next
+// pass (recoverClaims) removes the claim.
+func putBack(dir, name string) error {
+	claimed := filepath.Join(dir, claimPrefix+name)
+	if err := os.Link(claimed, filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("redeliver %s: put back: %w", name, err) // stays claimed: the next pass retries
+	}
+	if err := os.Remove(claimed); err != nil {
+		return fmt.Errorf("redeliver %s: put back: %w", name, err)
+	}
+	if err := atomicfile.SyncDir(dir); err != nil {
+		return fmt.Errorf("redeliver %s: put back: %w", name, err)
+	}
+	return nil
+}
+
+// recoverClaims puts back what a pass that died left claimed (the caller
+// holds the spool's lock, so no claim is in flight): a claim is put back
+// (putBack: dropped if a newer report of its run was spooled since) and
+// then delivered as any spooled report. The temporary files of a retry
+// state written to a claim are Redeliver's own (a hook never writes a
+// claim), so they are removed: one left is a crash's, and never renamed.
+func recoverClaims(dir string) []error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return []error{fmt.Errorf("redeliver: %w", err)}
+	}
+	var errs []error
+	for _, e := range entries {
+		n := e.Name()
+		switch {
+		case strings.HasPrefix(n, atomicfile.TempPrefix+claimPrefix) && e.Type().IsRegular():
+			if err := os.Remove(filepath.Join(dir, n)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, fmt.Errorf("redeliver: %w", err))
+			}
+		case strings.HasPrefix(n, claimPrefix) && e.Type().IsRegular():
+			if err := putBack(dir, strings.TrimPrefix(n, claimPrefix)); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errs
+}
+
 // spoolItem is one decoded spool file.
 type spoolItem struct {
 	name string
 	s    Spooled
 }
 
-// loadSpool decodes every report in dir; an undecodable one is
-// dead-lettered.
 // MaxSpooledBytes bounds one spooled report: the core refuses a body over
 // 64 KiB, so a larger file can never be delivered, and every pass reads
 // the whole spool into memory.
 const MaxSpooledBytes = 128 << 10
 
+// loadSpool decodes every report in dir; an undecodable or oversized one
+// is dead-lettered.
 func loadSpool(dir string, now time.Time, st *Stats) ([]spoolItem, []error) {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
@@ -273,23 +388,18 @@ func loadSpool(dir string, now time.Time, st *Stats) ([]spoolItem, []error) {
 	var items []spoolItem
 	var errs []error
 	for _, e := range entries {
-		if !e.Type().IsRegular() || filepath.Ext(e.Name()) != ".json" {
+		if !e.Type().IsRegular() || filepath.Ext(e.Name()) != ".json" || strings.HasPrefix(e.Name(), claimPrefix) {
 			continue
 		}
-		if info, err := e.Info(); err == nil && info.Size() > MaxSpooledBytes {
-			st.DeadLettered++
-			errs = append(errs, deadLetter(dir, e.Name(), fmt.Errorf("%d bytes, more than any report the core accepts (%d)", info.Size(), MaxSpooledBytes)))
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		s, bad, err := readSpooled(filepath.Join(dir, e.Name()))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("redeliver %s: %w", e.Name(), err))
 			continue
 		}
-		var s Spooled
-		if err := json.Unmarshal(b, &s); err != nil {
-			st.DeadLettered++
-			errs = append(errs, deadLetter(dir, e.Name(), fmt.Errorf("undecodable: %w", err)))
+		if bad != nil {
+			if err := deadLetterBad(dir, e.Name(), st); err != nil {
+				errs = append(errs, err)
+			}
 			continue
 		}
 		if s.SpooledAt.IsZero() { // written by an older hook: start its clock now
@@ -298,6 +408,50 @@ func loadSpool(dir string, now time.Time, st *Stats) ([]spoolItem, []error) {
 		items = append(items, spoolItem{e.Name(), s})
 	}
 	return items, errs
+}
+
+// readSpooled reads one spool file; bad says why no pass could ever
+// deliver it (larger than MaxSpooledBytes, undecodable).
+func readSpooled(path string) (s Spooled, bad, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return s, nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxSpooledBytes+1))
+	if err != nil {
+		return s, nil, err
+	}
+	if len(b) > MaxSpooledBytes {
+		fi, err := f.Stat()
+		if err != nil {
+			return s, nil, err
+		}
+		return s, fmt.Errorf("%d bytes, more than any report the core accepts (%d)", fi.Size(), MaxSpooledBytes), nil
+	}
+	if err := json.Unmarshal(b, &s); err != nil {
+		return s, fmt.Errorf("undecodable: %w", err), nil
+	}
+	return s, nil, nil
+}
+
+// deadLetterBad dead-letters the undeliverable report loadSpool read
+// under name: claimed first and read again, since a hook may have
+// spooled a good report of the run under the name since, which is put
+// back, not dead-lettered.
+func deadLetterBad(dir, name string, st *Stats) error {
+	if err := claim(dir, name); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("redeliver %s: %w", name, err)
+	}
+	_, bad, err := readSpooled(filepath.Join(dir, claimPrefix+name))
+	if err != nil || bad == nil {
+		return errors.Join(err, putBack(dir, name))
+	}
+	st.DeadLettered++
+	return deadLetter(dir, claimPrefix+name, name, bad)
 }
 
 // splitDue separates reports due now from those still backing off, the
@@ -314,35 +468,60 @@ func splitDue(items []spoolItem, now time.Time) (due, waiting []spoolItem) {
 	return due, waiting
 }
 
-// attempt posts one report and acts on the verdict.
+// attempt posts one report and acts on the verdict, on its claimed copy
+// only (claim): a newer report of the run spooled during the post is
+// neither removed nor overwritten, and is delivered by a later pass. It
+// posts what it claimed, which may be newer than what loadSpool read.
 func attempt(ctx context.Context, c Client, dir string, it spoolItem, now time.Time, st *Stats) error {
-	path, s := filepath.Join(dir, it.name), it.s
+	if err := claim(dir, it.name); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil // no longer spooled
+		}
+		return fmt.Errorf("redeliver %s: %w", it.name, err)
+	}
+	claimed := filepath.Join(dir, claimPrefix+it.name)
+	s, bad, err := readSpooled(claimed)
+	if err != nil {
+		return errors.Join(fmt.Errorf("redeliver %s: %w", it.name, err), putBack(dir, it.name))
+	}
+	if bad != nil {
+		st.DeadLettered++
+		return deadLetter(dir, claimPrefix+it.name, it.name, bad)
+	}
+	if s.SpooledAt.IsZero() { // written by an older hook: start its clock now
+		s.SpooledAt = now
+	}
 	postErr := c.Post(ctx, s.JobID, s.Report)
 	switch Decide(postErr, s.SpooledAt, now) {
 	case Delivered:
 		st.Delivered++
-		if err := os.Remove(path); err != nil {
+		if err := os.Remove(claimed); err != nil {
 			return fmt.Errorf("redeliver %s: %w", it.name, err)
 		}
 		return nil
 	case DeadLetter:
 		st.DeadLettered++
-		return deadLetter(dir, it.name, postErr)
+		return deadLetter(dir, claimPrefix+it.name, it.name, postErr)
 	}
 	st.Retrying++
 	s.Attempts++
 	s.NextAttempt = now.Add(Backoff(s.Attempts, rand.Float64()))
 	s.LastError = postErr.Error()
-	return writeSpooled(path, s)
+	if err := writeSpooled(claimed, s); err != nil {
+		// The claim keeps its previous state: put back as it was.
+		return errors.Join(fmt.Errorf("redeliver %s: %w", it.name, err), putBack(dir, it.name))
+	}
+	return putBack(dir, it.name)
 }
 
-// deadLetter moves a report out of the way, keeping it for an operator.
-func deadLetter(dir, name string, why error) error {
+// deadLetter moves the report in file from out of the way, as name in
+// DeadLetterDir, keeping it for an operator.
+func deadLetter(dir, from, name string, why error) error {
 	dead := filepath.Join(dir, DeadLetterDir)
 	if err := os.MkdirAll(dead, 0o700); err != nil {
 		return fmt.Errorf("dead-letter %s: %w", name, err)
 	}
-	if err := os.Rename(filepath.Join(dir, name), filepath.Join(dead, name)); err != nil {
+	if err := os.Rename(filepath.Join(dir, from), filepath.Join(dead, name)); err != nil {
 		return fmt.Errorf("dead-letter %s: %w", name, err)
 	}
 	return fmt.Errorf("outcome %s dead-lettered: %w", name, why)
