@@ -20,14 +20,18 @@ type Service struct {
 	ExitCode   string // $EXIT_CODE: exited, killed, dumped
 	ExitStatus string // $EXIT_STATUS: a number or a signal name
 	OOMKills   int    // oom_kill count of the unit's cgroup, as a second witness
+	// LimitOOMs is the cgroup's own "oom" count: how often the job's
+	// memory limit (MemoryMax=) was reached with nothing left to reclaim.
+	// An OOM kill without it came from outside the job: the node ran out
+	// of memory and the kernel's global OOM killer chose the job.
+	LimitOOMs int
 }
 
-// ServiceFromEnv reads systemd's variables and the cgroup's OOM counter.
+// ServiceFromEnv reads systemd's variables and the cgroup's OOM counters.
 func ServiceFromEnv() Service {
-	return Service{
-		Result: os.Getenv("SERVICE_RESULT"), ExitCode: os.Getenv("EXIT_CODE"),
-		ExitStatus: os.Getenv("EXIT_STATUS"), OOMKills: cgroupOOMKills(),
-	}
+	svc := Service{Result: os.Getenv("SERVICE_RESULT"), ExitCode: os.Getenv("EXIT_CODE"), ExitStatus: os.Getenv("EXIT_STATUS")}
+	svc.LimitOOMs, svc.OOMKills = cgroupOOMs()
+	return svc
 }
 
 // Classify decides what to report, from a record held to systemd's view
@@ -110,6 +114,11 @@ func Classify(svc Service, rec runner.Record, haveRecord bool, now time.Time) (r
 		// from the command's start (a unit whose start timeout also covers
 		// a wait before it, jobspec.Spec.WaitSec).
 		r.Result, r.FailureReason = wire.ResultTimeout, "killed after the job's timeout"
+	case svc.OOMKills > 0 && svc.LimitOOMs == 0 && !rec.OOMKilled && svc.Result != "success":
+		// The kernel killed for memory, but the job never reached its own
+		// limit: the node ran out (other sites, other jobs), and the
+		// global OOM killer chose this run. The platform's.
+		r.Result, r.FailureReason = wire.ResultPlatformError, nodeReason(rec, "killed by the node's OOM killer: the node ran out of memory while the job stayed within its own limit")
 	case svc.Result == "oom-kill" || rec.OOMKilled || (svc.OOMKills > 0 && svc.Result != "success"):
 		r.Result, r.FailureReason = wire.ResultOOM, "killed for exceeding the job's memory limit"
 	case rec.Kind == runner.KindOverlap:
@@ -213,28 +222,42 @@ func commandEnd(rec runner.Record) string {
 	return "status unknown"
 }
 
-// cgroupOOMKills reads oom_kill from the memory.events of the cgroup this
-// process runs in; ExecStopPost runs in the service's own cgroup.
-func cgroupOOMKills() int {
+// cgroupOOMs reads the OOM counters of the cgroup this process runs in;
+// ExecStopPost runs in the service's own cgroup. Zeros when they cannot
+// be read (no memory controller: the runner's watch enforces the limit).
+func cgroupOOMs() (limitOOMs, oomKills int) {
 	b, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
-		return 0
+		return 0, 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		if path, ok := strings.CutPrefix(line, "0::"); ok {
 			ev, err := os.ReadFile("/sys/fs/cgroup" + path + "/memory.events")
 			if err != nil {
-				return 0
+				return 0, 0
 			}
-			for _, l := range strings.Split(string(ev), "\n") {
-				if v, ok := strings.CutPrefix(l, "oom_kill "); ok {
-					n, _ := strconv.Atoi(v)
-					return n
-				}
-			}
+			return parseMemoryEvents(string(ev))
 		}
 	}
-	return 0
+	return 0, 0
+}
+
+// parseMemoryEvents reads "oom" and "oom_kill" from a cgroup v2
+// memory.events. The kernel counts "oom" in the cgroup whose limit was
+// reached (and its ancestors), "oom_kill" in the cgroup of the process
+// any OOM killer chose, the global one included.
+func parseMemoryEvents(text string) (limitOOMs, oomKills int) {
+	for _, l := range strings.Split(text, "\n") {
+		name, v, _ := strings.Cut(l, " ")
+		n, _ := strconv.Atoi(v)
+		switch name {
+		case "oom":
+			limitOOMs = n
+		case "oom_kill":
+			oomKills = n
+		}
+	}
+	return limitOOMs, oomKills
 }
 
 // runnerExited reports whether the runner (the unit's main process) exited

@@ -37,7 +37,12 @@ func TestClassify(t *testing.T) {
 		{"runner killed", Service{Result: "signal", ExitCode: "killed", ExitStatus: "TERM"}, ran(nil, ""), true, "signal"},
 		{"timeout", Service{Result: "timeout", ExitCode: "killed", ExitStatus: "TERM"}, ran(nil, ""), true, "timeout"},
 		{"oom by systemd", Service{Result: "oom-kill", ExitCode: "killed", ExitStatus: "KILL"}, ran(nil, "SIGKILL"), true, "oom"},
-		{"oom by cgroup counter", Service{Result: "exit-code", ExitStatus: "137", OOMKills: 1}, ran(nil, "SIGKILL"), true, "oom"},
+		{"oom by cgroup counter", Service{Result: "exit-code", ExitStatus: "137", OOMKills: 1, LimitOOMs: 1}, ran(nil, "SIGKILL"), true, "oom"},
+		// The kernel's global OOM killer chose the job, which never reached its
+		// own limit (the cgroup counted no "oom"): the node ran out of memory.
+		{"global oom kill", Service{Result: "oom-kill", ExitCode: "killed", ExitStatus: "KILL", OOMKills: 1}, ran(nil, "SIGKILL"), true, "platform_error"},
+		{"global oom kill, the runner exited 137", Service{Result: "exit-code", ExitCode: "exited", ExitStatus: "137", OOMKills: 1}, ran(nil, "SIGKILL"), true, "platform_error"},
+		{"the runner's own memory watch", Service{Result: "exit-code", ExitCode: "exited", ExitStatus: "137"}, func() runner.Record { r := ran(nil, "SIGKILL"); r.OOMKilled = true; return r }(), true, "oom"},
 		{"setup error", Service{Result: "exit-code", ExitStatus: "1"}, runner.Record{Kind: runner.KindSetupError, RunKey: "k", Slot: slot, Reason: "lock dir missing"}, true, "failed"},
 		{"late fire", Service{Result: "success", ExitStatus: "75"}, runner.Record{Kind: runner.KindLateFire, RunKey: "k", Slot: slot}, true, ""},
 		// A node whose clock is known wrong did not contend: no outcome of
@@ -119,6 +124,22 @@ func TestReportFinishesNoEarlierThanItStarts(t *testing.T) {
 		if r.Result != wire.ResultTimeout || r.FinishedAt == nil || !r.FinishedAt.Equal(tt.wantFinish) || !r.StartedAt.Equal(*tt.started) {
 			t.Errorf("%s: %s, started %v, finished %v; want timeout, started %v, finished %v",
 				tt.name, r.Result, r.StartedAt, r.FinishedAt, *tt.started, tt.wantFinish)
+		}
+	}
+}
+
+func TestParseMemoryEvents(t *testing.T) {
+	for _, c := range []struct {
+		text             string
+		limitOOMs, kills int
+	}{
+		{"low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\noom_group_kill 0\n", 1, 1},
+		{"low 0\nhigh 0\nmax 0\noom 0\noom_kill 2\n", 0, 2}, // the global OOM killer's
+		{"", 0, 0},
+		{"oom_kill x\noom\n", 0, 0},
+	} {
+		if l, k := parseMemoryEvents(c.text); l != c.limitOOMs || k != c.kills {
+			t.Errorf("%q: oom %d oom_kill %d, want %d %d", c.text, l, k, c.limitOOMs, c.kills)
 		}
 	}
 }

@@ -47,7 +47,7 @@ func TestClassifyOverlapPolicies(t *testing.T) {
 			ran(func(r *runner.Record) { r.SupersededBy = &next }), wire.ResultTimeout},
 		{"superseded, but the kernel's OOM kill ended it", Service{Result: "oom-kill", ExitCode: "killed", ExitStatus: "KILL"},
 			ran(func(r *runner.Record) { r.Signal, r.SupersededBy = "SIGKILL", &next }), wire.ResultOOM},
-		{"superseded, OOM kills in the cgroup", Service{Result: "exit-code", ExitCode: "exited", ExitStatus: "137", OOMKills: 1},
+		{"superseded, OOM kills in the cgroup", Service{Result: "exit-code", ExitCode: "exited", ExitStatus: "137", OOMKills: 1, LimitOOMs: 1},
 			ran(func(r *runner.Record) { r.Signal, r.SupersededBy = "SIGKILL", &next }), wire.ResultOOM},
 		{"superseded and timed out (a rewrite: the runner records one)", Service{Result: "exit-code", ExitCode: "exited", ExitStatus: "143"},
 			ran(func(r *runner.Record) { r.Signal, r.TimedOut, r.SupersededBy = "SIGTERM", true, &next }), wire.ResultTimeout},
