@@ -405,3 +405,43 @@ func TestRetryIsQueuedWithItsFailureOrNotAtAll(t *testing.T) {
 		t.Errorf("%d superseded runs, want the failed attempt", n)
 	}
 }
+
+// A retry in flight at the disable (its failed attempt superseded, so it
+// counted nothing towards the trip) lifts nothing when its late success
+// arrives, whether or not the housekeeper made the attempt count again
+// after the trip (its report held in a node's spool): the trip stands
+// without that attempt (recountCause.TripsWithout), so the report only
+// arrived late, as any run in flight at the disable may.
+func TestLateRetryOfARunInFlightAtTheDisableDoesNotLiftIt(t *testing.T) {
+	for _, resolved := range []bool{false, true} {
+		f := newFixture(t)
+		j := f.retryJob(1, 2) // daily at 00:00, 1 retry, max_failures 2
+		slot := time.Now().UTC().Truncate(24 * time.Hour)
+		// A run-now an hour before the slot fails: 1.
+		if res := f.attempt(j, runkey.Manual(j.ID, "5"), slot.Add(-time.Hour), wire.ResultExitCode); res.Job.ConsecutiveFailures != 1 {
+			t.Fatalf("first failure: %+v", res.Job)
+		}
+		// The slot's attempt 1 fails: its retry is queued, it counts nothing.
+		if res := f.attempt(j, runkey.Scheduled(j.ID, slot), slot, wire.ResultExitCode); res.Retry == "" || res.Job.ConsecutiveFailures != 1 {
+			t.Fatalf("attempt 1: %+v", res)
+		}
+		// A run-now after the slot fails: 2 = max_failures, the job trips.
+		// The retry (attempt 2) runs meanwhile; its report is spooled.
+		if res := f.attempt(j, runkey.Manual(j.ID, "6"), time.Now().UTC(), wire.ResultExitCode); !res.AutoDisabled {
+			t.Fatalf("precondition: trip on the two run-now failures: %+v", res.Job)
+		}
+		if resolved {
+			// The housekeeper, after the trip: the retry is overdue.
+			if n, err := f.st.ResolveDroppedRetries(context.Background(), time.Now().Add(time.Minute+store.RetryGrace+2*time.Minute), store.RetryGrace); err != nil || n != 1 {
+				t.Fatalf("resolved %d (%v)", n, err)
+			}
+		}
+		// The retry's success arrives.
+		res := f.attempt(j, runkey.Retry(j.ID, slot, 2), slot, wire.ResultSuccess)
+		got := f.get(j.ID)
+		if res.Reenabled || got.Status != wire.StatusAutoDisabled {
+			t.Errorf("housekeeper resolved the attempt after the trip: %v; the late report of a retry in flight at the disable lifted it: %s, reenabled %v, %d failures",
+				resolved, got.Status, res.Reenabled, got.ConsecutiveFailures)
+		}
+	}
+}
