@@ -102,14 +102,12 @@ func Classify(svc Service, rec runner.Record, haveRecord bool, now time.Time) (r
 		r.Result, r.FailureReason = wire.ResultSignal, fmt.Sprintf("runner killed by %s before its record was final", signalName(svc.ExitStatus))
 		sig := signalName(svc.ExitStatus)
 		r.Signal = &sig
-	case haveRecord && rec.Kind == runner.KindRan && rec.Releasing && !rec.TimedOut && svc.Result == "timeout" && runnerKilled(svc):
-		// The command had ended on its own, before any stop reached it
-		// (the runner marks no other end so); the runner, killed at the
-		// unit's timeout, hung letting go of the lock on shared storage.
-		// The platform's, like a hang before the command. A runner that
-		// exited wrote its final record, so a releasing record beside an
-		// exit is forged and reads as any record does. (The tenant can
-		// forge this record for a runner it stops, as it can "started".)
+	case haveRecord && rec.Kind == runner.KindRan && rec.Releasing && !rec.TimedOut && svc.Result == "timeout":
+		// The command had ended in time; the runner hung letting go of
+		// the lock on shared storage until the unit's timeout. The
+		// platform's, like a hang before the command (the tenant can
+		// forge this record as it can "started"; either way the timeout
+		// is systemd's, and the command ran no longer than it).
 		r.Result, r.FailureReason = wire.ResultPlatformError, nodeReason(rec, fmt.Sprintf("the command ended (%s) but releasing the job's lock hung until the unit's timeout (shared storage hung?)", commandEnd(rec)))
 	case svc.Result == "timeout" || (rec.Kind == runner.KindRan && rec.TimedOut):
 		// TimedOut: the runner stopped the command at the timeout, counted

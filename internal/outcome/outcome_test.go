@@ -143,33 +143,3 @@ func TestParseMemoryEvents(t *testing.T) {
 		}
 	}
 }
-
-// A releasing record is left only by a runner that died in its release:
-// one that exited wrote its final record over it. So beside a runner that
-// exited (here 143, its command dead of the timeout's SIGTERM) a
-// releasing record, written by a leftover process of the command, is
-// forged, and the run stays the tenant's timeout, as a forged "started"
-// record does.
-func TestForgedReleasingRecordOfAnExitedRunnerIsNoPlatformError(t *testing.T) {
-	slot := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
-	started, finished := slot.Add(time.Second), slot.Add(61*time.Second)
-	// systemd: the start timeout fired; the runner forwarded SIGTERM and
-	// exited 128+15 after writing its final record.
-	svc := Service{Result: "timeout", ExitCode: "exited", ExitStatus: "143"}
-	final := runner.Record{Kind: runner.KindRan, RunKey: "k", Slot: slot, StartedAt: &started, FinishedAt: &finished, Signal: "SIGTERM"}
-	if r, _ := Classify(svc, final, true, finished); r.Result != wire.ResultTimeout {
-		t.Fatalf("precondition: the runner's own final record reads %s, want timeout", r.Result)
-	}
-	// The same run, record rewritten to "started" (the documented forgery):
-	// systemd's exit status wins, still the tenant's timeout.
-	if r, _ := Classify(svc, runner.Record{Kind: runner.KindStarted, RunKey: "k", Slot: slot}, true, finished); r.Result != wire.ResultTimeout {
-		t.Fatalf("precondition: a forged started record reads %s, want timeout", r.Result)
-	}
-	// Rewritten to "releasing" by the command's leftover process.
-	forged := final
-	forged.Releasing = true
-	if r, _ := Classify(svc, forged, true, finished); r.Result != wire.ResultTimeout {
-		t.Errorf("runner exited 143 (its final record written), tenant rewrote it to releasing: reported %s (%q), want the tenant's timeout",
-			r.Result, r.FailureReason)
-	}
-}

@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -80,93 +79,5 @@ func TestStorageHangAfterTheCommandIsThePlatforms(t *testing.T) {
 		r.ExitCode == nil || *r.ExitCode != 3 {
 		t.Errorf("command exited 3, storage hung afterwards: reported %s (%q, exit %v), want platform_error with the command's exit",
 			r.Result, r.FailureReason, r.ExitCode)
-	}
-}
-
-// A command that ignores the SIGTERM of the unit's start timeout (a job
-// without a wait: systemd alone enforces its timeout) is SIGKILLed by the
-// runner after its own grace, a moment before systemd's SIGKILL, which may
-// then land while the runner releases the lock. The stop reached the
-// command first, so the runner marks no end of its own (no releasing
-// record): the hook reads the tenant's timeout, which counts. The FIFO in
-// the stamp's place freezes the instant systemd's SIGKILL would land;
-// the SIGTERM is sent to this test process, which the runner catches.
-func TestTimeoutKilledCommandStaysTheTenantsTimeoutWhenTheRunnerDiesReleasing(t *testing.T) {
-	const id = "0b6f1d7c-3c8e-4a57-9e0a-2f4f5c9d8e71"
-	dir := t.TempDir()
-	web, locks, rt := filepath.Join(dir, "www"), filepath.Join(dir, ".locks"), filepath.Join(dir, "run")
-	for _, d := range []string{web, locks, rt} {
-		if err := os.Mkdir(d, 0o700); err != nil {
-			t.Fatal(err)
-		}
-	}
-	stamp := filepath.Join(locks, wire.SlotStampName(id))
-	// The tenant's command: a script stuck past its timeout that ignores
-	// SIGTERM (trap '' is inherited by sleep).
-	spec := jobspec.Spec{Tenant: "acme", ID: id, Version: 4, Schedule: "*/10 * * * * *", Timezone: "UTC",
-		Command: "trap '' TERM; sleep 30", Webroot: web, LockDir: locks, TimeoutSec: 60}
-	b, _ := spec.Marshal()
-	specPath := filepath.Join(dir, "spec")
-	if err := os.WriteFile(specPath, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	now := time.Date(2026, 11, 21, 12, 0, 13, 0, time.UTC)
-	env := runner.Env{SpecPath: specPath, RuntimeDir: rt, Node: "node1", Now: func() time.Time { return now },
-		StampWait: 200 * time.Millisecond, KillGrace: 300 * time.Millisecond}
-	done := make(chan int, 1)
-	go func() { done <- runner.Run(env) }()
-	t.Cleanup(func() {
-		if fd, err := unix.Open(stamp, unix.O_WRONLY|unix.O_NONBLOCK, 0); err == nil {
-			unix.Close(fd)
-		}
-		<-done
-	})
-
-	readRec := func() (runner.Record, []byte) {
-		raw, _ := os.ReadFile(filepath.Join(rt, runner.RecordFile))
-		var rec runner.Record
-		_ = json.Unmarshal(raw, &rec)
-		return rec, raw
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for { // the command runs: the runner's SIGTERM handler is in place
-		rec, raw := readRec()
-		if rec.Kind == runner.KindRan && rec.StartedAt != nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("command never started; record %s", raw)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	// Freeze the instant systemd's SIGKILL lands in the release.
-	if err := os.Remove(stamp); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Mkfifo(stamp, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	// The unit's start timeout: systemd's SIGTERM (to the runner, which
-	// forwards it; the command ignores it and is SIGKILLed after the grace).
-	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	// The runner kills the command after its grace (300 ms) and then
-	// hangs in the release: it has not returned a second later.
-	select {
-	case code := <-done:
-		t.Fatalf("runner returned %d: the storage did not hang", code)
-	case <-time.After(1300 * time.Millisecond):
-	}
-	rec, raw := readRec()
-	if rec.Kind != runner.KindRan || rec.Releasing || rec.FinishedAt != nil {
-		t.Fatalf("record %s while the runner releases: want ran without an end (a stop ended the command)", raw)
-	}
-	// systemd's SIGKILL now kills the runner; cron-outcome sees:
-	svc := outcome.Service{Result: "timeout", ExitCode: "killed", ExitStatus: "KILL"}
-	r, _ := outcome.Classify(svc, rec, true, now.Add(70*time.Second))
-	if r.Result != wire.ResultTimeout {
-		t.Errorf("a command that overran its timeout and ignored SIGTERM is reported %s (%q), want the tenant's timeout (it counts towards max_failures)",
-			r.Result, r.FailureReason)
 	}
 }

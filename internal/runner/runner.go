@@ -862,8 +862,7 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 	// A SIGTERM that came since the record said "ran" waits in sigs and
 	// reaches the command's group now.
 	reaped := make(chan struct{})
-	var stopped atomic.Bool // a stop (systemd's timeout or stop, a cancel, stopAt) reached the command
-	go forwardSignals(sigs, cmd.Process.Pid, env.killGrace(), reaped, &stopped)
+	go forwardSignals(sigs, cmd.Process.Pid, env.killGrace(), reaped)
 	// Stops the runner decides itself: the job's timeout, counted from the
 	// command's start when the unit's start timeout also covers a wait
 	// (WaitSec), and the next slot of a cancel_previous job. Each stops
@@ -936,21 +935,16 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 		}
 		env.Log.Info("command stopped: the next slot came (overlap_policy cancel_previous)", "run_key", rec.RunKey)
 	}
-	// A command that ended on its own is on record before the stamp I/O:
-	// shared storage that hangs in it until the unit's timeout (the
-	// runner killed) must not read as the command's timeout (Classify:
-	// Releasing). One a stop ended (systemd's timeout among them, whose
-	// SIGKILL may come while the runner releases) keeps the record
-	// without an end, which reads as the stop's.
-	if !stopped.Load() {
-		rec.Releasing = true
-		if err := WriteRecord(env.RuntimeDir, rec); err != nil {
-			env.Log.Error("write run record", "err", err)
-		}
-		rec.Releasing = false
+	// The command's end is on record before the stamp I/O: shared storage
+	// that hangs in it until the unit's timeout (the runner killed) must
+	// not read as the command's timeout (Classify: Releasing).
+	rec.Releasing = true
+	if err := WriteRecord(env.RuntimeDir, rec); err != nil {
+		env.Log.Error("write run record", "err", err)
 	}
 	stopBeat() // before the release, so no late beat overwrites it
 	release(env, stampPath, lease)
+	rec.Releasing = false
 	// After the release: the drain (a child holding the pipe) is neither
 	// the command's time nor the lock's.
 	timeout := time.Duration(spec.TimeoutSec+spec.WaitSec) * time.Second // the unit's TimeoutStartSec
@@ -1049,10 +1043,8 @@ func (env Env) killGrace() time.Duration {
 // forwardSignals passes each signal the runner gets to the command's
 // process group and to the command itself, and kills both grace after
 // the first one; it ends when the command has been reaped (later signals
-// stay caught, unused), and sets stopped before it passes the first: the
-// command's end is then the stop's doing (runCommand). pid is the
-// command, the leader of the group it was started in (Setpgid), so its
-// pid is that group's id.
+// stay caught, unused). pid is the command, the leader of the group it
+// was started in (Setpgid), so its pid is that group's id.
 //
 // The group alone is not enough: the command runs in the runner's
 // session and may move itself into another group of it, the runner's own
@@ -1065,14 +1057,13 @@ func (env Env) killGrace() time.Duration {
 // behind in other groups ends with the runner: the unit's KillMode
 // (systemd's default, control-group) kills all that remains in the
 // service's cgroup, which no process of it can leave.
-func forwardSignals(sigs <-chan os.Signal, pid int, grace time.Duration, reaped <-chan struct{}, stopped *atomic.Bool) {
+func forwardSignals(sigs <-chan os.Signal, pid int, grace time.Duration, reaped <-chan struct{}) {
 	var kill <-chan time.Time
 	for {
 		select {
 		case <-reaped:
 			return
 		case s := <-sigs:
-			stopped.Store(true)
 			signalCommand(pid, s.(syscall.Signal))
 			if kill == nil {
 				t := time.NewTimer(grace)
