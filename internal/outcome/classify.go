@@ -102,13 +102,6 @@ func Classify(svc Service, rec runner.Record, haveRecord bool, now time.Time) (r
 		r.Result, r.FailureReason = wire.ResultSignal, fmt.Sprintf("runner killed by %s before its record was final", signalName(svc.ExitStatus))
 		sig := signalName(svc.ExitStatus)
 		r.Signal = &sig
-	case haveRecord && rec.Kind == runner.KindRan && rec.Releasing && !rec.TimedOut && svc.Result == "timeout":
-		// The command had ended in time; the runner hung letting go of
-		// the lock on shared storage until the unit's timeout. The
-		// platform's, like a hang before the command (the tenant can
-		// forge this record as it can "started"; either way the timeout
-		// is systemd's, and the command ran no longer than it).
-		r.Result, r.FailureReason = wire.ResultPlatformError, nodeReason(rec, fmt.Sprintf("the command ended (%s) but releasing the job's lock hung until the unit's timeout (shared storage hung?)", commandEnd(rec)))
 	case svc.Result == "timeout" || (rec.Kind == runner.KindRan && rec.TimedOut):
 		// TimedOut: the runner stopped the command at the timeout, counted
 		// from the command's start (a unit whose start timeout also covers
@@ -209,17 +202,6 @@ func nodeReason(rec runner.Record, why string) string {
 		return why
 	}
 	return "node " + rec.Node + ": " + why
-}
-
-// commandEnd says how a record's command ended, for a reason.
-func commandEnd(rec runner.Record) string {
-	switch {
-	case rec.Signal != "":
-		return "killed by " + rec.Signal
-	case rec.ExitCode != nil:
-		return "exit status " + strconv.Itoa(*rec.ExitCode)
-	}
-	return "status unknown"
 }
 
 // cgroupOOMs reads the OOM counters of the cgroup this process runs in;

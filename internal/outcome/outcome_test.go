@@ -16,10 +16,6 @@ func TestClassify(t *testing.T) {
 	ran := func(code *int, sig string) runner.Record {
 		return runner.Record{Kind: runner.KindRan, RunKey: "k", Slot: slot, StartedAt: &started, ExitCode: code, Signal: sig}
 	}
-	releasing := func(rec runner.Record, timedOut bool) runner.Record {
-		rec.Releasing, rec.TimedOut = true, timedOut
-		return rec
-	}
 	tests := []struct {
 		name       string
 		svc        Service
@@ -58,13 +54,6 @@ func TestClassify(t *testing.T) {
 		// platform error.
 		{"runner killed before its record was final", Service{Result: "signal", ExitCode: "killed", ExitStatus: "KILL"}, runner.Record{Kind: runner.KindStarted, RunKey: "k", Slot: slot}, true, "signal"},
 		{"runner killed by SIGHUP, systemd says success", Service{Result: "success", ExitCode: "killed", ExitStatus: "HUP"}, ran(new(int), ""), true, "signal"},
-		// The command ended; shared storage hung the release until the
-		// unit's timeout: the platform's. A final record never says
-		// releasing; a command the runner stopped at its timeout is the
-		// tenant's timeout whatever came after.
-		{"release hung after the command", Service{Result: "timeout", ExitCode: "killed", ExitStatus: "KILL"}, releasing(ran(new(int), ""), false), true, "platform_error"},
-		{"release hung after the command's timeout", Service{Result: "timeout", ExitCode: "killed", ExitStatus: "KILL"}, releasing(ran(nil, "SIGTERM"), true), true, "timeout"},
-		{"releasing, the runner killed by another signal", Service{Result: "signal", ExitCode: "killed", ExitStatus: "TERM"}, releasing(ran(new(int), ""), false), true, "signal"},
 		{"no record, unit never started", Service{Result: "exit-code", ExitCode: "exited", ExitStatus: "243"}, runner.Record{RunKey: "k", Slot: slot}, false, "failed"},
 	}
 	for _, tt := range tests {

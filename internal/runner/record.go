@@ -97,11 +97,6 @@ type Record struct {
 	// SupersededBy is the slot whose coming stopped this run
 	// (overlap_policy cancel_previous): reported cancelled, not failed.
 	SupersededBy *time.Time `json:"superseded_by,omitempty"`
-	// Releasing: the command has ended (its exit, signal and finish are
-	// above) and the runner is letting go of the job's lock on shared
-	// storage; a final record never says it. A runner the unit's timeout
-	// killed here was held by the storage, not by the command.
-	Releasing bool `json:"releasing,omitempty"`
 }
 
 // RecordFile is the record's name in the service's runtime directory.

@@ -898,11 +898,21 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 	// reused, and the stamp I/O below may take long on shared storage.
 	close(reaped)
 	close(done)
+	stopBeat() // before the release, so no late beat overwrites it
+	release(env, stampPath, lease)
 	if oom != nil {
 		rec.OOMKilled = <-oom // the watch answers as soon as done is closed
 	}
 	finished := env.Now().UTC()
 	rec.FinishedAt = &finished
+	// After the finish: the drain (a child holding the pipe) is not the
+	// command's time.
+	timeout := time.Duration(spec.TimeoutSec+spec.WaitSec) * time.Second // the unit's TimeoutStartSec
+	tail, truncated, droppedBytes := output.stop(outR, func(t time.Time) time.Time {
+		return drainBound(t, env.Started, timeout)
+	})
+	rec.OutputTail, rec.OutputTruncated, rec.OutputDroppedBytes = &tail, truncated, droppedBytes
+	rec.CPUSeconds, rec.PeakMemoryBytes = usage(cmd.ProcessState)
 	code := 0
 	var exitErr *exec.ExitError
 	switch {
@@ -916,8 +926,6 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 			code = ws.ExitStatus()
 		}
 	default:
-		stopBeat()
-		release(env, stampPath, lease)
 		return setupError(env, rec, fmt.Errorf("wait for command: %w", err))
 	}
 	if rec.Signal == "" {
@@ -935,24 +943,6 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 		}
 		env.Log.Info("command stopped: the next slot came (overlap_policy cancel_previous)", "run_key", rec.RunKey)
 	}
-	// The command's end is on record before the stamp I/O: shared storage
-	// that hangs in it until the unit's timeout (the runner killed) must
-	// not read as the command's timeout (Classify: Releasing).
-	rec.Releasing = true
-	if err := WriteRecord(env.RuntimeDir, rec); err != nil {
-		env.Log.Error("write run record", "err", err)
-	}
-	stopBeat() // before the release, so no late beat overwrites it
-	release(env, stampPath, lease)
-	rec.Releasing = false
-	// After the release: the drain (a child holding the pipe) is neither
-	// the command's time nor the lock's.
-	timeout := time.Duration(spec.TimeoutSec+spec.WaitSec) * time.Second // the unit's TimeoutStartSec
-	tail, truncated, droppedBytes := output.stop(outR, func(t time.Time) time.Time {
-		return drainBound(t, env.Started, timeout)
-	})
-	rec.OutputTail, rec.OutputTruncated, rec.OutputDroppedBytes = &tail, truncated, droppedBytes
-	rec.CPUSeconds, rec.PeakMemoryBytes = usage(cmd.ProcessState)
 	if code == ExitSkip || code == ExitPlatformError {
 		// The command's own 75 must not read as lock contention, nor its
 		// 76 as a platform error.
