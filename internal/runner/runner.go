@@ -898,16 +898,15 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 	// reused, and the stamp I/O below may take long on shared storage.
 	close(reaped)
 	close(done)
-	stopBeat() // before the release, so no late beat overwrites it
-	release(env, stampPath, lease)
+	finished := env.Now().UTC() // the command's end; the lock's release below is not its time
+	timeout := time.Duration(spec.TimeoutSec+spec.WaitSec) * time.Second // the unit's TimeoutStartSec
+	releaseWithin(env, stopBeat, stampPath, lease, env.Started, timeout)
 	if oom != nil {
 		rec.OOMKilled = <-oom // the watch answers as soon as done is closed
 	}
-	finished := env.Now().UTC()
 	rec.FinishedAt = &finished
 	// After the finish: the drain (a child holding the pipe) is not the
 	// command's time.
-	timeout := time.Duration(spec.TimeoutSec+spec.WaitSec) * time.Second // the unit's TimeoutStartSec
 	tail, truncated, droppedBytes := output.stop(outR, func(t time.Time) time.Time {
 		return drainBound(t, env.Started, timeout)
 	})
@@ -979,6 +978,38 @@ func stopAt(now func() time.Time, poll time.Duration, at time.Time, why int32, c
 	select {
 	case sigs <- syscall.SIGTERM:
 	default: // a signal is pending already: it stops the command the same way
+	}
+}
+
+// releaseWithin stops the lease's heartbeat and releases the lease (in
+// that order, so no late beat overwrites the release), waiting for them
+// no longer than drainBound allows (timeoutMargin before the unit's start
+// timeout; for ever when timeout is 0, an older agent's spec). Shared
+// storage that hangs after the command has ended (an MDS failover, a
+// client eviction) would otherwise hold the runner until systemd's
+// timeout kills it, before it writes the command's result: the hook would
+// report the tenant's timeout for a command that ended in time. Past the
+// bound the runner goes on without the release, which is left behind
+// (the process ends soon after): the lease then reads as a holder that
+// stopped heart-beating once its TTL has passed, as after a crash.
+func releaseWithin(env Env, stopBeat func(), stampPath string, lease Stamp, started time.Time, timeout time.Duration) {
+	released := make(chan struct{})
+	go func() {
+		defer close(released)
+		stopBeat()
+		release(env, stampPath, lease)
+	}()
+	if timeout <= 0 {
+		<-released
+		return
+	}
+	t := time.NewTimer(time.Until(drainBound(started.Add(timeout), started, timeout)))
+	defer t.Stop()
+	select {
+	case <-released:
+	case <-t.C:
+		env.Log.Warn("releasing the job's lock on shared storage did not end in time: the run ends without it (shared storage hung?)",
+			"run_key", lease.RunKey, "stamp", stampPath)
 	}
 }
 
