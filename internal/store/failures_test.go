@@ -1,7 +1,6 @@
 package store
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/hostcron/hostcron/internal/wire"
@@ -116,10 +115,6 @@ func TestDecideRecount(t *testing.T) {
 	}{
 		{"replacement broke the streak: lifts", autoDisabled, []wire.Result{ok, exit}, replaced(ok), 1, liftAutoDisable},
 		{"late retry success took its attempt out: lifts", autoDisabled, []wire.Result{ok, exit}, uncounted(ok), 1, liftAutoDisable},
-		{"late retry success, but the trip stands without it (it was in flight at the disable): nothing lifts", autoDisabled, []wire.Result{ok, exit},
-			recountCause{Result: ok, Uncounted: true, TripsWithout: true}, 1, keepState},
-		{"a replacement lifts whatever the trip check", autoDisabled, []wire.Result{ok, exit},
-			recountCause{Result: ok, Replaced: true, TripsWithout: true}, 1, liftAutoDisable},
 		{"late retry success, count still at the threshold", job(false, wire.StatusAutoDisabled, 2, 3), []wire.Result{ok, exit, exit}, uncounted(ok), 2, keepState},
 		{"late retry success, count did not fall (a success since)", job(false, wire.StatusAutoDisabled, 2, 0), []wire.Result{ok}, uncounted(ok), 0, keepState},
 		{"late retry failure never lifts", autoDisabled, []wire.Result{exit, exit}, uncounted(exit), 2, keepState},
@@ -210,13 +205,5 @@ func TestRearms(t *testing.T) {
 				t.Errorf("got %v, want %v", got, tc.want)
 			}
 		})
-	}
-}
-
-// The recount without a run leaves it out of both its reads: the runs
-// counted and the newest success they start from.
-func TestRecountWithoutLeavesTheRunOutOfBothReads(t *testing.T) {
-	if n := strings.Count(recountWithoutSQL, "id <> $5"); n != 2 || strings.Count(recountSQL, "AND NOT superseded") != 2 {
-		t.Errorf("recountWithoutSQL leaves the run out of %d reads, want 2:\n%s", n, recountWithoutSQL)
 	}
 }

@@ -228,15 +228,7 @@ func recordOneOutcome(ctx context.Context, tx pgx.Tx, node Node, jobID string, o
 		}
 	}
 	run := LastRun{ID: runID, At: o.ScheduledAt, Result: o.Result, FailureReason: o.FailureReason}
-	cause := recountCause{Result: o.Result, Replaced: res.Replaced, Uncounted: uncounted}
-	if cause.needsTripCheck(job) { // rare: a late retry's report of an auto-disabled job
-		without, err := readRecountWithout(ctx, tx, job.ID, runID)
-		if err != nil {
-			return res, err
-		}
-		_, cause.TripsWithout = CountFailures(without, job.MaxFailures)
-	}
-	failures, st := decideRecount(job, results, cause)
+	failures, st := decideRecount(job, results, recountCause{Result: o.Result, Replaced: res.Replaced, Uncounted: uncounted})
 	res.AutoDisabled, res.Reenabled = st == tripAutoDisable, st == liftAutoDisable
 	if st != keepState {
 		// A trip or a lift (rare) bumps the version the event and the
@@ -355,20 +347,6 @@ func readRecount(ctx context.Context, tx pgx.Tx, jobID string) ([]wire.Result, e
 	results, err := pgx.CollectRows(rows, pgx.RowTo[wire.Result])
 	return results, wrap(err, "recount failures")
 }
-
-// readRecountWithout is readRecount without the run runID: the history
-// as it stood before that run was written (recountCause.TripsWithout).
-func readRecountWithout(ctx context.Context, tx pgx.Tx, jobID string, runID int64) ([]wire.Result, error) {
-	rows, err := tx.Query(ctx, recountWithoutSQL, jobID, countedResults(), recentRuns, uncountedTriggers, runID)
-	if err != nil {
-		return nil, fmt.Errorf("recount failures without run %d: %w", runID, err)
-	}
-	results, err := pgx.CollectRows(rows, pgx.RowTo[wire.Result])
-	return results, wrap(err, "recount failures without a run")
-}
-
-// recountWithoutSQL is recountSQL that leaves out the run $5.
-var recountWithoutSQL = strings.ReplaceAll(recountSQL, "AND NOT superseded", "AND NOT superseded AND id <> $5")
 
 // mayRetry tells whether recording o may queue or end a retry: its job
 // retries failed runs, or o is a retry's outcome (whose job may have
@@ -711,29 +689,13 @@ type recountCause struct {
 	// settleSQL). No other outcome takes a counted record out of the
 	// count: a replacement replaces a record that counted nothing.
 	Uncounted bool
-	// TripsWithout: the history without this outcome's run (and so
-	// without the attempt it took out) still reaches max_failures. The
-	// trip then never needed that attempt (the housekeeper made it count
-	// only after the trip, or other failures sufficed): this run was
-	// merely in flight at the disable, and lifts nothing, whenever the
-	// housekeeper happened to look. Read only when it matters
-	// (needsTripCheck).
-	TripsWithout bool
 }
 
 // corrects reports whether the outcome corrected the job's history
-// (decideAutoDisable): it replaced a record, or took out of the count an
-// attempt the trip needed, and is no failure (a failure never breaks a
-// streak).
+// (decideAutoDisable): it replaced a record or took one out of the
+// count, and is no failure (a failure never breaks a streak).
 func (c recountCause) corrects() bool {
-	return (c.Replaced || (c.Uncounted && !c.TripsWithout)) && !IsFailure(c.Result)
-}
-
-// needsTripCheck tells whether TripsWithout can decide anything for an
-// outcome of job: one that took an attempt out of the count (and
-// replaced nothing), is no failure, of an auto-disabled job.
-func (c recountCause) needsTripCheck(job CronJob) bool {
-	return c.Uncounted && !c.Replaced && !IsFailure(c.Result) && job.Status == wire.StatusAutoDisabled
+	return (c.Replaced || c.Uncounted) && !IsFailure(c.Result)
 }
 
 // decideRecount turns a job's recent counted results (recountSQL) into its
