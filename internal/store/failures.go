@@ -48,16 +48,14 @@ const (
 
 // decideAutoDisable turns a recount into a state change. A job trips once
 // (an auto-disabled, disabled or deleting job stays as it is). Only a
-// recount after a correction of the history that broke the streak
-// (corrected: decideRecount) lifts an auto-disable, and only an
-// auto-disable (a job the tenant or an operator disabled stays so): an
-// outcome that merely arrives after the disable (a run still in flight)
-// never does, so otherwise only enable and retry lift it.
-func decideAutoDisable(j CronJob, disable, corrected bool) autoDisableStep {
+// recount after a replaced record lifts an auto-disable: an outcome that
+// merely arrives after the disable (a run still in flight) never does, so
+// otherwise only enable and retry lift it.
+func decideAutoDisable(j CronJob, disable, replaced bool) autoDisableStep {
 	switch {
 	case disable && j.Enabled && j.Status != wire.StatusAutoDisabled && j.Status != wire.StatusDeleting:
 		return tripAutoDisable
-	case !disable && corrected && j.Status == wire.StatusAutoDisabled:
+	case !disable && replaced && j.Status == wire.StatusAutoDisabled:
 		return liftAutoDisable
 	}
 	return keepState

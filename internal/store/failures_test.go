@@ -70,10 +70,10 @@ func TestDecideAutoDisable(t *testing.T) {
 		return CronJob{JobFields: JobFields{Enabled: enabled}, Status: st}
 	}
 	for _, tc := range []struct {
-		name               string
-		job                CronJob
-		disable, corrected bool
-		want               autoDisableStep
+		name              string
+		job               CronJob
+		disable, replaced bool
+		want              autoDisableStep
 	}{
 		{"threshold reached trips", job(true, wire.StatusActive), true, false, tripAutoDisable},
 		{"threshold reached while pending trips", job(true, wire.StatusPending), true, false, tripAutoDisable},
@@ -87,52 +87,8 @@ func TestDecideAutoDisable(t *testing.T) {
 		{"replacement on a tenant-disabled job does not enable", job(false, wire.StatusDisabled), false, true, keepState},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := decideAutoDisable(tc.job, tc.disable, tc.corrected); got != tc.want {
+			if got := decideAutoDisable(tc.job, tc.disable, tc.replaced); got != tc.want {
 				t.Errorf("got %d, want %d", got, tc.want)
-			}
-		})
-	}
-}
-
-// decideRecount lifts an auto-disable only after a correction of the
-// history (a replaced record, or a late retry report that took its
-// resolved attempt out of the count) that is no failure, broke the
-// streak (the count fell) and left it below max_failures.
-func TestDecideRecount(t *testing.T) {
-	job := func(enabled bool, st wire.Status, maxFailures, counter int) CronJob {
-		return CronJob{JobFields: JobFields{Enabled: enabled, MaxFailures: maxFailures}, Status: st, ConsecutiveFailures: counter}
-	}
-	autoDisabled := job(false, wire.StatusAutoDisabled, 2, 2)
-	replaced := func(r wire.Result) recountCause { return recountCause{Result: r, Replaced: true} }
-	uncounted := func(r wire.Result) recountCause { return recountCause{Result: r, Uncounted: true} }
-	for _, tc := range []struct {
-		name     string
-		job      CronJob
-		results  []wire.Result
-		cause    recountCause
-		failures int
-		want     autoDisableStep
-	}{
-		{"replacement broke the streak: lifts", autoDisabled, []wire.Result{ok, exit}, replaced(ok), 1, liftAutoDisable},
-		{"late retry success took its attempt out: lifts", autoDisabled, []wire.Result{ok, exit}, uncounted(ok), 1, liftAutoDisable},
-		{"late retry success, count still at the threshold", job(false, wire.StatusAutoDisabled, 2, 3), []wire.Result{ok, exit, exit}, uncounted(ok), 2, keepState},
-		{"late retry success, count did not fall (a success since)", job(false, wire.StatusAutoDisabled, 2, 0), []wire.Result{ok}, uncounted(ok), 0, keepState},
-		{"late retry failure never lifts", autoDisabled, []wire.Result{exit, exit}, uncounted(exit), 2, keepState},
-		{"a failure never lifts, even were the count to fall", autoDisabled, []wire.Result{exit}, uncounted(exit), 1, keepState},
-		{"a replacing failure never lifts", autoDisabled, []wire.Result{exit}, replaced(tmo), 1, keepState},
-		{"in flight, no correction: the count falls, nothing lifts", autoDisabled, []wire.Result{ok, exit}, recountCause{Result: ok}, 1, keepState},
-		{"threshold raised while disabled, nothing fell", job(false, wire.StatusAutoDisabled, 5, 2), []wire.Result{exit, exit}, replaced(exit), 2, keepState},
-		{"threshold raised while disabled, a late success broke the streak: lifts as a replacement does", job(false, wire.StatusAutoDisabled, 5, 2), []wire.Result{ok, exit}, uncounted(ok), 1, liftAutoDisable},
-		{"tenant-disabled stays", job(false, wire.StatusDisabled, 2, 2), []wire.Result{ok, exit}, uncounted(ok), 1, keepState},
-		{"tenant disable not yet confirmed stays", job(false, wire.StatusPending, 2, 2), []wire.Result{ok, exit}, uncounted(ok), 1, keepState},
-		{"deleting stays", job(false, wire.StatusDeleting, 2, 2), []wire.Result{ok, exit}, uncounted(ok), 1, keepState},
-		{"enabled job: nothing to lift", job(true, wire.StatusActive, 2, 1), []wire.Result{ok}, uncounted(ok), 0, keepState},
-		{"late retry failure at the threshold of an enabled job trips", job(true, wire.StatusActive, 2, 1), []wire.Result{exit, exit}, uncounted(exit), 2, tripAutoDisable},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			failures, got := decideRecount(tc.job, tc.results, tc.cause)
-			if failures != tc.failures || got != tc.want {
-				t.Errorf("got %d failures, step %d; want %d, %d", failures, got, tc.failures, tc.want)
 			}
 		})
 	}

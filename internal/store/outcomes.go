@@ -97,10 +97,7 @@ type OutcomeResult struct {
 	Duplicate    bool // the run key was known: nothing changed
 	Replaced     bool // the outcome replaced a lost or overlap_skipped record
 	AutoDisabled bool // this outcome crossed the threshold
-	// Reenabled: the record it replaced, or the retry's failed attempt
-	// it superseded after that had counted again, had caused an
-	// auto-disable, now lifted (decideRecount).
-	Reenabled bool
+	Reenabled    bool // the replaced record had caused an auto-disable, now lifted
 	// Deleted: the job was deleted before the outcome arrived; the run
 	// was recorded (or was a duplicate) under its tombstone, and Job
 	// holds only the tombstone's id, tenant, name and version.
@@ -154,8 +151,8 @@ func needsOperatorNote(res OutcomeResult) bool {
 // order): it inserts the run (idempotent by run key; a real result
 // replaces a lost or overlap_skipped record), recounts the job's failures
 // and auto-disables the job (queueing the disable on all nodes) or lifts
-// an auto-disable the replaced record, or a retry's attempt its late
-// report superseded, caused (queueing the enable), and writes the tenant's notification events. The job row is locked first,
+// an auto-disable the replaced record caused (queueing the enable), and
+// writes the tenant's notification events. The job row is locked first,
 // so outcomes of one job count one after another. It locks nothing
 // another job's outcome needs: the operator's platform_error, which a
 // whole shard shares, is the caller's to write (needsOperatorNote), so a
@@ -218,9 +215,8 @@ func recordOneOutcome(ctx context.Context, tx pgx.Tx, node Node, jobID string, o
 	if err != nil {
 		return res, err
 	}
-	var uncounted bool // a retry's report made its failed attempt stop counting
 	if retrying {
-		if res.Retry, uncounted, err = retryAfterRecord(ctx, tx, job, o, recordAt(o, locked.stored), runID, interrupted); err != nil {
+		if res.Retry, err = retryAfterRecord(ctx, tx, job, o, recordAt(o, locked.stored), runID, interrupted); err != nil {
 			return res, err
 		}
 		if results, err = readRecount(ctx, tx, job.ID); err != nil {
@@ -228,7 +224,7 @@ func recordOneOutcome(ctx context.Context, tx pgx.Tx, node Node, jobID string, o
 		}
 	}
 	run := LastRun{ID: runID, At: o.ScheduledAt, Result: o.Result, FailureReason: o.FailureReason}
-	failures, st := decideRecount(job, results, recountCause{Result: o.Result, Replaced: res.Replaced, Uncounted: uncounted})
+	failures, st := decideRecount(job, results, res.Replaced)
 	res.AutoDisabled, res.Reenabled = st == tripAutoDisable, st == liftAutoDisable
 	if st != keepState {
 		// A trip or a lift (rare) bumps the version the event and the
@@ -676,41 +672,15 @@ const recountSQL = `
 			ORDER BY scheduled_at DESC, id DESC LIMIT $3) recent
 		ORDER BY scheduled_at, id`
 
-// recountCause is what recording an outcome did to the job's history
-// besides adding its run: what may let its recount lift an auto-disable.
-type recountCause struct {
-	Result wire.Result // the outcome's
-	// Replaced: it replaced a lost, overlap_skipped, platform_error or
-	// cancelled record (decideRecord).
-	Replaced bool
-	// Uncounted: it made a record that counted stop counting: a retry's
-	// real result superseding the failed attempt before it after the
-	// housekeeper had made that attempt count again (its report was late:
-	// settleSQL). No other outcome takes a counted record out of the
-	// count: a replacement replaces a record that counted nothing.
-	Uncounted bool
-}
-
-// corrects reports whether the outcome corrected the job's history
-// (decideAutoDisable): it replaced a record or took one out of the
-// count, and is no failure (a failure never breaks a streak).
-func (c recountCause) corrects() bool {
-	return (c.Replaced || c.Uncounted) && !IsFailure(c.Result)
-}
-
 // decideRecount turns a job's recent counted results (recountSQL) into its
 // failure counter and what that does to the job: a trip, a lift or
-// nothing. An outcome that corrected the history (a replaced record, or
-// a late retry's report superseding an attempt that counted again) lifts
-// an auto-disable only if it broke the streak (the recount fell below the
-// job's counter): a placeholder counted nothing, so a failure that
-// replaces one never lowers the count, and must never re-enable a job
-// whose threshold was raised while it stood disabled; a run merely in
-// flight at the disable (no correction) never lifts one, however the
-// count moves.
-func decideRecount(job CronJob, results []wire.Result, c recountCause) (int, autoDisableStep) {
+// nothing. A replaced record lifts an auto-disable only if it broke the
+// streak (the recount fell): a placeholder counted nothing, so a failure
+// that replaces one never lowers the count, and must never re-enable a
+// job whose threshold was raised while it stood disabled.
+func decideRecount(job CronJob, results []wire.Result, replaced bool) (int, autoDisableStep) {
 	failures, disable := CountFailures(results, job.MaxFailures)
-	return failures, decideAutoDisable(job, disable, c.corrects() && failures < job.ConsecutiveFailures)
+	return failures, decideAutoDisable(job, disable, replaced && failures < job.ConsecutiveFailures)
 }
 
 // applyAutoDisable carries out a trip or a lift (decideRecount).
@@ -738,10 +708,8 @@ func autoDisable(ctx context.Context, tx pgx.Tx, id string, failures int) (CronJ
 	return job, queueTask(ctx, tx, id, wire.ActionAutoDisable, job.Version)
 }
 
-// liftAutoDisabled enables a job whose auto-disable a replaced record (or
-// a retry's failed attempt that counted only until the retry's late
-// report) had caused, and queues the enable on all nodes as EnableJob
-// does. The
+// liftAutoDisabled enables a job whose auto-disable a replaced record had
+// caused, and queues the enable on all nodes as EnableJob does. The
 // counter keeps the recounted value: the history still holds those
 // failures.
 func liftAutoDisabled(ctx context.Context, tx pgx.Tx, id string, failures int) (CronJob, error) {
@@ -752,8 +720,7 @@ func liftAutoDisabled(ctx context.Context, tx pgx.Tx, id string, failures int) (
 	if err != nil {
 		return job, wrap(err, "lift auto-disable")
 	}
-	// A late real outcome replaced the record that tripped it, or took
-	// it out of the count.
+	// A late real outcome replaced the record that tripped it.
 	if err := recordEvent(ctx, tx, job, ActorSystem, "auto_disable_lifted", map[string]any{"consecutive_failures": failures}); err != nil {
 		return job, err
 	}

@@ -101,42 +101,17 @@ func followedBy(first int) string {
 	return "cron_job_id = " + n(0) + " AND scheduled_at = " + n(1) + " AND retry_key = " + n(2)
 }
 
-// settleSQL settles the attempts a retry's real result follows
-// (followedBy from $2: the job, the slot and the retry's key): superseded
-// ($1) when the result counts, counted again when it does not (a
-// cancel), their due time cleared. It returns whether it made an attempt
-// that counted stop counting: one not superseded before (the housekeeper
-// had made it count again, ResolveDroppedRetries, the retry's report
-// being late), of a counted result ($5) and trigger (not $6), recorded
-// since the job's last enable or retry. Such a report corrects the
-// history as a replacement does: its recount may lift an auto-disable
-// (decideRecount). The old values are read with the rows' locks, so a
-// housekeeper's resolve of the same rows is seen whichever commits first.
-// The slot bounds the update to one month's partition.
-var settleSQL = `
-		WITH followed AS (
-			SELECT id, scheduled_at, superseded, result, trigger FROM cron_job_runs
-			WHERE ` + followedBy(2) + ` FOR UPDATE
-		), settled AS (
-			UPDATE cron_job_runs r SET superseded = $1, retry_due_at = NULL FROM followed f
-			WHERE r.cron_job_id = $2 AND r.scheduled_at = $3 AND r.id = f.id AND r.scheduled_at = f.scheduled_at
-			RETURNING $1 AND NOT f.superseded AND f.result = ANY($5) AND f.trigger <> ALL($6)
-			          AND f.id > (SELECT failures_after_run FROM cron_jobs WHERE id = $2) AS uncounted
-		)
-		SELECT coalesce(bool_or(uncounted), false) FROM settled`
-
 // retryAfterRecord is the one call of outcome recording (RecordOutcome,
 // after the run is written, before the recount): a retry's real result
 // supersedes the attempt before it (that attempt counts no more), and a
 // failed attempt with attempts left queues the next one (decideRetry) and
 // is superseded by it. runID is the attempt's record and at its slot
 // (scheduled_at: with the id, its primary key, one month's index). It
-// returns the key of the retry it queued ("" none) and whether the
-// outcome made an attempt that counted stop counting (settleSQL).
-func retryAfterRecord(ctx context.Context, tx pgx.Tx, job CronJob, o Outcome, at time.Time, runID int64, interrupted bool) (retry string, uncounted bool, err error) {
+// returns the key of the retry it queued ("" none).
+func retryAfterRecord(ctx context.Context, tx pgx.Tx, job CronJob, o Outcome, at time.Time, runID int64, interrupted bool) (string, error) {
 	key, err := runkey.Parse(o.RunKey)
 	if err != nil {
-		return "", false, nil // the API refuses such keys; nothing to retry
+		return "", nil // the API refuses such keys; nothing to retry
 	}
 	if key.Trigger == wire.TriggerRetry && !IsPlaceholder(o.Result) {
 		// A counted result (a success, the tenant's failure) is the slot's
@@ -147,15 +122,15 @@ func retryAfterRecord(ctx context.Context, tx pgx.Tx, job CronJob, o Outcome, at
 		// would never count a failure).
 		// The attempts it follows are of the same slot: their records sit
 		// there (followedBy).
-		err := tx.QueryRow(ctx, settleSQL, counted(o.Result), key.JobID, key.Slot, key.String(),
-			countedResults(), uncountedTriggers).Scan(&uncounted)
+		_, err := tx.Exec(ctx, `UPDATE cron_job_runs SET superseded = $1, retry_due_at = NULL WHERE `+followedBy(2),
+			counted(o.Result), key.JobID, key.Slot, key.String())
 		if err != nil {
-			return "", false, fmt.Errorf("retry: supersede the attempt before: %w", err)
+			return "", fmt.Errorf("retry: supersede the attempt before: %w", err)
 		}
 	}
 	in := retryInput{Key: key, Result: o.Result, Version: o.Version, Job: job, Interrupted: interrupted}
 	if err := tx.QueryRow(ctx, `SELECT now(), superseded FROM cron_job_runs WHERE id = $1 AND scheduled_at = $2`, runID, at).Scan(&in.Now, &in.Superseded); err != nil {
-		return "", false, fmt.Errorf("retry: %w", err)
+		return "", fmt.Errorf("retry: %w", err)
 	}
 	if sched, err := schedule.Parse(job.Schedule, job.Timezone); err == nil {
 		in.NextSlot = sched.Next(key.Slot)
@@ -165,15 +140,15 @@ func retryAfterRecord(ctx context.Context, tx pgx.Tx, job CronJob, o Outcome, at
 		if in.Result.IsFailure() && job.Retries > 0 && key.Trigger != wire.TriggerManual && key.Trigger != wire.TriggerBackfill {
 			slog.Info("failed attempt not retried", "cron_job_id", job.ID, "run_key", o.RunKey, "why", why)
 		}
-		return "", uncounted, nil
+		return "", nil
 	}
 	if err := queueRetry(ctx, tx, job, at, runID, plan); err != nil {
-		return "", false, err
+		return "", err
 	}
 	if key.Trigger == wire.TriggerRetry && IsPlaceholder(o.Result) {
-		return plan.Key, uncounted, handOn(ctx, tx, key, plan)
+		return plan.Key, handOn(ctx, tx, key, plan)
 	}
-	return plan.Key, uncounted, nil
+	return plan.Key, nil
 }
 
 // queueRetry queues plan's attempt as a delayed run-now task and marks the
