@@ -48,14 +48,15 @@ const (
 
 // decideAutoDisable turns a recount into a state change. A job trips once
 // (an auto-disabled, disabled or deleting job stays as it is). Only a
-// recount after a replaced record lifts an auto-disable: an outcome that
-// merely arrives after the disable (a run still in flight) never does, so
+// recount after an outcome that corrected the history (correctsHistory)
+// lifts an auto-disable, and only an auto-disable: an outcome that merely
+// arrives after the disable (a run still in flight) never does, so
 // otherwise only enable and retry lift it.
-func decideAutoDisable(j CronJob, disable, replaced bool) autoDisableStep {
+func decideAutoDisable(j CronJob, disable, corrected bool) autoDisableStep {
 	switch {
 	case disable && j.Enabled && j.Status != wire.StatusAutoDisabled && j.Status != wire.StatusDeleting:
 		return tripAutoDisable
-	case !disable && replaced && j.Status == wire.StatusAutoDisabled:
+	case !disable && corrected && j.Status == wire.StatusAutoDisabled:
 		return liftAutoDisable
 	}
 	return keepState

@@ -224,7 +224,7 @@ func recordOneOutcome(ctx context.Context, tx pgx.Tx, node Node, jobID string, o
 		}
 	}
 	run := LastRun{ID: runID, At: o.ScheduledAt, Result: o.Result, FailureReason: o.FailureReason}
-	failures, st := decideRecount(job, results, res.Replaced)
+	failures, st := decideRecount(job, results, correctsHistory(res.Replaced, o))
 	res.AutoDisabled, res.Reenabled = st == tripAutoDisable, st == liftAutoDisable
 	if st != keepState {
 		// A trip or a lift (rare) bumps the version the event and the
@@ -672,15 +672,36 @@ const recountSQL = `
 			ORDER BY scheduled_at DESC, id DESC LIMIT $3) recent
 		ORDER BY scheduled_at, id`
 
+// correctsHistory tells whether an outcome corrects the job's history
+// rather than merely adding to it, so that its recount may lift an
+// auto-disable (decideRecount): it replaced a record (a lost, skipped or
+// platform_error placeholder), or it is a retry's success. A retry's
+// failed attempt counts nothing while the retry is pending, so a trip
+// while it ran was decided with that slot's outcome unknown, and the
+// success decides it: had the retry reported at once, the streak it
+// breaks would not have tripped the job. Whether the housekeeper counted
+// the attempt again meanwhile (ResolveDroppedRetries: the retry's report
+// was late, spooled through a partition), and in which order the late
+// reports arrive, change nothing (reviews s20a, s20c, s20d). Any other
+// run in flight at the disable lifts nothing.
+func correctsHistory(replaced bool, o Outcome) bool {
+	if replaced {
+		return true
+	}
+	k, err := runkey.Parse(o.RunKey)
+	return err == nil && k.Trigger == wire.TriggerRetry && o.Result == wire.ResultSuccess
+}
+
 // decideRecount turns a job's recent counted results (recountSQL) into its
 // failure counter and what that does to the job: a trip, a lift or
-// nothing. A replaced record lifts an auto-disable only if it broke the
-// streak (the recount fell): a placeholder counted nothing, so a failure
-// that replaces one never lowers the count, and must never re-enable a
-// job whose threshold was raised while it stood disabled.
-func decideRecount(job CronJob, results []wire.Result, replaced bool) (int, autoDisableStep) {
+// nothing. An outcome that corrected the history (correctsHistory) lifts
+// an auto-disable only if it broke the streak (the recount fell): a
+// placeholder counted nothing, so a failure that replaces one never lowers
+// the count, and must never re-enable a job whose threshold was raised
+// while it stood disabled.
+func decideRecount(job CronJob, results []wire.Result, corrected bool) (int, autoDisableStep) {
 	failures, disable := CountFailures(results, job.MaxFailures)
-	return failures, decideAutoDisable(job, disable, replaced && failures < job.ConsecutiveFailures)
+	return failures, decideAutoDisable(job, disable, corrected && failures < job.ConsecutiveFailures)
 }
 
 // applyAutoDisable carries out a trip or a lift (decideRecount).

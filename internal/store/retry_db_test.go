@@ -258,3 +258,242 @@ func TestRetryIsQueuedWithItsFailureOrNotAtAll(t *testing.T) {
 		t.Errorf("%d superseded runs, want the failed attempt", n)
 	}
 }
+
+// droppedAttemptTripped is review s20a's job: retries 1, max_failures 2.
+// Attempt 1 of today's slot failed; its retry ran on a node cut off from
+// the core, so the housekeeper made attempt 1 count again; a run-now's
+// failure then tripped the auto-disable. It returns the job as created
+// (its version is the one the retry ran) and the slot.
+func (f *fixture) droppedAttemptTripped() (store.CronJob, time.Time) {
+	f.t.Helper()
+	j := f.retryJob(1, 2) // daily at 00:00, 1 retry, max_failures 2
+	slot := time.Now().UTC().Truncate(24 * time.Hour)
+	// Attempt 1 fails: a retry is queued, nothing counts yet.
+	if res := f.attempt(j, runkey.Scheduled(j.ID, slot), slot, wire.ResultExitCode); res.Retry == "" || res.Job.ConsecutiveFailures != 0 {
+		f.t.Fatalf("attempt 1: %+v", res)
+	}
+	// The retry ran on a node cut off from the core: no report yet when
+	// the housekeeper looks.
+	n, err := f.st.ResolveDroppedRetries(context.Background(), time.Now().Add(time.Minute+store.RetryGrace+2*time.Minute), store.RetryGrace)
+	if err != nil || n != 1 {
+		f.t.Fatalf("resolved %d (%v)", n, err)
+	}
+	// The job's next counted run fails (a run-now here): attempt 1 + it = 2.
+	if res := f.attempt(j, runkey.Manual(j.ID, "7"), time.Now().UTC(), wire.ResultExitCode); !res.AutoDisabled {
+		f.t.Fatalf("precondition: the next failure should trip max_failures 2 with the resolved attempt: %+v", res.Job)
+	}
+	return j, slot
+}
+
+// Review s20a, finding 1. A retry ran and succeeded, but its node was cut
+// off from the core API (its report spooled) for longer than the retry's
+// due time + timeout + RetryGrace. The housekeeper then makes the failed
+// attempt before it count again (ResolveDroppedRetries), and the job's
+// next failure trips max_failures. When the spooled success arrives, it
+// supersedes the attempt again and the recount falls below max_failures,
+// but the auto-disable stayed: only a *replaced* record lifted one, and
+// the late retry's record is an insert. A retry's success now corrects
+// the history as a replacement does (correctsHistory).
+// A late real result that replaces a lost record does lift (see
+// TestLateOutcomeReplacingLostRecountsAndLifts); this one must too: the
+// job was auto-disabled by a count its own history no longer supports,
+// because of a delivery delay (a platform fault). The report redelivered
+// changes nothing more.
+func TestLateRetrySuccessLiftsTheAutoDisableItsDroppedAttemptCaused(t *testing.T) {
+	f := newFixture(t)
+	j, slot := f.droppedAttemptTripped()
+	// The partition heals: the retry's success arrives.
+	res := f.attempt(j, runkey.Retry(j.ID, slot, 2), slot, wire.ResultSuccess)
+	got := f.get(j.ID)
+	if got.ConsecutiveFailures != 1 {
+		t.Fatalf("after the late retry success: %d failures, want 1 (the run-now's)", got.ConsecutiveFailures)
+	}
+	if got.Status == wire.StatusAutoDisabled || !got.Enabled || !res.Reenabled {
+		t.Errorf("job stays %s (enabled %v, reenabled %v) with %d consecutive failures < max_failures %d: the auto-disable a delayed report caused is never lifted",
+			got.Status, got.Enabled, res.Reenabled, got.ConsecutiveFailures, got.MaxFailures)
+	}
+	lifted := `SELECT count(*) FROM cron_job_events WHERE cron_job_id = $1 AND action = 'auto_disable_lifted'`
+	enables := `SELECT count(*) FROM cron_job_tasks WHERE cron_job_id = $1 AND action = 'enable'`
+	if n, m := f.count(lifted, j.ID), f.count(enables, j.ID); n != 1 || m != 1 {
+		t.Errorf("%d lift events, %d enable tasks; want 1 each", n, m)
+	}
+	// The same report again (a redelivery): a duplicate, nothing more.
+	if again := f.attempt(j, runkey.Retry(j.ID, slot, 2), slot, wire.ResultSuccess); !again.Duplicate || again.Reenabled {
+		t.Errorf("redelivered late success: %+v, want a duplicate", again)
+	}
+	if n, m := f.count(lifted, j.ID), f.count(enables, j.ID); n != 1 || m != 1 || f.get(j.ID).Version != got.Version {
+		t.Errorf("after the redelivery: %d lift events, %d enable tasks, version %d (was %d)", n, m, f.get(j.ID).Version, got.Version)
+	}
+}
+
+// A late retry report lifts an auto-disable only as a replacement would:
+// when it broke the streak (a success) and the count is now below
+// max_failures, and only an auto-disable. A late failure supersedes the attempt but counts itself;
+// a failure since, a tenant's disable, enable or delete, or a raised
+// threshold with nothing corrected leave the job as they made it.
+func TestLateRetryReportLiftsOnlyAnAutoDisableItBrokeTheStreakOf(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		before func(f *fixture, j store.CronJob) // between the trip and the late report
+		result wire.Result                       // the late retry's
+		check  func(t *testing.T, res store.OutcomeResult, got store.CronJob)
+	}{
+		{"a late failure does not lift", nil, wire.ResultExitCode,
+			func(t *testing.T, res store.OutcomeResult, got store.CronJob) {
+				if res.Reenabled || got.Status != wire.StatusAutoDisabled || got.ConsecutiveFailures != 2 {
+					t.Errorf("%s, %d failures, reenabled %v; want auto_disabled at 2", got.Status, got.ConsecutiveFailures, res.Reenabled)
+				}
+			}},
+		{"a failure since keeps the count at the threshold", func(f *fixture, j store.CronJob) {
+			f.attempt(j, runkey.Manual(j.ID, "8"), time.Now().UTC(), wire.ResultExitCode)
+		}, wire.ResultSuccess,
+			func(t *testing.T, res store.OutcomeResult, got store.CronJob) {
+				if res.Reenabled || got.Status != wire.StatusAutoDisabled || got.ConsecutiveFailures != 2 {
+					t.Errorf("%s, %d failures, reenabled %v; want auto_disabled at 2", got.Status, got.ConsecutiveFailures, res.Reenabled)
+				}
+			}},
+		{"a tenant's disable stays", func(f *fixture, j store.CronJob) {
+			_, err := f.st.DisableJob(ctx, j.ID, 0)
+			must(f.t, err)
+		}, wire.ResultSuccess,
+			func(t *testing.T, res store.OutcomeResult, got store.CronJob) {
+				// Pending until the nodes confirm the disable; not enabled.
+				if res.Reenabled || got.Enabled || got.Status == wire.StatusAutoDisabled {
+					t.Errorf("%s (enabled %v, reenabled %v); want the tenant's disable", got.Status, got.Enabled, res.Reenabled)
+				}
+			}},
+		{"a tenant's enable is not lifted again", func(f *fixture, j store.CronJob) {
+			_, err := f.st.EnableJob(ctx, j.ID, 0)
+			must(f.t, err)
+		}, wire.ResultSuccess,
+			func(t *testing.T, res store.OutcomeResult, got store.CronJob) {
+				if res.Reenabled || !got.Enabled || got.ConsecutiveFailures != 0 {
+					t.Errorf("%s (enabled %v, reenabled %v), %d failures; want the tenant's enable, 0", got.Status, got.Enabled, res.Reenabled, got.ConsecutiveFailures)
+				}
+			}},
+		{"a raised threshold with a late failure stays disabled", func(f *fixture, j store.CronJob) {
+			_, err := f.st.UpdateJob(ctx, j.ID, 0, func(x store.JobFields) (store.JobFields, error) { x.MaxFailures = 5; return x, nil })
+			must(f.t, err)
+		}, wire.ResultExitCode,
+			func(t *testing.T, res store.OutcomeResult, got store.CronJob) {
+				if res.Reenabled || got.Status != wire.StatusAutoDisabled {
+					t.Errorf("%s (reenabled %v), %d failures of %d; a raised threshold alone must not lift", got.Status, res.Reenabled, got.ConsecutiveFailures, got.MaxFailures)
+				}
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			j, slot := f.droppedAttemptTripped()
+			if tc.before != nil {
+				tc.before(f, j)
+			}
+			res := f.attempt(j, runkey.Retry(j.ID, slot, 2), slot, tc.result)
+			tc.check(t, res, f.get(j.ID))
+			if n := f.count(`SELECT count(*) FROM cron_job_events WHERE cron_job_id = $1 AND action = 'auto_disable_lifted'`, j.ID); n != 0 {
+				t.Errorf("%d lift events, want none", n)
+			}
+		})
+	}
+	// Deleted meanwhile: the report is recorded under the tombstone.
+	t.Run("a deleted job", func(t *testing.T) {
+		f := newFixture(t)
+		j, slot := f.droppedAttemptTripped()
+		f.deleteFully(j.ID)
+		if res := f.attempt(j, runkey.Retry(j.ID, slot, 2), slot, wire.ResultSuccess); !res.Deleted || res.Reenabled {
+			t.Errorf("late success of a deleted job: %+v", res)
+		}
+	})
+}
+
+
+// Whether a retry's late success lifts the auto-disable is decided by the
+// history alone: not by whether the housekeeper counted the attempt again
+// before the trip, after it or not at all, not by the order in which a
+// partition's spooled reports arrive, nor by a threshold raised
+// meanwhile (reviews s20c and s20d found each of these deciding under
+// earlier rules). The job: retries 1, max_failures 2; a run-now an hour
+// before the slot fails, the slot's attempt 1 fails (its retry queued),
+// a run-now after it fails and trips the job (2). Delivered at once, the
+// retry's success would have broken that streak: 1, never a trip.
+func TestLateRetrySuccessLiftsWhateverTheHousekeeperAndTheOrder(t *testing.T) {
+	ctx := context.Background()
+	resolve := func(f *fixture) {
+		if n, err := f.st.ResolveDroppedRetries(ctx, time.Now().Add(time.Minute+store.RetryGrace+2*time.Minute), store.RetryGrace); err != nil || n != 1 {
+			f.t.Fatalf("resolved %d (%v)", n, err)
+		}
+	}
+	for _, tc := range []struct {
+		name         string
+		resolveFirst bool // the housekeeper, before the trip
+		resolveAfter bool // after it
+		earlyLate    bool // the early run-now's failure is spooled too, and comes first
+		raiseTo      *int // max_failures raised while the job stands disabled
+	}{
+		{name: "never resolved"},
+		{name: "resolved after the trip", resolveAfter: true},
+		{name: "resolved before the trip", resolveFirst: true},
+		{name: "resolved before the trip, the early failure spooled and delivered first", resolveFirst: true, earlyLate: true},
+		{name: "never resolved, threshold raised to 3", raiseTo: ptr(3)},
+		{name: "resolved after the trip, threshold raised to 3", resolveAfter: true, raiseTo: ptr(3)},
+		{name: "never resolved, threshold 0 (never)", raiseTo: ptr(0)},
+		{name: "resolved after the trip, threshold 0 (never)", resolveAfter: true, raiseTo: ptr(0)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			j := f.retryJob(1, 2)
+			slot := time.Now().UTC().Truncate(24 * time.Hour)
+			early := runkey.Manual(j.ID, "5")
+			if !tc.earlyLate {
+				f.attempt(j, early, slot.Add(-time.Hour), wire.ResultExitCode)
+			}
+			if res := f.attempt(j, runkey.Scheduled(j.ID, slot), slot, wire.ResultExitCode); res.Retry == "" {
+				t.Fatalf("attempt 1: %+v", res)
+			}
+			if tc.resolveFirst {
+				resolve(f)
+			}
+			if res := f.attempt(j, runkey.Manual(j.ID, "6"), time.Now().UTC(), wire.ResultExitCode); !res.AutoDisabled {
+				t.Fatalf("precondition: the trip: %+v", res.Job)
+			}
+			if tc.resolveAfter {
+				resolve(f)
+			}
+			if tc.raiseTo != nil {
+				if _, err := f.st.UpdateJob(ctx, j.ID, 0, func(x store.JobFields) (store.JobFields, error) { x.MaxFailures = *tc.raiseTo; return x, nil }); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.earlyLate {
+				f.attempt(j, early, slot.Add(-time.Hour), wire.ResultExitCode)
+			}
+			res := f.attempt(j, runkey.Retry(j.ID, slot, 2), slot, wire.ResultSuccess)
+			got := f.get(j.ID)
+			if !res.Reenabled || got.Status == wire.StatusAutoDisabled || !got.Enabled || got.ConsecutiveFailures != 1 {
+				t.Errorf("%s (enabled %v, reenabled %v), %d failures; want lifted with 1 (the run-now after the slot)",
+					got.Status, got.Enabled, res.Reenabled, got.ConsecutiveFailures)
+			}
+		})
+	}
+	// The other order: the retry's success first lifts; the early failure
+	// after it, broken by that success, trips nothing.
+	t.Run("resolved before the trip, the retry's success delivered first", func(t *testing.T) {
+		f := newFixture(t)
+		j := f.retryJob(1, 2)
+		slot := time.Now().UTC().Truncate(24 * time.Hour)
+		f.attempt(j, runkey.Scheduled(j.ID, slot), slot, wire.ResultExitCode)
+		resolve(f)
+		if res := f.attempt(j, runkey.Manual(j.ID, "6"), time.Now().UTC(), wire.ResultExitCode); !res.AutoDisabled {
+			t.Fatalf("precondition: the trip: %+v", res.Job)
+		}
+		if res := f.attempt(j, runkey.Retry(j.ID, slot, 2), slot, wire.ResultSuccess); !res.Reenabled {
+			t.Fatalf("the retry's success did not lift: %+v", res.Job)
+		}
+		res := f.attempt(j, runkey.Manual(j.ID, "5"), slot.Add(-time.Hour), wire.ResultExitCode)
+		if got := f.get(j.ID); res.AutoDisabled || got.Status == wire.StatusAutoDisabled || got.ConsecutiveFailures != 1 {
+			t.Errorf("the early failure after the lift: %s, %d failures, tripped %v; want 1, no trip", got.Status, got.ConsecutiveFailures, res.AutoDisabled)
+		}
+	})
+}
+
+func ptr[T any](v T) *T { return &v }
