@@ -898,7 +898,8 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 	// reused, and the stamp I/O below may take long on shared storage.
 	close(reaped)
 	close(done)
-	finished := env.Now().UTC() // the command's end; the lock's release below is not its time
+	// The command's end: the lock's release below is not its time.
+	finished := env.Now().UTC()
 	timeout := time.Duration(spec.TimeoutSec+spec.WaitSec) * time.Second // the unit's TimeoutStartSec
 	releaseWithin(env, stopBeat, stampPath, lease, env.Started, timeout)
 	if oom != nil {

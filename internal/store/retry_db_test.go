@@ -406,7 +406,6 @@ func TestLateRetryReportLiftsOnlyAnAutoDisableItBrokeTheStreakOf(t *testing.T) {
 	})
 }
 
-
 // Whether a retry's late success lifts the auto-disable is decided by the
 // history alone: not by whether the housekeeper counted the attempt again
 // before the trip, after it or not at all, not by the order in which a
