@@ -281,12 +281,16 @@ func (c *outputCopy) write(b []byte) {
 func (c *outputCopy) stop(pipe *os.File, bound func(time.Time) time.Time) (tail string, truncated bool, droppedBytes int64) {
 	if !waitUntil(c.done, bound(time.Now().Add(c.limits.Drain))) {
 		// The deadline wakes a read that waits, and the reader goes on
-		// without waiting (drainingReader): it ends at once.
+		// without waiting (drainingReader): it ends at once. It is given
+		// drainFloor to copy what the pipe holds even when the bound has
+		// passed (a command that ended within timeoutMargin of the unit's
+		// timeout): otherwise its last bytes, already in the pipe, were
+		// cut from the tail and the journal.
 		if err := pipe.SetReadDeadline(time.Now()); err == nil {
-			waitUntil(c.done, bound(time.Now().Add(c.limits.Drain)))
+			waitUntil(c.done, later(bound(time.Now().Add(c.limits.Drain)), time.Now().Add(drainFloor)))
 		}
 	}
-	flushed := waitUntil(c.flushed, bound(time.Now().Add(c.limits.Drain)))
+	flushed := waitUntil(c.flushed, later(bound(time.Now().Add(c.limits.Drain)), time.Now().Add(drainFloor)))
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ended := false
@@ -296,6 +300,19 @@ func (c *outputCopy) stop(pipe *os.File, bound func(time.Time) time.Time) (tail 
 	default:
 	}
 	return c.tail.String(), c.dropped > 0 || c.unread || !ended || !flushed, c.dropped
+}
+
+// drainFloor is the least stop waits for the reader, once it no longer
+// waits on the pipe, and for the journal's copy: a bound already passed
+// leaves them this long (out of timeoutMargin) to end.
+const drainFloor = 200 * time.Millisecond
+
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // waitUntil waits for ch to be closed until t; false: it was not.

@@ -39,7 +39,7 @@ func TestStorageHangAfterTheCommandDoesNotHideItsResult(t *testing.T) {
 		}
 		stamp := filepath.Join(locks, wire.SlotStampName(id))
 		spec := jobspec.Spec{Tenant: "acme", ID: id, Version: 4, Schedule: "*/10 * * * * *", Timezone: "UTC",
-			Command: "rm -f " + stamp + " && mkfifo " + stamp + " && exit " + strconv.Itoa(code), Webroot: web, LockDir: locks, TimeoutSec: 3}
+			Command: "rm -f " + stamp + " && mkfifo " + stamp + " && exit " + strconv.Itoa(code), Webroot: web, LockDir: locks, TimeoutSec: 5}
 		b, _ := spec.Marshal()
 		specPath := filepath.Join(dir, "spec")
 		if err := os.WriteFile(specPath, b, 0o600); err != nil {

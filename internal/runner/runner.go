@@ -1004,7 +1004,12 @@ func releaseWithin(env Env, stopBeat func(), stampPath string, lease Stamp, star
 		<-released
 		return
 	}
-	t := time.NewTimer(time.Until(drainBound(started.Add(timeout), started, timeout)))
+	// At least releaseFloor: a command that ended within timeoutMargin of
+	// the unit's timeout (or a timeout under it) finds the bound passed,
+	// and a runner that did not wait at all would exit before a release on
+	// healthy storage had written, leaving its lease to read as a run
+	// under way to the next slot's losers.
+	t := time.NewTimer(max(time.Until(drainBound(started.Add(timeout), started, timeout)), releaseFloor))
 	defer t.Stop()
 	select {
 	case <-released:
@@ -1013,6 +1018,12 @@ func releaseWithin(env Env, stopBeat func(), stampPath string, lease Stamp, star
 			"run_key", lease.RunKey, "stamp", stampPath)
 	}
 }
+
+// releaseFloor is the least releaseWithin waits for the release: more
+// than a healthy shared storage takes to write the stamp. A release
+// slower than that near the unit's timeout may still be cut by systemd's
+// kill (the tenant's timeout, as before releaseWithin).
+const releaseFloor = 2 * time.Second
 
 // timeoutMargin is how long before the unit's start timeout the runner
 // stops waiting on output: systemd's timeout runs from before the

@@ -1,9 +1,7 @@
 package store
 
 import (
-	"github.com/hostcron/hostcron/internal/runkey"
 	"testing"
-	"time"
 
 	"github.com/hostcron/hostcron/internal/wire"
 )
@@ -167,27 +165,24 @@ func TestRearms(t *testing.T) {
 }
 
 // What corrects a job's history, so that its recount may lift an
-// auto-disable: a replacement, or a retry's success; no other run that
-// merely arrives after the disable.
+// auto-disable: a replacement, or a retry's success that settled the
+// attempt the core queued it for; no other run that merely arrives after
+// the disable, nor a retry key no retry was queued for.
 func TestCorrectsHistory(t *testing.T) {
-	const job = "0b6f1d7c-3c8e-4a57-9e0a-2f4f5c9d8e71"
-	slot := time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {
-		name     string
-		replaced bool
-		key      string
-		result   wire.Result
-		want     bool
+		name              string
+		replaced, settled bool
+		result            wire.Result
+		want              bool
 	}{
-		{"a replacement", true, runkey.Scheduled(job, slot), ok, true},
-		{"a retry's success", false, runkey.Retry(job, slot, 2), ok, true},
-		{"a retry's failure", false, runkey.Retry(job, slot, 2), exit, false},
-		{"a retry's platform error", false, runkey.Retry(job, slot, 2), wire.ResultPlatformError, false},
-		{"a scheduled run's success in flight at the disable", false, runkey.Scheduled(job, slot), ok, false},
-		{"a run-now's success", false, runkey.Manual(job, "7"), ok, false},
-		{"a key that does not parse", false, "nonsense", ok, false},
+		{"a replacement", true, false, ok, true},
+		{"a retry's success that settled its attempt", false, true, ok, true},
+		{"a retry's failure", false, true, exit, false},
+		{"a retry's cancel", false, true, wire.ResultCancelled, false},
+		{"a success under a retry key no retry was queued for", false, false, ok, false},
+		{"any other run's success in flight at the disable", false, false, ok, false},
 	} {
-		if got := correctsHistory(tc.replaced, Outcome{RunKey: tc.key, Result: tc.result}); got != tc.want {
+		if got := correctsHistory(tc.replaced, tc.settled, tc.result); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}

@@ -215,8 +215,9 @@ func recordOneOutcome(ctx context.Context, tx pgx.Tx, node Node, jobID string, o
 	if err != nil {
 		return res, err
 	}
+	var settled bool // a retry's counted result settled the attempt it was queued for
 	if retrying {
-		if res.Retry, err = retryAfterRecord(ctx, tx, job, o, recordAt(o, locked.stored), runID, interrupted); err != nil {
+		if res.Retry, settled, err = retryAfterRecord(ctx, tx, job, o, recordAt(o, locked.stored), runID, interrupted); err != nil {
 			return res, err
 		}
 		if results, err = readRecount(ctx, tx, job.ID); err != nil {
@@ -224,7 +225,7 @@ func recordOneOutcome(ctx context.Context, tx pgx.Tx, node Node, jobID string, o
 		}
 	}
 	run := LastRun{ID: runID, At: o.ScheduledAt, Result: o.Result, FailureReason: o.FailureReason}
-	failures, st := decideRecount(job, results, correctsHistory(res.Replaced, o))
+	failures, st := decideRecount(job, results, correctsHistory(res.Replaced, settled, o.Result))
 	res.AutoDisabled, res.Reenabled = st == tripAutoDisable, st == liftAutoDisable
 	if st != keepState {
 		// A trip or a lift (rare) bumps the version the event and the
@@ -675,21 +676,20 @@ const recountSQL = `
 // correctsHistory tells whether an outcome corrects the job's history
 // rather than merely adding to it, so that its recount may lift an
 // auto-disable (decideRecount): it replaced a record (a lost, skipped or
-// platform_error placeholder), or it is a retry's success. A retry's
-// failed attempt counts nothing while the retry is pending, so a trip
-// while it ran was decided with that slot's outcome unknown, and the
-// success decides it: had the retry reported at once, the streak it
-// breaks would not have tripped the job. Whether the housekeeper counted
-// the attempt again meanwhile (ResolveDroppedRetries: the retry's report
-// was late, spooled through a partition), and in which order the late
-// reports arrive, change nothing (reviews s20a, s20c, s20d). Any other
-// run in flight at the disable lifts nothing.
-func correctsHistory(replaced bool, o Outcome) bool {
-	if replaced {
-		return true
-	}
-	k, err := runkey.Parse(o.RunKey)
-	return err == nil && k.Trigger == wire.TriggerRetry && o.Result == wire.ResultSuccess
+// platform_error placeholder), or it is a retry's success that settled
+// the failed attempt the core queued that retry for (settled:
+// retryAfterRecord; a retry key no retry was queued for, from a forged
+// record or a confused node, corrects nothing). A retry's failed attempt
+// counts nothing while the retry is pending, so a trip while it ran was
+// decided with that slot's outcome unknown, and the success decides it:
+// had the retry reported at once, the streak it breaks would not have
+// tripped the job. Whether the housekeeper counted the attempt again
+// meanwhile (ResolveDroppedRetries: the retry's report was late, spooled
+// through a partition), and in which order the late reports arrive,
+// change nothing (reviews s20a, s20c, s20d). Any other run in flight at
+// the disable lifts nothing.
+func correctsHistory(replaced, settled bool, result wire.Result) bool {
+	return replaced || (settled && result == wire.ResultSuccess)
 }
 
 // decideRecount turns a job's recent counted results (recountSQL) into its

@@ -107,11 +107,14 @@ func followedBy(first int) string {
 // failed attempt with attempts left queues the next one (decideRetry) and
 // is superseded by it. runID is the attempt's record and at its slot
 // (scheduled_at: with the id, its primary key, one month's index). It
-// returns the key of the retry it queued ("" none).
-func retryAfterRecord(ctx context.Context, tx pgx.Tx, job CronJob, o Outcome, at time.Time, runID int64, interrupted bool) (string, error) {
+// returns the key of the retry it queued ("" none), and whether o is a
+// retry's counted result that settled an attempt the core had queued it
+// for (followedBy found one): a retry key with no such attempt (no retry
+// was ever queued for it) settles nothing.
+func retryAfterRecord(ctx context.Context, tx pgx.Tx, job CronJob, o Outcome, at time.Time, runID int64, interrupted bool) (retry string, settled bool, err error) {
 	key, err := runkey.Parse(o.RunKey)
 	if err != nil {
-		return "", nil // the API refuses such keys; nothing to retry
+		return "", false, nil // the API refuses such keys; nothing to retry
 	}
 	if key.Trigger == wire.TriggerRetry && !IsPlaceholder(o.Result) {
 		// A counted result (a success, the tenant's failure) is the slot's
@@ -122,15 +125,16 @@ func retryAfterRecord(ctx context.Context, tx pgx.Tx, job CronJob, o Outcome, at
 		// would never count a failure).
 		// The attempts it follows are of the same slot: their records sit
 		// there (followedBy).
-		_, err := tx.Exec(ctx, `UPDATE cron_job_runs SET superseded = $1, retry_due_at = NULL WHERE `+followedBy(2),
+		tag, err := tx.Exec(ctx, `UPDATE cron_job_runs SET superseded = $1, retry_due_at = NULL WHERE `+followedBy(2),
 			counted(o.Result), key.JobID, key.Slot, key.String())
 		if err != nil {
-			return "", fmt.Errorf("retry: supersede the attempt before: %w", err)
+			return "", false, fmt.Errorf("retry: supersede the attempt before: %w", err)
 		}
+		settled = tag.RowsAffected() > 0
 	}
 	in := retryInput{Key: key, Result: o.Result, Version: o.Version, Job: job, Interrupted: interrupted}
 	if err := tx.QueryRow(ctx, `SELECT now(), superseded FROM cron_job_runs WHERE id = $1 AND scheduled_at = $2`, runID, at).Scan(&in.Now, &in.Superseded); err != nil {
-		return "", fmt.Errorf("retry: %w", err)
+		return "", false, fmt.Errorf("retry: %w", err)
 	}
 	if sched, err := schedule.Parse(job.Schedule, job.Timezone); err == nil {
 		in.NextSlot = sched.Next(key.Slot)
@@ -140,15 +144,15 @@ func retryAfterRecord(ctx context.Context, tx pgx.Tx, job CronJob, o Outcome, at
 		if in.Result.IsFailure() && job.Retries > 0 && key.Trigger != wire.TriggerManual && key.Trigger != wire.TriggerBackfill {
 			slog.Info("failed attempt not retried", "cron_job_id", job.ID, "run_key", o.RunKey, "why", why)
 		}
-		return "", nil
+		return "", settled, nil
 	}
 	if err := queueRetry(ctx, tx, job, at, runID, plan); err != nil {
-		return "", err
+		return "", false, err
 	}
 	if key.Trigger == wire.TriggerRetry && IsPlaceholder(o.Result) {
-		return plan.Key, handOn(ctx, tx, key, plan)
+		return plan.Key, settled, handOn(ctx, tx, key, plan)
 	}
-	return plan.Key, nil
+	return plan.Key, settled, nil
 }
 
 // queueRetry queues plan's attempt as a delayed run-now task and marks the

@@ -496,3 +496,60 @@ func TestLateRetrySuccessLiftsWhateverTheHousekeeperAndTheOrder(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// A success under a retry key the core never queued (a job without
+// retries; an attempt past 1+retries: a forged record, a confused node)
+// settles no attempt, so it corrects nothing and lifts no auto-disable the
+// job's real history supports (review s20e).
+func TestRetrySuccessNoRetryWasQueuedForLiftsNothing(t *testing.T) {
+	today := time.Now().UTC().Truncate(24 * time.Hour)
+	yesterday := today.Add(-24 * time.Hour)
+	for _, tc := range []struct {
+		name    string
+		retries int
+		history func(f *fixture, jobID string) // trips max_failures 2 with no retry pending
+		forged  func(jobID string) string
+	}{
+		{"a job without retries", 0,
+			func(f *fixture, id string) {
+				j := f.get(id)
+				f.attempt(j, runkey.Scheduled(id, yesterday), yesterday, wire.ResultExitCode)
+				if res := f.attempt(j, runkey.Scheduled(id, today), today, wire.ResultExitCode); !res.AutoDisabled {
+					f.t.Fatalf("precondition: trip: %+v", res.Job)
+				}
+			},
+			func(id string) string { return runkey.Retry(id, today, 2) }},
+		{"attempt 3 of a job with 1 retry, attempt 2 failed", 1,
+			func(f *fixture, id string) {
+				j := f.get(id)
+				if res := f.attempt(j, runkey.Scheduled(id, today), today, wire.ResultExitCode); res.Retry == "" {
+					f.t.Fatalf("precondition: today's retry queued: %+v", res)
+				}
+				if res := f.attempt(j, runkey.Retry(id, today, 2), today, wire.ResultExitCode); res.Retry != "" || res.Job.ConsecutiveFailures != 1 {
+					f.t.Fatalf("precondition: attempt 2 is the last, and counts: %+v", res)
+				}
+				if res := f.attempt(j, runkey.Manual(id, "7"), time.Now().UTC(), wire.ResultExitCode); !res.AutoDisabled {
+					f.t.Fatalf("precondition: trip with every attempt failed and a run-now failed after: %+v", res.Job)
+				}
+			},
+			func(id string) string { return runkey.Retry(id, today, 3) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			j := f.retryJob(tc.retries, 2)
+			tc.history(f, j.ID)
+			if got := f.get(j.ID); got.Status != wire.StatusAutoDisabled || got.ConsecutiveFailures != 2 {
+				t.Fatalf("precondition: %s with %d failures", got.Status, got.ConsecutiveFailures)
+			}
+			if n := len(f.retryTasks(j.ID)); n > 1 {
+				t.Fatalf("precondition: %d retry tasks", n)
+			}
+			res := f.attempt(j, tc.forged(j.ID), today, wire.ResultSuccess)
+			got := f.get(j.ID)
+			if res.Reenabled || got.Status != wire.StatusAutoDisabled || got.Enabled {
+				t.Errorf("a success under retry key %s, which the core never queued, lifted the auto-disable: %s (enabled %v, reenabled %v, %d failures)",
+					tc.forged(j.ID), got.Status, got.Enabled, res.Reenabled, got.ConsecutiveFailures)
+			}
+		})
+	}
+}
