@@ -285,12 +285,18 @@ func (c *outputCopy) stop(pipe *os.File, bound func(time.Time) time.Time) (tail 
 		// drainFloor to copy what the pipe holds even when the bound has
 		// passed (a command that ended within timeoutMargin of the unit's
 		// timeout): otherwise its last bytes, already in the pipe, were
-		// cut from the tail and the journal.
+		// cut from the tail. It never waits on the journal (the queue
+		// drops what a stalled journal has not taken), so the floor is
+		// bounded by the copy alone.
 		if err := pipe.SetReadDeadline(time.Now()); err == nil {
 			waitUntil(c.done, later(bound(time.Now().Add(c.limits.Drain)), time.Now().Add(drainFloor)))
 		}
 	}
-	flushed := waitUntil(c.flushed, later(bound(time.Now().Add(c.limits.Drain)), time.Now().Add(drainFloor)))
+	// The journal's copy gets no floor: a stalled journald must not keep
+	// the runner past the unit's timeout, which would make a command that
+	// ended in time the tenant's timeout (review s20f). The tail is the
+	// reader's, not the journal's.
+	flushed := waitUntil(c.flushed, bound(time.Now().Add(c.limits.Drain)))
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ended := false
@@ -302,10 +308,10 @@ func (c *outputCopy) stop(pipe *os.File, bound func(time.Time) time.Time) (tail 
 	return c.tail.String(), c.dropped > 0 || c.unread || !ended || !flushed, c.dropped
 }
 
-// drainFloor is the least stop waits for the reader, once it no longer
-// waits on the pipe, and for the journal's copy: a bound already passed
-// leaves them this long (out of timeoutMargin) to end.
-const drainFloor = 200 * time.Millisecond
+// drainFloor is the least stop waits for the reader once it no longer
+// waits on the pipe: a bound already passed leaves it this long (out of
+// timeoutMargin) to copy what the pipe holds. A variable for tests.
+var drainFloor = 200 * time.Millisecond
 
 // later is the later of a and b.
 func later(a, b time.Time) time.Time {

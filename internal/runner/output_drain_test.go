@@ -191,3 +191,40 @@ func TestJournalQueueDropsAndSays(t *testing.T) {
 		t.Errorf("next piece %q, want %q", got, want)
 	}
 }
+
+// A stalled journal never keeps the runner past the drain's bound, however
+// long the reader's floor: a command that ended in time near its unit's
+// timeout, whose runner then waited on journald, was killed by systemd's
+// timeout and reported as the tenant's timeout (review s20f). The floor is
+// set to an hour here, so a wait on the journal's copy could not be missed.
+func TestStalledJournalPastTheBoundIsNotWaitedFor(t *testing.T) {
+	defer func(f time.Duration) { drainFloor = f }(drainFloor)
+	drainFloor = time.Hour
+	env, _ := setup(t, `echo "last words"`)
+	j := &slowJournal{stall: make(chan struct{})}
+	defer close(j.stall)
+	env.Output = j
+	spec, err := jobspec.Read(env.SpecPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.TimeoutSec = 3
+	b, _ := spec.Marshal()
+	if err := os.WriteFile(env.SpecPath, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env.Started = time.Now().Add(-2 * time.Second) // the drain's bound (timeout - 2 s) has passed
+	done := make(chan int, 1)
+	go func() { done <- Run(env) }()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit %d", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the runner waits on a stalled journal past the drain's bound")
+	}
+	if r := record(t, env); r.OutputTail == nil || *r.OutputTail != "last words\n" || !r.OutputTruncated {
+		t.Errorf("tail %q (truncated %v): want the command's words, marked cut (the journal did not take them)", derefTail(r.OutputTail), r.OutputTruncated)
+	}
+}

@@ -117,8 +117,11 @@ func TestShortTimeoutKeepsTheOutputTail(t *testing.T) {
 		if code := Run(env); code != 0 {
 			t.Fatalf("run %d: exit %d", i, code)
 		}
-		if r := record(t, env); r.OutputTail == nil || *r.OutputTail != "hello\n" || r.OutputTruncated {
-			t.Fatalf("run %d: the record's tail %q (truncated %v) for a command that wrote \"hello\" and exited at once", i, derefTail(r.OutputTail), r.OutputTruncated)
+		// The tail only: past the bound the runner does not wait for the
+		// journal's copy (TestStalledJournalPastTheBoundIsNotWaitedFor),
+		// so it may mark the run's journal output as possibly cut.
+		if r := record(t, env); r.OutputTail == nil || *r.OutputTail != "hello\n" {
+			t.Fatalf("run %d: the record's tail %q for a command that wrote \"hello\" and exited at once", i, derefTail(r.OutputTail))
 		}
 	}
 }
