@@ -984,8 +984,8 @@ func stopAt(now func() time.Time, poll time.Duration, at time.Time, why int32, c
 
 // releaseWithin stops the lease's heartbeat and releases the lease (in
 // that order, so no late beat overwrites the release), waiting for them
-// no longer than drainBound allows (timeoutMargin before the unit's start
-// timeout; for ever when timeout is 0, an older agent's spec). Shared
+// until timeoutMargin before the unit's start timeout (drainBound) but at
+// least releaseFloor (for ever when timeout is 0, an older agent's spec). Shared
 // storage that hangs after the command has ended (an MDS failover, a
 // client eviction) would otherwise hold the runner until systemd's
 // timeout kills it, before it writes the command's result: the hook would
