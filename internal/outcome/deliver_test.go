@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -403,12 +404,12 @@ func TestRedeliveryHoldsTheSpoolAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	posts := 0
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { posts++ }))
+	var posts atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { posts.Add(1) }))
 	defer srv.Close()
 	c := Client{BaseURL: srv.URL}
-	if st, err := Redeliver(context.Background(), c, dir, time.Now()); err == nil || posts != 0 || st != (Stats{}) {
-		t.Fatalf("second redelivery: %+v, %v, %d posts: want its pass skipped", st, err, posts)
+	if st, err := Redeliver(context.Background(), c, dir, time.Now()); err == nil || posts.Load() != 0 || st != (Stats{}) {
+		t.Fatalf("second redelivery: %+v, %v, %d posts: want its pass skipped", st, err, posts.Load())
 	}
 	unlock()
 	if st, err := Redeliver(context.Background(), c, dir, time.Now()); err != nil || st.Delivered != 1 {

@@ -134,15 +134,7 @@ func TestCatchUpOfAStampedSlotIsContention(t *testing.T) {
 // Sleep records the wait instead of sleeping.
 func setupCatchUp(t *testing.T, command string, waited *[]time.Duration) (Env, string) {
 	env, locks := setupWith(t, command, "0 0 * * * *", time.Date(2026, 11, 21, 12, 40, 0, 0, time.UTC))
-	spec, err := jobspec.Read(env.SpecPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec.CatchUpWindowSec, spec.TimeoutSec, spec.RandomizedDelaySec = 3600, 3600, 15
-	b, _ := spec.Marshal()
-	if err := os.WriteFile(env.SpecPath, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	editSpec(t, env, func(s *jobspec.Spec) { s.CatchUpWindowSec, s.TimeoutSec, s.RandomizedDelaySec = 3600, 3600, 15 })
 	env.Start = Start{ByTimer: true}
 	env.Sleep = func(d time.Duration) bool { *waited = append(*waited, d); return true }
 	return env, locks

@@ -63,16 +63,10 @@ func TestCommandEnv(t *testing.T) {
 // runner's HOSTCRON_ variables cannot be overridden.
 func TestRunPassesJobEnvironment(t *testing.T) {
 	env, locks := setup(t, `printf '%s|%s|%s|%s\n' "$GREETING" "${#DB_PASSWORD}" "${LD_PRELOAD-unset}" "$HOSTCRON_TENANT" > env-out`)
-	spec, err := jobspec.Read(env.SpecPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec.Environment = map[string]string{"GREETING": "hello world", "DB_PASSWORD": "s3cr3t-sentinel",
-		"LD_PRELOAD": "/nonexistent.so", "HOSTCRON_TENANT": "forged"}
-	b, _ := spec.Marshal()
-	if err := os.WriteFile(env.SpecPath, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	editSpec(t, env, func(s *jobspec.Spec) {
+		s.Environment = map[string]string{"GREETING": "hello world", "DB_PASSWORD": "s3cr3t-sentinel",
+			"LD_PRELOAD": "/nonexistent.so", "HOSTCRON_TENANT": "forged"}
+	})
 	if code := Run(env); code != 0 {
 		t.Fatalf("exit %d, record %+v", code, record(t, env))
 	}

@@ -169,11 +169,17 @@ func TestRunnerHeartbeats(t *testing.T) {
 
 func setCommand(t *testing.T, env Env, command string) {
 	t.Helper()
+	editSpec(t, env, func(s *jobspec.Spec) { s.Command = command })
+}
+
+// editSpec rewrites env's job spec as edit changes it.
+func editSpec(t *testing.T, env Env, edit func(*jobspec.Spec)) {
+	t.Helper()
 	spec, err := jobspec.Read(env.SpecPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec.Command = command
+	edit(&spec)
 	b, _ := spec.Marshal()
 	if err := os.WriteFile(env.SpecPath, b, 0o600); err != nil {
 		t.Fatal(err)

@@ -102,15 +102,7 @@ func TestDrainBound(t *testing.T) {
 // it and the run is not a timeout; the record keeps the command's output.
 func TestHeldPipeNearTimeout(t *testing.T) {
 	env, locks := setup(t, `echo $$ > pgid; (sleep 20; echo late) & echo "main done"; exit 0`)
-	spec, err := jobspec.Read(env.SpecPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec.TimeoutSec = 3
-	b, _ := spec.Marshal()
-	if err := os.WriteFile(env.SpecPath, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	editSpec(t, env, func(s *jobspec.Spec) { s.TimeoutSec = 3 })
 	t.Cleanup(func() { // the background sleep, in the command's group
 		b, _ := os.ReadFile(filepath.Join(filepath.Dir(locks), "www", "pgid"))
 		if pgid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pgid > 1 {
@@ -204,15 +196,7 @@ func TestStalledJournalPastTheBoundIsNotWaitedFor(t *testing.T) {
 	j := &slowJournal{stall: make(chan struct{})}
 	defer close(j.stall)
 	env.Output = j
-	spec, err := jobspec.Read(env.SpecPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec.TimeoutSec = 3
-	b, _ := spec.Marshal()
-	if err := os.WriteFile(env.SpecPath, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	editSpec(t, env, func(s *jobspec.Spec) { s.TimeoutSec = 3 })
 	env.Started = time.Now().Add(-2 * time.Second) // the drain's bound (timeout - 2 s) has passed
 	done := make(chan int, 1)
 	go func() { done <- Run(env) }()

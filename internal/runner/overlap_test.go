@@ -32,16 +32,10 @@ func (c *clock) now() time.Time   { return time.Unix(0, c.ns.Load()).UTC() }
 // slot's run overruns.
 func setupPolicy(t *testing.T, policy wire.OverlapPolicy, now time.Time) (Env, string) {
 	env, locks := setupWith(t, `echo "$HOSTCRON_SLOT" >> runs; while [ -e "hold-$HOSTCRON_SLOT" ]; do sleep 0.05; done`, "0 * * * * *", now)
-	spec, err := jobspec.Read(env.SpecPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec.OverlapPolicy, spec.TimeoutSec = policy, 300
-	spec.WaitSec = jobspec.StartWaitSec(policy, 0, spec.TimeoutSec)
-	b, _ := spec.Marshal()
-	if err := os.WriteFile(env.SpecPath, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	editSpec(t, env, func(s *jobspec.Spec) {
+		s.OverlapPolicy, s.TimeoutSec = policy, 300
+		s.WaitSec = jobspec.StartWaitSec(policy, 0, s.TimeoutSec)
+	})
 	env.OverlapPoll, env.Heartbeat, env.KillGrace = 20*time.Millisecond, 50*time.Millisecond, time.Second
 	env.Start = Start{ByTimer: true}
 	return env, locks
@@ -358,12 +352,7 @@ func TestCancelPreviousOnOneNode(t *testing.T) {
 func TestRunnerEnforcesTheTimeoutAfterAWait(t *testing.T) {
 	env, _ := setupPolicy(t, wire.OverlapBufferOne, t0)
 	setCommand(t, env, "sleep 30")
-	spec, _ := jobspec.Read(env.SpecPath)
-	spec.TimeoutSec = 1
-	b, _ := spec.Marshal()
-	if err := os.WriteFile(env.SpecPath, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	editSpec(t, env, func(s *jobspec.Spec) { s.TimeoutSec = 1 })
 	started := time.Now()
 	Run(env)
 	r := record(t, env)
@@ -480,12 +469,7 @@ func TestTimeoutReachesACommandThatLeftItsGroup(t *testing.T) {
 	needPerl(t)
 	env, _ := setupPolicy(t, wire.OverlapBufferOne, t0)
 	setCommand(t, env, escapeGroup)
-	spec, _ := jobspec.Read(env.SpecPath)
-	spec.TimeoutSec = 1
-	b, _ := spec.Marshal()
-	if err := os.WriteFile(env.SpecPath, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	editSpec(t, env, func(s *jobspec.Spec) { s.TimeoutSec = 1 })
 	started := time.Now()
 	Run(env)
 	if el := time.Since(started); el > 15*time.Second {

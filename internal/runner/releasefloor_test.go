@@ -52,15 +52,7 @@ func TestShortTimeoutStillReleasesTheLease(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			for trial := 0; trial < 5; trial++ {
 				env, locks := setup(t, tc.command) // node2's clock: 12:00:13, slot 12:00:10
-				spec, err := jobspec.Read(env.SpecPath)
-				if err != nil {
-					t.Fatal(err)
-				}
-				spec.TimeoutSec = tc.timeout
-				b, _ := spec.Marshal()
-				if err := os.WriteFile(env.SpecPath, b, 0o600); err != nil {
-					t.Fatal(err)
-				}
+				editSpec(t, env, func(s *jobspec.Spec) { s.TimeoutSec = tc.timeout })
 				// The unit's RuntimeDirectory is a tmpfs (/run).
 				rt, err := os.MkdirTemp("/dev/shm", "hostcron-rt-")
 				if err != nil {
@@ -99,15 +91,7 @@ func TestShortTimeoutStillReleasesTheLease(t *testing.T) {
 func TestShortTimeoutKeepsTheOutputTail(t *testing.T) {
 	for i := 0; i < 100; i++ {
 		env, _ := setup(t, "echo hello")
-		spec, err := jobspec.Read(env.SpecPath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		spec.TimeoutSec = 2
-		b, _ := spec.Marshal()
-		if err := os.WriteFile(env.SpecPath, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
+		editSpec(t, env, func(s *jobspec.Spec) { s.TimeoutSec = 2 })
 		rt, err := os.MkdirTemp("/dev/shm", "hostcron-rt-")
 		if err != nil {
 			t.Fatal(err)

@@ -901,7 +901,7 @@ func runCommand(env Env, spec jobspec.Spec, rec Record, stampPath string, lease 
 	// The command's end: the lock's release below is not its time.
 	finished := env.Now().UTC()
 	timeout := time.Duration(spec.TimeoutSec+spec.WaitSec) * time.Second // the unit's TimeoutStartSec
-	releaseWithin(env, stopBeat, stampPath, lease, env.Started, timeout)
+	releaseWithin(env, stopBeat, stampPath, lease, timeout)
 	if oom != nil {
 		rec.OOMKilled = <-oom // the watch answers as soon as done is closed
 	}
@@ -993,7 +993,7 @@ func stopAt(now func() time.Time, poll time.Duration, at time.Time, why int32, c
 // bound the runner goes on without the release, which is left behind
 // (the process ends soon after): the lease then reads as a holder that
 // stopped heart-beating once its TTL has passed, as after a crash.
-func releaseWithin(env Env, stopBeat func(), stampPath string, lease Stamp, started time.Time, timeout time.Duration) {
+func releaseWithin(env Env, stopBeat func(), stampPath string, lease Stamp, timeout time.Duration) {
 	released := make(chan struct{})
 	go func() {
 		defer close(released)
@@ -1009,7 +1009,7 @@ func releaseWithin(env Env, stopBeat func(), stampPath string, lease Stamp, star
 	// and a runner that did not wait at all would exit before a release on
 	// healthy storage had written, leaving its lease to read as a run
 	// under way to the next slot's losers.
-	t := time.NewTimer(max(time.Until(drainBound(started.Add(timeout), started, timeout)), releaseFloor))
+	t := time.NewTimer(max(time.Until(drainBound(env.Started.Add(timeout), env.Started, timeout)), releaseFloor))
 	defer t.Stop()
 	select {
 	case <-released:
