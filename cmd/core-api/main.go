@@ -75,6 +75,9 @@ func serveCmd(dsn *string, log *slog.Logger) *cobra.Command {
 			if quotas.MaxJobs > quota.MaxJobsCeiling {
 				return fmt.Errorf("--quota-max-jobs %d: at most %d", quotas.MaxJobs, quota.MaxJobsCeiling)
 			}
+			if quotas.RunNowPerMinute < 0 {
+				return fmt.Errorf("--quota-run-now-per-minute %d: 0 (no limit) or more", quotas.RunNowPerMinute)
+			}
 			cfg.DatabaseURL, cfg.Housekeeping, cfg.Quotas = *dsn, &hk, &quotas
 			cfg.Notify.SMTP.Password = os.Getenv("HOSTCRON_SMTP_PASSWORD") // never a flag: flags show in ps
 			return core.Run(ctx, cfg, 15*time.Second)
@@ -115,6 +118,8 @@ func serveCmd(dsn *string, log *slog.Logger) *cobra.Command {
 	f.IntVar(&quotas.MinIntervalSeconds, "quota-min-interval", 0, "default shortest time between a job's fire times, seconds")
 	f.IntVar(&quotas.MaxTimeoutSeconds, "quota-max-timeout", 0, "default largest timeout_seconds")
 	f.IntVar(&quotas.MaxMemoryMB, "quota-max-memory-mb", 0, "default largest max_memory_mb")
+	f.IntVar(&quotas.RunNowPerMinute, "quota-run-now-per-minute", quotas.RunNowPerMinute,
+		"default run-now and backfill requests per tenant: this many at once, then this many a minute (0: no limit)")
 	return cmd
 }
 

@@ -83,10 +83,14 @@ func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 		var he *echo.HTTPError
 		var ce *store.ConflictError
 		var qe *quota.Exceeded
+		var th *quota.Throttled
 		switch {
 		case errors.As(err, &ae):
 		case errors.As(err, &qe):
 			ae = &apiError{http.StatusUnprocessableEntity, ProblemDetail{Code: "quota_exceeded", Field: qe.Field, Message: qe.Msg}}
+		case errors.As(err, &th):
+			c.Response().Header().Set("Retry-After", retryAfterSeconds(th.Wait))
+			ae = &apiError{http.StatusTooManyRequests, ProblemDetail{Code: "rate_limited", Message: th.Error()}}
 		case errors.Is(err, store.ErrNotFound):
 			ae = errNotFound
 		case errors.As(err, &ce):
@@ -105,6 +109,12 @@ func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 			log.Warn("write error response", "err", err)
 		}
 	}
+}
+
+// retryAfterSeconds is a Retry-After header's value for a wait: whole
+// seconds, rounded up, at least 1 (0 would invite a retry at once).
+func retryAfterSeconds(wait time.Duration) string {
+	return strconv.FormatInt(max(1, int64((wait+time.Second-1)/time.Second)), 10)
 }
 
 // decodeStrict decodes a JSON body, rejecting unknown fields, trailing data

@@ -44,7 +44,7 @@ func (s *Server) setQuotas(c echo.Context) error {
 		return invalid("max_jobs", "at most %d (the platform's ceiling per tenant)", quota.MaxJobsCeiling)
 	}
 	for name, v := range map[string]*int{"max_jobs": o.MaxJobs, "min_interval_seconds": o.MinIntervalSeconds,
-		"max_timeout_seconds": o.MaxTimeoutSeconds, "max_memory_mb": o.MaxMemoryMB} {
+		"max_timeout_seconds": o.MaxTimeoutSeconds, "max_memory_mb": o.MaxMemoryMB, "run_now_per_minute": o.RunNowPerMinute} {
 		if v != nil && (*v < 0 || *v > maxQuotaValue) {
 			return invalid(name, "want 0 (no limit) to %d, or null for the default", maxQuotaValue)
 		}

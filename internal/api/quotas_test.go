@@ -1,6 +1,7 @@
 package api
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -95,5 +96,42 @@ func TestIdempotentReplayBeatsALoweredQuota(t *testing.T) {
 	}
 	if n := v.count(`SELECT count(*) FROM cron_jobs`); n != 1 {
 		t.Errorf("%d jobs, want 1", n)
+	}
+}
+
+// A tenant's run-nows past its run_now_per_minute answer 429 with
+// Retry-After and the limit's name, and queue nothing; the admin's
+// override applies, and raising it lets the next request through.
+func TestRunNowPastTheQuotaAnswers429(t *testing.T) {
+	v := newEnv(t)
+	id := v.createJob(`,"schedule":"*/5 * * * *"`)["id"].(string)
+	v.activate(id)
+	v.mustJSON("PUT", "/api/v1/admin/tenants/"+v.tenant+"/quotas", adminKey, `{"run_now_per_minute":2}`, 200)
+	for range 2 {
+		v.mustJSON("POST", "/api/v1/cron-jobs/"+id+"/run-now", v.key, "", 202)
+	}
+	tasks := v.count(`SELECT count(*) FROM cron_job_tasks WHERE cron_job_id = $1 AND action = 'run_now'`, id)
+	code, hdr, out := v.doHeaders("POST", "/api/v1/cron-jobs/"+id+"/run-now", v.key, "", nil)
+	if code != 429 || !strings.Contains(string(out), `"code":"rate_limited"`) || !strings.Contains(string(out), "run_now_per_minute") {
+		t.Fatalf("third run-now under a limit of 2 = %d %s, want 429 rate_limited naming run_now_per_minute", code, out)
+	}
+	if ra, err := strconv.Atoi(hdr.Get("Retry-After")); err != nil || ra < 1 || ra > 30 {
+		t.Fatalf("Retry-After %q, want 1-30 s (2 a minute)", hdr.Get("Retry-After"))
+	}
+	// The control panel's admin key acting for the tenant is held to the
+	// tenant's quota too.
+	if code, _ := v.do("POST", "/api/v1/cron-jobs/"+id+"/run-now", adminKey, ""); code != 429 {
+		t.Fatalf("admin run-now for the throttled tenant = %d, want 429", code)
+	}
+	if n := v.count(`SELECT count(*) FROM cron_job_tasks WHERE cron_job_id = $1 AND action = 'run_now'`, id); n != tasks {
+		t.Fatalf("refused run-nows queued %d tasks", n-tasks)
+	}
+	got := v.mustJSON("PUT", "/api/v1/admin/tenants/"+v.tenant+"/quotas", adminKey, `{"run_now_per_minute":0}`, 200)
+	if got["limits"].(map[string]any)["run_now_per_minute"] != 0.0 {
+		t.Fatalf("limits after lifting: %v", got["limits"])
+	}
+	v.mustJSON("POST", "/api/v1/cron-jobs/"+id+"/run-now", v.key, "", 202)
+	if code, _ := v.do("PUT", "/api/v1/admin/tenants/"+v.tenant+"/quotas", adminKey, `{"run_now_per_minute":-1}`); code != 400 {
+		t.Fatalf("a negative run_now_per_minute = %d, want 400", code)
 	}
 }

@@ -19,6 +19,9 @@ type Limits struct {
 	MinIntervalSeconds int `json:"min_interval_seconds"`
 	MaxTimeoutSeconds  int `json:"max_timeout_seconds"`
 	MaxMemoryMB        int `json:"max_memory_mb"`
+	// RunNowPerMinute bounds a tenant's run-now and backfill requests: up
+	// to this many at once, and this many a minute after (RunNowBucket).
+	RunNowPerMinute int `json:"run_now_per_minute"`
 }
 
 // Overrides are an admin's per-tenant settings; nil keeps the default.
@@ -27,6 +30,7 @@ type Overrides struct {
 	MinIntervalSeconds *int `json:"min_interval_seconds"`
 	MaxTimeoutSeconds  *int `json:"max_timeout_seconds"`
 	MaxMemoryMB        *int `json:"max_memory_mb"`
+	RunNowPerMinute    *int `json:"run_now_per_minute"`
 }
 
 // Apply lays the overrides over the defaults.
@@ -42,6 +46,7 @@ func (o Overrides) Apply(d Limits) Limits {
 		MinIntervalSeconds: pick(o.MinIntervalSeconds, d.MinIntervalSeconds),
 		MaxTimeoutSeconds:  pick(o.MaxTimeoutSeconds, d.MaxTimeoutSeconds),
 		MaxMemoryMB:        pick(o.MaxMemoryMB, d.MaxMemoryMB),
+		RunNowPerMinute:    pick(o.RunNowPerMinute, d.RunNowPerMinute),
 	}
 }
 
@@ -109,4 +114,56 @@ func JobCount(l Limits, have int) *Exceeded {
 			fmt.Sprintf("the tenant has %d cron jobs, its limit (max_jobs); delete one first", have)}
 	}
 	return nil
+}
+
+// RunNowBucket is what a tenant has left of RunNowPerMinute: a token
+// bucket that holds up to the limit and refills at the limit a minute,
+// as of At. A run-now or a backfill queues a run on every node of the
+// shard and a workflow in Temporal, whatever the job's schedule allows,
+// so this is what stops one tenant's script from flooding both.
+type RunNowBucket struct {
+	Tokens float64
+	At     time.Time
+}
+
+// FullRunNowBucket is a tenant's bucket before its first request.
+func FullRunNowBucket(l Limits, now time.Time) RunNowBucket {
+	return RunNowBucket{Tokens: float64(l.RunNowPerMinute), At: now}
+}
+
+// Throttled refuses a run-now or backfill: the tenant used up its
+// RunNowPerMinute; one more request fits after Wait. The API answers 429.
+type Throttled struct {
+	Limit int
+	Wait  time.Duration
+}
+
+func (e *Throttled) Error() string {
+	return fmt.Sprintf("run-now: the tenant's limit of %d run-now and backfill requests a minute is used up; retry in %s (run_now_per_minute)",
+		e.Limit, e.Wait.Round(100*time.Millisecond))
+}
+
+// TakeRunNow decides one run-now or backfill request against the bucket.
+// It returns the bucket as of now, the token taken, or Throttled when
+// less than one is there (and the bucket as of now, refilled, to store
+// all the same). A limit of 0 is no limit. A clock that went back (now
+// before At) refills nothing and restarts the refill from now: the
+// tenant gets at most the time the clock went back again as refill,
+// never a bucket that stays empty until the clock catches up with At.
+func TakeRunNow(l Limits, b RunNowBucket, now time.Time) (RunNowBucket, *Throttled) {
+	limit := float64(l.RunNowPerMinute)
+	if limit <= 0 {
+		return b, nil
+	}
+	perSecond := limit / 60
+	tokens := b.Tokens
+	if elapsed := now.Sub(b.At); elapsed > 0 {
+		tokens += elapsed.Seconds() * perSecond
+	}
+	tokens = min(tokens, limit) // also where a lowered limit takes hold
+	if tokens < 1 {
+		wait := time.Duration((1 - tokens) / perSecond * float64(time.Second))
+		return RunNowBucket{Tokens: tokens, At: now}, &Throttled{Limit: l.RunNowPerMinute, Wait: wait}
+	}
+	return RunNowBucket{Tokens: tokens - 1, At: now}, nil
 }

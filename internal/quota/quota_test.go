@@ -76,3 +76,68 @@ func TestJobCountAndOverrides(t *testing.T) {
 		t.Errorf("no overrides changed the defaults: %+v", l)
 	}
 }
+
+func TestTakeRunNow(t *testing.T) {
+	t0 := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	l := Limits{RunNowPerMinute: 60} // a token a second
+	for _, c := range []struct {
+		name       string
+		l          Limits
+		b          RunNowBucket
+		now        time.Time
+		wantTokens float64 // after the take
+		wantAt     time.Time
+		wantWait   time.Duration // > 0: throttled
+	}{
+		{"full bucket", l, FullRunNowBucket(l, t0), t0, 59, t0, 0},
+		{"last token", l, RunNowBucket{1, t0}, t0, 0, t0, 0},
+		{"empty: a token in a second", l, RunNowBucket{0, t0}, t0, 0, t0, time.Second},
+		{"half refilled", l, RunNowBucket{0.25, t0}, t0.Add(250 * time.Millisecond), 0.5, t0.Add(250 * time.Millisecond), 500 * time.Millisecond},
+		{"refilled by the time passed", l, RunNowBucket{0, t0}, t0.Add(3 * time.Second), 2, t0.Add(3 * time.Second), 0},
+		{"refill stops at the limit", l, RunNowBucket{0, t0}, t0.Add(time.Hour), 59, t0.Add(time.Hour), 0},
+		{"a lowered limit caps what was left", Limits{RunNowPerMinute: 6}, RunNowBucket{60, t0}, t0, 5, t0, 0},
+		{"slow limit: 6 a minute waits 10 s", Limits{RunNowPerMinute: 6}, RunNowBucket{0, t0}, t0, 0, t0, 10 * time.Second},
+		// The clock went back an hour: nothing refills, and the refill
+		// restarts from the new now instead of waiting an hour for At.
+		{"clock went back", l, RunNowBucket{2, t0}, t0.Add(-time.Hour), 1, t0.Add(-time.Hour), 0},
+		{"clock went back, empty", l, RunNowBucket{0, t0}, t0.Add(-time.Hour), 0, t0.Add(-time.Hour), time.Second},
+		{"no limit", Limits{}, RunNowBucket{0, t0}, t0, 0, t0, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, th := TakeRunNow(c.l, c.b, c.now)
+			if (th != nil) != (c.wantWait > 0) {
+				t.Fatalf("throttled %v, want a wait of %s (0: a token taken)", th, c.wantWait)
+			}
+			if th != nil {
+				if d := th.Wait - c.wantWait; d < -time.Millisecond || d > time.Millisecond {
+					t.Errorf("wait %s, want %s", th.Wait, c.wantWait)
+				}
+			}
+			if d := got.Tokens - c.wantTokens; d < -1e-9 || d > 1e-9 || !got.At.Equal(c.wantAt) {
+				t.Errorf("bucket %+v, want %v tokens at %s", got, c.wantTokens, c.wantAt)
+			}
+		})
+	}
+}
+
+// A burst takes exactly the limit and then one a refill's worth: what a
+// tenant's script gets in a minute is the limit twice at most.
+func TestTakeRunNowBurstThenRefill(t *testing.T) {
+	t0 := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	l := Limits{RunNowPerMinute: 30}
+	b := FullRunNowBucket(l, t0)
+	taken := 0
+	for now := t0; now.Before(t0.Add(time.Minute)); now = now.Add(100 * time.Millisecond) {
+		for {
+			next, th := TakeRunNow(l, b, now)
+			if th != nil {
+				break
+			}
+			b = next
+			taken++
+		}
+	}
+	if taken < 59 || taken > 60 {
+		t.Fatalf("%d requests in a minute under a limit of 30, want the 30 of the burst and about 30 refilled", taken)
+	}
+}

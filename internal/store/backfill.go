@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/hostcron/hostcron/internal/quota"
 	"github.com/hostcron/hostcron/internal/runkey"
 	"github.com/hostcron/hostcron/internal/schedule"
 	"github.com/hostcron/hostcron/internal/wire"
@@ -49,6 +50,7 @@ func backfillSlotError(slot time.Time, sched *schedule.Schedule, created, now ti
 func (s *Store) Backfill(ctx context.Context, id string, ifVersion int64, slot time.Time) (CronJob, string, error) {
 	var job CronJob
 	var key string
+	var throttled *quota.Throttled
 	ctx, woke := s.wakeAfterCommit(ctx)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
@@ -66,6 +68,9 @@ func (s *Store) Backfill(ctx context.Context, id string, ifVersion int64, slot t
 		if err := backfillSlotError(slot, sched, job.CreatedAt, now); err != nil {
 			return err
 		}
+		if throttled, err = s.takeRunNow(ctx, tx, job.TenantID); err != nil || throttled != nil {
+			return err // throttled: commit the bucket, queue nothing
+		}
 		request, err := queueTaskID(ctx, tx, id, wire.ActionRunNow, job.Version)
 		if err != nil {
 			return err
@@ -78,6 +83,9 @@ func (s *Store) Backfill(ctx context.Context, id string, ifVersion int64, slot t
 			map[string]any{"request": strconv.FormatInt(request, 10), "slot": slot.UTC().Format(time.RFC3339)})
 	})
 	woke(err)
+	if err == nil && throttled != nil {
+		err = throttled
+	}
 	if err != nil {
 		return job, "", err
 	}

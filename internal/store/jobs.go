@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/hostcron/hostcron/internal/quota"
 	"github.com/hostcron/hostcron/internal/runkey"
 	"github.com/hostcron/hostcron/internal/wire"
 )
@@ -542,11 +543,15 @@ func (s *Store) RetryJob(ctx context.Context, id string, ifVersion int64) (CronJ
 func (s *Store) RunNow(ctx context.Context, id string, ifVersion int64) (CronJob, string, error) {
 	var job CronJob
 	var request int64
+	var throttled *quota.Throttled
 	ctx, woke := s.wakeAfterCommit(ctx)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
 		if job, err = runnableJob(ctx, tx, id, ifVersion); err != nil {
 			return err
+		}
+		if throttled, err = s.takeRunNow(ctx, tx, job.TenantID); err != nil || throttled != nil {
+			return err // throttled: commit the bucket, queue nothing
 		}
 		if request, err = queueTaskID(ctx, tx, id, wire.ActionRunNow, job.Version); err != nil {
 			return err
@@ -557,6 +562,9 @@ func (s *Store) RunNow(ctx context.Context, id string, ifVersion int64) (CronJob
 		return recordEvent(ctx, tx, job, actorOf(ctx), string(wire.ActionRunNow), map[string]any{"request": strconv.FormatInt(request, 10)})
 	})
 	woke(err)
+	if err == nil && throttled != nil {
+		err = throttled
+	}
 	if err != nil {
 		return job, "", err
 	}

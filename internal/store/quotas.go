@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -13,8 +14,9 @@ import (
 // DefaultQuotas are the limits of a tenant without overrides until the
 // core's config sets its own: a job count that keeps a converge and the
 // job list bounded (each job is a unit pair on every node of the shard),
-// nothing else.
-var DefaultQuotas = quota.Limits{MaxJobs: 1000}
+// and run-now and backfill requests a tenant's script cannot turn into a
+// flood of runs on every node: 60 at once, a second each after.
+var DefaultQuotas = quota.Limits{MaxJobs: 1000, RunNowPerMinute: 60}
 
 // SetQuotaDefaults sets the limits of tenants without overrides.
 func (s *Store) SetQuotaDefaults(l quota.Limits) { s.quotaDefaults = &l }
@@ -38,11 +40,12 @@ func (s *Store) TenantQuotas(ctx context.Context, tenantID string) (quota.Overri
 // SetTenantQuotas replaces a tenant's overrides (nil fields: defaults).
 // Jobs over a lowered limit keep running; their next change is held to it.
 func (s *Store) SetTenantQuotas(ctx context.Context, tenantID string, o quota.Overrides) (quota.Limits, error) {
-	_, err := s.pool.Exec(ctx, `INSERT INTO tenant_quotas (tenant_id, max_jobs, min_interval_seconds, max_timeout_seconds, max_memory_mb)
-		VALUES ($1, $2, $3, $4, $5)
+	_, err := s.pool.Exec(ctx, `INSERT INTO tenant_quotas (tenant_id, max_jobs, min_interval_seconds, max_timeout_seconds, max_memory_mb,
+			run_now_per_minute)
+		VALUES ($1, $2, $3, $4, $5, $6)
 		ON CONFLICT (tenant_id) DO UPDATE SET max_jobs = $2, min_interval_seconds = $3, max_timeout_seconds = $4,
-			max_memory_mb = $5, updated_at = now()`,
-		tenantID, o.MaxJobs, o.MinIntervalSeconds, o.MaxTimeoutSeconds, o.MaxMemoryMB)
+			max_memory_mb = $5, run_now_per_minute = $6, updated_at = now()`,
+		tenantID, o.MaxJobs, o.MinIntervalSeconds, o.MaxTimeoutSeconds, o.MaxMemoryMB, o.RunNowPerMinute)
 	switch {
 	case foreignKeyViolation(err):
 		return quota.Limits{}, fmt.Errorf("set quotas: tenant: %w", ErrNotFound)
@@ -56,12 +59,12 @@ func (s *Store) SetTenantQuotas(ctx context.Context, tenantID string, o quota.Ov
 // tenant's row, so that concurrent creates count one at a time.
 func tenantOverrides(ctx context.Context, q dbtx, tenantID string, lock bool) (quota.Overrides, error) {
 	var o quota.Overrides
-	sql := `SELECT q.max_jobs, q.min_interval_seconds, q.max_timeout_seconds, q.max_memory_mb
+	sql := `SELECT q.max_jobs, q.min_interval_seconds, q.max_timeout_seconds, q.max_memory_mb, q.run_now_per_minute
 		FROM tenants t LEFT JOIN tenant_quotas q ON q.tenant_id = t.id WHERE t.id = $1`
 	if lock {
 		sql += ` FOR NO KEY UPDATE OF t`
 	}
-	err := q.QueryRow(ctx, sql, tenantID).Scan(&o.MaxJobs, &o.MinIntervalSeconds, &o.MaxTimeoutSeconds, &o.MaxMemoryMB)
+	err := q.QueryRow(ctx, sql, tenantID).Scan(&o.MaxJobs, &o.MinIntervalSeconds, &o.MaxTimeoutSeconds, &o.MaxMemoryMB, &o.RunNowPerMinute)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return o, fmt.Errorf("tenant quotas: %w", ErrNotFound)
 	}
@@ -88,4 +91,43 @@ func (s *Store) checkJobQuota(ctx context.Context, tx pgx.Tx, tenantID string) e
 		return e
 	}
 	return nil
+}
+
+// takeRunNow takes a token of the tenant's run-now quota for a run-now or
+// backfill about to be queued in tx, or returns why not (quota.Throttled):
+// then the caller commits tx without queueing anything, so that the
+// bucket's refill as of now is kept (after the database's clock went back,
+// quota.TakeRunNow restarts the refill; a rollback would undo that on
+// every request). The bucket row is locked first, so concurrent requests
+// of one tenant, on any core-api replica, take tokens one at a time, and
+// the clock is the database's at that moment, one for every replica. A
+// taken token goes with the request if its transaction rolls back.
+func (s *Store) takeRunNow(ctx context.Context, tx pgx.Tx, tenantID string) (*quota.Throttled, error) {
+	o, err := tenantOverrides(ctx, tx, tenantID, false)
+	if err != nil {
+		return nil, err
+	}
+	l := o.Apply(s.defaults())
+	if l.RunNowPerMinute <= 0 {
+		return nil, nil
+	}
+	// The first request finds no row: a full bucket. Its own statement,
+	// so the locking read below (a new snapshot) sees a row another
+	// request inserted and committed meanwhile.
+	if _, err := tx.Exec(ctx, `INSERT INTO tenant_run_now_buckets (tenant_id, tokens, taken_at)
+		VALUES ($1, $2, clock_timestamp()) ON CONFLICT (tenant_id) DO NOTHING`, tenantID, float64(l.RunNowPerMinute)); err != nil {
+		return nil, fmt.Errorf("run-now quota: %w", err)
+	}
+	var b quota.RunNowBucket
+	var now time.Time
+	if err := tx.QueryRow(ctx, `SELECT tokens, taken_at, clock_timestamp() FROM tenant_run_now_buckets
+		WHERE tenant_id = $1 FOR UPDATE`, tenantID).Scan(&b.Tokens, &b.At, &now); err != nil {
+		return nil, fmt.Errorf("run-now quota: %w", err)
+	}
+	next, throttled := quota.TakeRunNow(l, b, now)
+	if _, err := tx.Exec(ctx, `UPDATE tenant_run_now_buckets SET tokens = $2, taken_at = $3 WHERE tenant_id = $1`,
+		tenantID, next.Tokens, next.At); err != nil {
+		return nil, fmt.Errorf("run-now quota: %w", err)
+	}
+	return throttled, nil
 }

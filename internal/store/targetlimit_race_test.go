@@ -40,19 +40,7 @@ func TestConcurrentTargetCreatesStopAtTheLimit(t *testing.T) {
 				URL: fmt.Sprintf("https://hooks.example.com/race/%d", i), Secret: "s", Events: []string{"run_failed"}})
 		}()
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var waiting int
-		must(t, f.st.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%tenants%FOR UPDATE%'`).Scan(&waiting))
-		if waiting == racers {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d creates waiting on the tenant's row, want %d", waiting, racers)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	f.waitForLockWaiters("%tenants%FOR UPDATE%", racers)
 	must(t, tx.Commit(ctx))
 	wg.Wait()
 	ok := 0
@@ -69,5 +57,23 @@ func TestConcurrentTargetCreatesStopAtTheLimit(t *testing.T) {
 	if len(ts) != store.MaxTargetsPerTenant || ok != 1 {
 		t.Fatalf("%d of %d concurrent creates passed: the tenant has %d targets, limit %d",
 			ok, racers, len(ts), store.MaxTargetsPerTenant)
+	}
+}
+
+// waitForLockWaiters waits until n statements like pattern (a LIKE
+// pattern) wait on a lock, as racers held behind a test's open
+// transaction do.
+func (f *fixture) waitForLockWaiters(pattern string, n int) {
+	f.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		waiting := f.count(`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1`, pattern)
+		if waiting == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("%d statements like %q waiting on a lock, want %d", waiting, pattern, n)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
