@@ -101,6 +101,10 @@ func redeliverLoop(ctx context.Context, cfg nodeconf.Config, every time.Duration
 			log.Info("redelivered spooled outcomes", "delivered", st.Delivered, "dead_lettered", st.DeadLettered,
 				"dead_lettered_total", deadTotal, "retrying", st.Retrying, "waiting", st.Waiting)
 		}
+		if st.TempsRemoved > 0 {
+			log.Info("removed temporary files killed writers left in the outcome spool", "removed", st.TempsRemoved,
+				"older_than", outcome.TempMaxAge.String())
+		}
 		if err != nil && ctx.Err() == nil {
 			log.Warn("outcomes stay spooled", "err", err)
 		}

@@ -18,36 +18,87 @@ import (
 const TempPrefix = ".tmp-"
 
 // Write stores data at path with mode: a new temporary file in the same
-// directory (created exclusively, so a planted symlink is never
-// followed), fsync, rename over path, fsync of the directory.
+// directory (WriteTemp), rename over path, fsync of the directory.
 func Write(path string, data []byte, mode os.FileMode) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, TempPrefix+filepath.Base(path)+"-*")
+	tmp, err := WriteTemp(path, data, mode)
 	if err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	defer os.Remove(tmp.Name()) // no-op after the rename
+	if d, err := os.Open(filepath.Dir(path)); err == nil { // make the rename itself durable
+		_ = d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+// WriteTemp writes data with mode to a new temporary file beside path
+// (TempPrefix, created exclusively, so a planted symlink is never
+// followed), fsyncs it and returns its path, for the caller to rename
+// into place (Write, RenameNoReplace) or remove. path is not touched.
+func WriteTemp(path string, data []byte, mode os.FileMode) (string, error) {
+	return writeTemp(path, data, mode, true)
+}
+
+// writeTemp is WriteTemp, with the fsync left to the caller when sync is
+// false (Batch: one syncfs for many files).
+func writeTemp(path string, data []byte, mode os.FileMode, sync bool) (string, error) {
+	tmp, err := os.CreateTemp(filepath.Dir(path), TempPrefix+filepath.Base(path)+"-*")
+	if err != nil {
+		return "", fmt.Errorf("write %s: %w", path, err)
+	}
 	_, err = tmp.Write(data)
 	if err == nil {
 		err = tmp.Chmod(mode)
 	}
-	if err == nil {
+	if err == nil && sync {
 		err = tmp.Sync()
 	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
 	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+		os.Remove(tmp.Name())
+		return "", fmt.Errorf("write %s: %w", path, err)
 	}
-	if d, err := os.Open(dir); err == nil { // make the rename itself durable
-		_ = d.Sync()
-		d.Close()
+	return tmp.Name(), nil
+}
+
+// renameat2 is unix.Renameat2; tests replace it to take the fallback a
+// filesystem without RENAME_NOREPLACE makes RenameNoReplace take.
+var renameat2 = unix.Renameat2
+
+// RenameNoReplace gives the file at from the name to, as os.Rename does,
+// but never in place of a file already named to: it then fails with an
+// error errors.Is(err, fs.ErrExist) matches, and from stays as it was.
+// Of two callers racing for one name, one gets it and the other that
+// error. The new name is durable when it returns (fsync of its directory).
+//
+// A filesystem or kernel without renameat2's RENAME_NOREPLACE (EINVAL,
+// ENOSYS) gets a link to the new name (link(2) never replaces either), a
+// sync, then the old name's removal: a crash or an error between the two
+// leaves the file under both names, never under none.
+func RenameNoReplace(from, to string) error {
+	err := renameat2(unix.AT_FDCWD, from, unix.AT_FDCWD, to, unix.RENAME_NOREPLACE)
+	switch {
+	case errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOSYS):
+		if err := os.Link(from, to); err != nil {
+			return err // an *os.LinkError: EEXIST matches fs.ErrExist
+		}
+		if err := SyncDir(filepath.Dir(to)); err != nil {
+			return err
+		}
+		if err := os.Remove(from); err != nil {
+			return fmt.Errorf("rename %s %s: linked, not removed: %w", from, to, err)
+		}
+		return nil
+	case err != nil:
+		return &os.LinkError{Op: "rename", Old: from, New: to, Err: err}
 	}
-	return nil
+	return SyncDir(filepath.Dir(to))
 }
 
 // Batch replaces many files all at once as Write does each, with one
@@ -120,29 +171,15 @@ func (b *Batch) Add(path string, data []byte, mode os.FileMode) (int, error) {
 	if err := b.watchFS(dir); err != nil {
 		return 0, fmt.Errorf("write %s: %w", path, err)
 	}
-	tmp, err := os.CreateTemp(dir, TempPrefix+filepath.Base(path)+"-*")
+	// The first syncfsFrom files (all, where syncfs reports no errors)
+	// are fsynced now, and Sync need not syncfs for them.
+	sync := len(b.files) < syncfsFrom || !syncfsReportsErrors
+	tmp, err := writeTemp(path, data, mode, sync)
 	if err != nil {
-		return 0, fmt.Errorf("write %s: %w", path, err)
+		return 0, err
 	}
-	_, err = tmp.Write(data)
-	if err == nil {
-		err = tmp.Chmod(mode)
-	}
-	if err == nil {
-		if len(b.files) < syncfsFrom || !syncfsReportsErrors {
-			err = tmp.Sync() // durable now; Sync need not syncfs for it
-		} else {
-			b.needSyncfs = true
-		}
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-		return 0, fmt.Errorf("write %s: %w", path, err)
-	}
-	b.files = append(b.files, batchFile{path: path, tmp: tmp.Name()})
+	b.needSyncfs = b.needSyncfs || !sync
+	b.files = append(b.files, batchFile{path: path, tmp: tmp})
 	return len(b.files) - 1, nil
 }
 

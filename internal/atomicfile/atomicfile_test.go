@@ -2,11 +2,17 @@ package atomicfile
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestWriteReplacesAndLeavesNoTemp(t *testing.T) {
@@ -266,4 +272,73 @@ func TestSmallBatchDoesNotSyncTheFilesystem(t *testing.T) {
 		t.Errorf("rename after Sync: %v", err)
 	}
 	b.Close()
+}
+
+// bothRenames runs f with renameat2's RENAME_NOREPLACE, then with the
+// link fallback of a filesystem without it.
+func bothRenames(t *testing.T, f func(t *testing.T)) {
+	t.Run("renameat2", f)
+	t.Run("link", func(t *testing.T) {
+		orig := renameat2
+		renameat2 = func(int, string, int, string, uint) error { return unix.EINVAL }
+		t.Cleanup(func() { renameat2 = orig })
+		f(t)
+	})
+}
+
+// TestRenameNoReplaceNeverReplaces: a name taken stays as it was and the
+// file to move stays where it was, with renameat2 and with the link
+// fallback; a free name is taken and the old one is gone.
+func TestRenameNoReplaceNeverReplaces(t *testing.T) {
+	bothRenames(t, func(t *testing.T) {
+		dir := t.TempDir()
+		from, taken, free := filepath.Join(dir, "from"), filepath.Join(dir, "taken"), filepath.Join(dir, "free")
+		for p, c := range map[string]string{from: "new", taken: "old"} {
+			if err := os.WriteFile(p, []byte(c), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := RenameNoReplace(from, taken); !errors.Is(err, fs.ErrExist) {
+			t.Errorf("onto a taken name: %v, want ErrExist", err)
+		}
+		if got := files(t, dir); len(got) != 2 || got["from"] != "new" || got["taken"] != "old" {
+			t.Errorf("after the refused rename the directory holds %v", got)
+		}
+		if err := RenameNoReplace(from, free); err != nil {
+			t.Fatal(err)
+		}
+		if got := files(t, dir); len(got) != 2 || got["free"] != "new" || got["taken"] != "old" {
+			t.Errorf("after the rename the directory holds %v", got)
+		}
+	})
+}
+
+// TestRenameNoReplaceRace: writers racing for one name each move their
+// own file there: exactly one gets it, every other file stays where it was.
+func TestRenameNoReplaceRace(t *testing.T) {
+	bothRenames(t, func(t *testing.T) {
+		dir := t.TempDir()
+		const writers = 8
+		var wg sync.WaitGroup
+		var won atomic.Int32
+		for i := range writers {
+			tmp, err := WriteTemp(filepath.Join(dir, "target"), []byte(strconv.Itoa(i)), 0o600)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wg.Go(func() {
+				switch err := RenameNoReplace(tmp, filepath.Join(dir, "target")); {
+				case err == nil:
+					won.Add(1)
+				case !errors.Is(err, fs.ErrExist):
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		got := files(t, dir)
+		if won.Load() != 1 || len(got) != writers || got["target"] == "" {
+			t.Errorf("%d writers got the name; the directory holds %v, want the target and %d temporary files", won.Load(), got, writers-1)
+		}
+	})
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -47,8 +48,16 @@ const (
 	BackoffBase = 5 * time.Second
 	BackoffCap  = 10 * time.Minute
 	// DeadLetterDir is the spool's subdirectory of reports given up on;
-	// nothing is ever deleted, an operator decides.
+	// no report in it is ever deleted, an operator decides (only a
+	// killed writer's temporary file is: TempMaxAge).
 	DeadLetterDir = "dead"
+	// TempMaxAge is the age from which a temporary file in the spool or
+	// in DeadLetterDir is a leftover of a writer killed mid-write, and a
+	// pass removes it: a hook writes a report in milliseconds, so a
+	// younger one may be a hook writing right now.
+	TempMaxAge = 10 * time.Minute
+	// maxDeadLetters bounds the dead letters of one spool name (keepDead).
+	maxDeadLetters = 1000
 )
 
 // Client posts reports to the core API as one node.
@@ -140,13 +149,15 @@ func Spool(dir, jobID string, r wire.Outcome) error {
 
 // SpoolDead keeps a report the core refused for good (ErrPermanent) in
 // the dead-letter dir, beside the ones redelivery gave up on: the run
-// happened, and its outcome must not vanish with a log line.
+// happened, and its outcome must not vanish with a log line. It is
+// written whole and durably to a temporary file in the spool, then
+// moved into the dead-letter dir, never in place of another dead letter
+// (keepDead).
 func SpoolDead(dir, jobID string, r wire.Outcome, why error) error {
 	if k, err := runkey.Parse(r.RunKey); err != nil || k.JobID != jobID {
 		return fmt.Errorf("dead-letter: run key %q is not one of job %s", r.RunKey, jobID)
 	}
-	dead := filepath.Join(dir, DeadLetterDir)
-	if err := os.MkdirAll(dead, 0o700); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("dead-letter: %w", err)
 	}
 	now := time.Now().UTC()
@@ -154,7 +165,20 @@ func SpoolDead(dir, jobID string, r wire.Outcome, why error) error {
 	if why != nil {
 		s.LastError = why.Error()
 	}
-	return writeSpooled(filepath.Join(dead, SpoolName(jobID, r.RunKey)), s)
+	b, err := marshal(s)
+	if err != nil {
+		return fmt.Errorf("dead-letter: %w", err)
+	}
+	name := SpoolName(jobID, r.RunKey)
+	tmp, err := atomicfile.WriteTemp(filepath.Join(dir, name), b, 0o600)
+	if err != nil {
+		return fmt.Errorf("dead-letter: %w", err)
+	}
+	defer os.Remove(tmp) // gone once kept
+	if err := keepDead(dir, tmp, name); err != nil {
+		return fmt.Errorf("dead-letter %s: %w", name, err)
+	}
+	return nil
 }
 
 // marshal is json.Marshal without HTML escaping: json.Marshal writes each
@@ -219,6 +243,9 @@ func Decide(postErr error, spooledAt, now time.Time) Verdict {
 // Stats counts what one Redeliver pass did.
 type Stats struct {
 	Delivered, Retrying, DeadLettered, Waiting int
+	// TempsRemoved counts the temporary files of killed writers the pass
+	// removed (removeStaleTemps).
+	TempsRemoved int
 }
 
 // Redeliver tries every spooled report that is due, each on its own: a
@@ -234,7 +261,8 @@ type Stats struct {
 // claimed copy is removed, dead-lettered or put back, never the name a
 // hook writes (see claim). One pass at a time holds the spool (an flock
 // on its directory), so a claim found when a pass starts is one a crash
-// left, and it is put back and delivered.
+// left, and it is put back and delivered. A pass also removes the
+// temporary files killed writers left (removeStaleTemps).
 func Redeliver(ctx context.Context, c Client, dir string, now time.Time) (Stats, error) {
 	var st Stats
 	unlock, err := lockSpool(dir)
@@ -245,7 +273,8 @@ func Redeliver(ctx context.Context, c Client, dir string, now time.Time) (Stats,
 		return st, err
 	}
 	defer unlock()
-	errs := recoverClaims(dir)
+	errs := removeStaleTemps(dir, now, &st)
+	errs = append(errs, recoverClaims(dir)...)
 	items, lerrs := loadSpool(dir, now, &st)
 	errs = append(errs, lerrs...)
 	due, waiting := splitDue(items, now)
@@ -297,6 +326,46 @@ func lockSpool(dir string) (unlock func(), err error) {
 		return nil, fmt.Errorf("redeliver: lock %s: %w", dir, err)
 	}
 	return func() { d.Close() }, nil // closing the descriptor lets the flock go
+}
+
+// removeStaleTemps removes the temporary files (atomicfile.TempPrefix) a
+// writer killed between their creation and their rename left in the spool
+// and in DeadLetterDir (atomicfile's own removal never runs on a SIGKILL):
+// a hook's, or a pass's. Those younger than TempMaxAge are kept: one may
+// be a hook writing right now, and the spool's lock does not hold hooks.
+func removeStaleTemps(dir string, now time.Time, st *Stats) []error {
+	var errs []error
+	for _, d := range []string{dir, filepath.Join(dir, DeadLetterDir)} {
+		entries, err := os.ReadDir(d)
+		if err != nil {
+			if !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, fmt.Errorf("redeliver: %w", err))
+			}
+			continue
+		}
+		for _, e := range entries {
+			if !e.Type().IsRegular() {
+				continue
+			}
+			fi, err := e.Info()
+			if err != nil || !staleTemp(e.Name(), fi.ModTime(), now) {
+				continue // gone meanwhile, or not a leftover
+			}
+			if err := os.Remove(filepath.Join(d, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, fmt.Errorf("redeliver: remove a leftover: %w", err))
+				continue
+			}
+			st.TempsRemoved++
+		}
+	}
+	return errs
+}
+
+// staleTemp is the pure rule of removeStaleTemps: a file named as a
+// temporary file and not modified for TempMaxAge. A modification time
+// ahead of now (the clock set back) keeps it.
+func staleTemp(name string, modTime, now time.Time) bool {
+	return strings.HasPrefix(name, atomicfile.TempPrefix) && now.Sub(modTime) >= TempMaxAge
 }
 
 // claimPrefix starts the name of a report Redeliver has claimed for one
@@ -514,17 +583,46 @@ func attempt(ctx context.Context, c Client, dir string, it spoolItem, now time.T
 	return putBack(dir, it.name)
 }
 
-// deadLetter moves the report in file from out of the way, as name in
-// DeadLetterDir, keeping it for an operator.
+// deadLetter moves the report in file from out of the way, into
+// DeadLetterDir (keepDead), keeping it for an operator. If it cannot, the
+// report stays claimed, and the next pass puts it back (recoverClaims).
 func deadLetter(dir, from, name string, why error) error {
-	dead := filepath.Join(dir, DeadLetterDir)
-	if err := os.MkdirAll(dead, 0o700); err != nil {
-		return fmt.Errorf("dead-letter %s: %w", name, err)
-	}
-	if err := os.Rename(filepath.Join(dir, from), filepath.Join(dead, name)); err != nil {
+	if err := keepDead(dir, filepath.Join(dir, from), name); err != nil {
 		return fmt.Errorf("dead-letter %s: %w", name, err)
 	}
 	return fmt.Errorf("outcome %s dead-lettered: %w", name, why)
+}
+
+// keepDead moves the file at from into dir's DeadLetterDir under the
+// first free one of name, <base>.2.json, <base>.3.json, ... (all end in
+// .json: SpoolCounts counts them), never in place of a dead letter there:
+// two reports of one run can both be given up on (a hook's refused with a
+// 4xx, a later one of the run after MaxSpoolAge), and each is evidence.
+// The move never replaces (atomicfile.RenameNoReplace), so a pass and
+// hooks racing for one name never both get it.
+//
+// Where the filesystem makes that move a link then a removal, a crash or
+// an error between the two leaves the report both where it was (spooled,
+// claimed, or a hook's temporary file) and in DeadLetterDir: duplicate
+// evidence, and the core keeps one record per run key if both are
+// delivered. Never none. Past maxDeadLetters names (something gives one
+// run up over and over) it fails, and the report stays where it was.
+func keepDead(dir, from, name string) error {
+	dead := filepath.Join(dir, DeadLetterDir)
+	if err := os.MkdirAll(dead, 0o700); err != nil {
+		return err
+	}
+	base := strings.TrimSuffix(name, ".json")
+	for n := 1; n <= maxDeadLetters; n++ {
+		to := name
+		if n > 1 {
+			to = fmt.Sprintf("%s.%d.json", base, n)
+		}
+		if err := atomicfile.RenameNoReplace(from, filepath.Join(dead, to)); !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+	}
+	return fmt.Errorf("%s already has %d dead letters in %s; kept where it is", name, maxDeadLetters, dead)
 }
 
 // SpoolCounts returns how many reports wait in the spool and how many were

@@ -1,0 +1,277 @@
+package outcome
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hostcron/hostcron/internal/atomicfile"
+	"github.com/hostcron/hostcron/internal/runkey"
+	"github.com/hostcron/hostcron/internal/wire"
+)
+
+// Two reports of one run can both be given up on: a hook's report the
+// core refused with a 4xx, and a later one of the same run that
+// redelivery gave up on after MaxSpoolAge (or the core refused too). Both
+// are evidence of what the run did, and the second dead letter used to
+// replace the first (same file name, SpoolName): each is kept, the second
+// under <hash>.2.json, whichever way each got there and in either order.
+func TestDeadLettersOfOneRunAreAllKept(t *testing.T) {
+	key := runkey.Manual(jobA, "42")
+	name := SpoolName(jobA, key)
+	second := strings.TrimSuffix(name, ".json") + ".2.json"
+	code := 3
+	first := wire.Outcome{RunKey: key, Result: wire.ResultPlatformError, FailureReason: "first"}
+	later := wire.Outcome{RunKey: key, Result: wire.ResultExitCode, ExitCode: &code, FailureReason: "later"}
+
+	hookRefused := func(t *testing.T, dir string, r wire.Outcome) {
+		if err := SpoolDead(dir, jobA, r, fmt.Errorf("post outcome: 400: %w", ErrPermanent)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// redelivered spools r and runs a pass that gives it up on: the core
+	// refuses it (400), or is down (503) past MaxSpoolAge.
+	redelivered := func(status int, late time.Duration) func(*testing.T, string, wire.Outcome) {
+		return func(t *testing.T, dir string, r wire.Outcome) {
+			if err := Spool(dir, jobA, r); err != nil {
+				t.Fatal(err)
+			}
+			st, _ := Redeliver(context.Background(), coreAnswering(t, status), dir, time.Now().Add(late))
+			if st.DeadLettered != 1 {
+				t.Fatalf("pass %+v, want the report dead-lettered", st)
+			}
+		}
+	}
+	refused, givenUp := redelivered(http.StatusBadRequest, 0), redelivered(http.StatusServiceUnavailable, MaxSpoolAge+time.Hour)
+	tests := []struct {
+		name          string
+		first, second func(*testing.T, string, wire.Outcome)
+	}{
+		{"refused by the hook, then given up on after MaxSpoolAge", hookRefused, givenUp},
+		{"refused by the hook, then refused on redelivery", hookRefused, refused},
+		{"refused on redelivery, then refused by the hook", refused, hookRefused},
+		{"given up on after MaxSpoolAge, then refused by the hook", givenUp, hookRefused},
+		{"refused by the hook twice", hookRefused, hookRefused},
+		{"refused on redelivery twice", refused, refused},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			tt.first(t, dir, first)
+			tt.second(t, dir, later)
+			got := deadLetters(t, dir)
+			if len(got) != 2 || got[name] != "first" || got[second] != "later" {
+				t.Errorf("dead/ holds %v, want the first report as %s and the later one as %s", got, name, second)
+			}
+			if pending, dead := SpoolCounts(dir); pending != 0 || dead != 2 {
+				t.Errorf("%d pending, %d dead, want 0 and 2", pending, dead)
+			}
+			if left := spoolFiles(t, dir); len(left) != 0 {
+				t.Errorf("spool holds %v", left)
+			}
+		})
+	}
+}
+
+// TestConcurrentDeadLettersOfOneRun: hooks and a redelivery pass that
+// dead-letter reports of one run at the same moment each keep theirs:
+// none takes a name another took.
+func TestConcurrentDeadLettersOfOneRun(t *testing.T) {
+	dir := t.TempDir()
+	key := runkey.Manual(jobA, "7")
+	report := func(who string) wire.Outcome {
+		return wire.Outcome{RunKey: key, Result: wire.ResultPlatformError, FailureReason: who}
+	}
+	if err := Spool(dir, jobA, report("spooled")); err != nil {
+		t.Fatal(err)
+	}
+	core := coreAnswering(t, http.StatusBadRequest)
+	want := []string{"spooled"}
+	var wg sync.WaitGroup
+	for i := range 8 {
+		who := fmt.Sprintf("hook %d", i)
+		want = append(want, who)
+		wg.Go(func() {
+			if err := SpoolDead(dir, jobA, report(who), ErrPermanent); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Go(func() {
+		if st, _ := Redeliver(context.Background(), core, dir, time.Now()); st.DeadLettered != 1 {
+			t.Errorf("pass %+v, want the spooled report dead-lettered", st)
+		}
+	})
+	wg.Wait()
+	got := slices.Sorted(maps.Values(deadLetters(t, dir)))
+	if slices.Sort(want); !slices.Equal(got, want) {
+		t.Errorf("dead letters of %v, want one of each of %v", got, want)
+	}
+	if pending, dead := SpoolCounts(dir); pending != 0 || dead != len(want) || len(spoolFiles(t, dir)) != 0 {
+		t.Errorf("%d pending, %d dead, spool holds %v: want every report dead-lettered", pending, dead, spoolFiles(t, dir))
+	}
+}
+
+// TestDeadLetterNamesAreBounded: past maxDeadLetters of one name the
+// report is not dead-lettered, and not lost either: a hook's refused
+// report is an error (the hook logs it), a redelivered one stays in the
+// spool.
+func TestDeadLetterNamesAreBounded(t *testing.T) {
+	dir := t.TempDir()
+	key := runkey.Manual(jobA, "9")
+	name := SpoolName(jobA, key)
+	r := wire.Outcome{RunKey: key, Result: wire.ResultSuccess}
+	if err := os.MkdirAll(filepath.Join(dir, DeadLetterDir), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for n := 1; n <= maxDeadLetters; n++ {
+		to := name
+		if n > 1 {
+			to = fmt.Sprintf("%s.%d.json", strings.TrimSuffix(name, ".json"), n)
+		}
+		if err := os.WriteFile(filepath.Join(dir, DeadLetterDir, to), []byte("{}"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := SpoolDead(dir, jobA, r, ErrPermanent); err == nil {
+		t.Error("a dead letter past the bound was accepted")
+	}
+	if err := Spool(dir, jobA, r); err != nil {
+		t.Fatal(err)
+	}
+	core := coreAnswering(t, http.StatusBadRequest)
+	if _, err := Redeliver(context.Background(), core, dir, time.Now()); err == nil {
+		t.Error("a pass that could not dead-letter a report reported no error")
+	}
+	if pending, dead := SpoolCounts(dir); pending != 1 || dead != maxDeadLetters {
+		t.Errorf("%d pending, %d dead, want the report still spooled beside %d dead letters", pending, dead, maxDeadLetters)
+	}
+	if left := spoolFiles(t, dir); !slices.Equal(left, []string{claimPrefix + name}) {
+		t.Errorf("spool holds %v, want the report, claimed, for the next pass to put back", left)
+	}
+}
+
+func TestStaleTemp(t *testing.T) {
+	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	tmp := atomicfile.TempPrefix + "0123abcd.json-4711"
+	tests := []struct {
+		name string
+		file string
+		age  time.Duration
+		want bool
+	}{
+		{"a hook's temporary file, 11 min old", tmp, 11 * time.Minute, true},
+		{"a temporary file at TempMaxAge", tmp, TempMaxAge, true},
+		{"a claim's temporary file, a day old", atomicfile.TempPrefix + claimPrefix + "0123abcd.json-1", 24 * time.Hour, true},
+		{"a temporary file 9 min old: a writer may be at work", tmp, 9 * time.Minute, false},
+		{"a temporary file just created", tmp, 0, false},
+		{"a temporary file from the future (clock set back)", tmp, -time.Hour, false},
+		{"a report", "0123abcd.json", 24 * time.Hour, false},
+		{"a claimed report", claimPrefix + "0123abcd.json", 24 * time.Hour, false},
+		{"a dead letter's second name", "0123abcd.2.json", 24 * time.Hour, false},
+		{"the prefix inside a name", "x" + tmp, 24 * time.Hour, false},
+	}
+	for _, tt := range tests {
+		if got := staleTemp(tt.file, now.Add(-tt.age), now); got != tt.want {
+			t.Errorf("%s: remove = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestRedeliverRemovesStaleTemps: a hook or a pass killed between the
+// creation of its temporary file and its rename leaves the file behind,
+// and each such crash left one more for ever. A pass removes those older
+// than TempMaxAge, in the spool and in dead/; a young one (a hook may be
+// writing it now) and every other file stay as they were.
+func TestRedeliverRemovesStaleTemps(t *testing.T) {
+	dir := t.TempDir()
+	dead := filepath.Join(dir, DeadLetterDir)
+	key := runkey.Manual(jobA, "1")
+	name := SpoolName(jobA, key)
+	if err := Spool(dir, jobA, wire.Outcome{RunKey: key, Result: wire.ResultSuccess}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	files := []struct {
+		path  string
+		age   time.Duration
+		stays bool
+	}{
+		{filepath.Join(dir, atomicfile.TempPrefix+name+"-111"), TempMaxAge + time.Minute, false},
+		{filepath.Join(dead, atomicfile.TempPrefix+name+"-222"), 30 * 24 * time.Hour, false},
+		{filepath.Join(dir, atomicfile.TempPrefix+name+"-333"), time.Minute, true},
+		{filepath.Join(dead, atomicfile.TempPrefix+name+"-444"), 0, true},
+		{filepath.Join(dir, "operator-notes.txt"), 30 * 24 * time.Hour, true},
+		{filepath.Join(dead, name), 30 * 24 * time.Hour, true},
+		{filepath.Join(dir, name), 30 * 24 * time.Hour, true},
+	}
+	if err := os.MkdirAll(filepath.Join(dir, atomicfile.TempPrefix+"a-directory"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dead, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if _, err := os.Stat(f.path); errors.Is(err, os.ErrNotExist) {
+			if err := os.WriteFile(f.path, []byte("{}"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		at := now.Add(-f.age)
+		if err := os.Chtimes(f.path, at, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The core is down: the report stays spooled.
+	st, _ := Redeliver(context.Background(), coreAnswering(t, http.StatusServiceUnavailable), dir, now)
+	if st.TempsRemoved != 2 || st.Retrying != 1 {
+		t.Errorf("pass %+v, want 2 temporary files removed and the report retried", st)
+	}
+	for _, f := range files {
+		if _, err := os.Stat(f.path); (err == nil) != f.stays {
+			t.Errorf("%s (%s old): stays = %v, want %v", f.path, f.age, err == nil, f.stays)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(dir, atomicfile.TempPrefix+"a-directory")); err != nil || !fi.IsDir() {
+		t.Errorf("a directory named as a temporary file was touched: %v", err)
+	}
+	if pending, deadN := SpoolCounts(dir); pending != 1 || deadN != 1 {
+		t.Errorf("%d pending, %d dead, want 1 and 1", pending, deadN)
+	}
+}
+
+// coreAnswering is a client of a core that answers every post with status.
+func coreAnswering(t *testing.T, status int) Client {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(status) }))
+	t.Cleanup(srv.Close)
+	return Client{BaseURL: srv.URL}
+}
+
+// deadLetters maps each file in dir's dead/ to its report's
+// FailureReason; the test fails on any file that is not a whole report.
+func deadLetters(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(dir, DeadLetterDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, e := range entries {
+		s, err := readSpool(filepath.Join(dir, DeadLetterDir), e.Name())
+		if err != nil || s.JobID != jobA {
+			t.Errorf("dead letter %s: %+v, %v", e.Name(), s, err)
+		}
+		out[e.Name()] = s.Report.FailureReason
+	}
+	return out
+}
