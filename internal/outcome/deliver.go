@@ -519,8 +519,7 @@ func deadLetterBad(dir, name string, st *Stats) error {
 	if err != nil || bad == nil {
 		return errors.Join(err, putBack(dir, name))
 	}
-	st.DeadLettered++
-	return deadLetter(dir, claimPrefix+name, name, bad)
+	return deadLetter(dir, claimPrefix+name, name, bad, st)
 }
 
 // splitDue separates reports due now from those still backing off, the
@@ -554,8 +553,7 @@ func attempt(ctx context.Context, c Client, dir string, it spoolItem, now time.T
 		return errors.Join(fmt.Errorf("redeliver %s: %w", it.name, err), putBack(dir, it.name))
 	}
 	if bad != nil {
-		st.DeadLettered++
-		return deadLetter(dir, claimPrefix+it.name, it.name, bad)
+		return deadLetter(dir, claimPrefix+it.name, it.name, bad, st)
 	}
 	if s.SpooledAt.IsZero() { // written by an older hook: start its clock now
 		s.SpooledAt = now
@@ -569,8 +567,7 @@ func attempt(ctx context.Context, c Client, dir string, it spoolItem, now time.T
 		}
 		return nil
 	case DeadLetter:
-		st.DeadLettered++
-		return deadLetter(dir, claimPrefix+it.name, it.name, postErr)
+		return deadLetter(dir, claimPrefix+it.name, it.name, postErr, st)
 	}
 	st.Retrying++
 	s.Attempts++
@@ -585,11 +582,13 @@ func attempt(ctx context.Context, c Client, dir string, it spoolItem, now time.T
 
 // deadLetter moves the report in file from out of the way, into
 // DeadLetterDir (keepDead), keeping it for an operator. If it cannot, the
-// report stays claimed, and the next pass puts it back (recoverClaims).
-func deadLetter(dir, from, name string, why error) error {
+// report stays claimed, and the next pass puts it back (recoverClaims);
+// st counts it only once it is there.
+func deadLetter(dir, from, name string, why error, st *Stats) error {
 	if err := keepDead(dir, filepath.Join(dir, from), name); err != nil {
 		return fmt.Errorf("dead-letter %s: %w", name, err)
 	}
+	st.DeadLettered++
 	return fmt.Errorf("outcome %s dead-lettered: %w", name, why)
 }
 

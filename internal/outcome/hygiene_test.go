@@ -150,8 +150,8 @@ func TestDeadLetterNamesAreBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	core := coreAnswering(t, http.StatusBadRequest)
-	if _, err := Redeliver(context.Background(), core, dir, time.Now()); err == nil {
-		t.Error("a pass that could not dead-letter a report reported no error")
+	if st, err := Redeliver(context.Background(), core, dir, time.Now()); err == nil || st.DeadLettered != 0 {
+		t.Errorf("a pass that could not dead-letter a report: %+v, %v; want an error and none counted dead-lettered", st, err)
 	}
 	if pending, dead := SpoolCounts(dir); pending != 1 || dead != maxDeadLetters {
 		t.Errorf("%d pending, %d dead, want the report still spooled beside %d dead letters", pending, dead, maxDeadLetters)
