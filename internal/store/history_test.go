@@ -455,9 +455,50 @@ func TestEnableStartsCountingAfresh(t *testing.T) {
 	_, err := f.st.EnableJob(context.Background(), j.ID, 0)
 	must(t, err)
 	f.activate(j.ID)
-	res := f.outcome(f.get(j.ID), slot.Add(5*time.Minute), wire.ResultExitCode)
+	res := f.outcome(f.get(j.ID), time.Now().UTC().Truncate(time.Second).Add(2*time.Second), wire.ResultExitCode)
 	if res.Job.ConsecutiveFailures != 1 || res.AutoDisabled {
 		t.Errorf("first failure after enable: %+v", res)
+	}
+}
+
+// A run in flight when its job was auto-disabled (or a run-now of the
+// disabled job) that reports its failure after the tenant enabled the job
+// again belongs to the old streak: it was recorded after the enable, but
+// its slot is before it, and it counts neither way. It used to count, and
+// with max_failures 1 it disabled the job the tenant had just enabled. A
+// retry (the lift of an auto-disable) starts the window the same way.
+func TestFailureOfARunFromBeforeTheEnableCountsNeitherWay(t *testing.T) {
+	for _, lift := range []string{"enable", "retry"} {
+		t.Run(lift, func(t *testing.T) {
+			f := newFixture(t)
+			ctx := context.Background()
+			j := f.job(1)
+			slot := time.Now().UTC().Truncate(time.Second).Add(-time.Minute)
+			if res := f.outcome(j, slot, wire.ResultExitCode); !res.AutoDisabled {
+				t.Fatalf("the first failure under max_failures 1: %+v, want auto-disabled", res)
+			}
+			var err error
+			if lift == "enable" {
+				_, err = f.st.EnableJob(ctx, j.ID, 0)
+			} else {
+				_, err = f.st.RetryJob(ctx, j.ID, 0)
+			}
+			must(t, err)
+			f.activate(j.ID)
+			// The run of the next slot was under way on another node when
+			// the job was disabled; its failure arrives now.
+			res := f.outcome(f.get(j.ID), slot.Add(30*time.Second), wire.ResultTimeout)
+			if res.Duplicate || res.AutoDisabled || res.Job.ConsecutiveFailures != 0 || res.Job.Status != wire.StatusActive {
+				t.Fatalf("a failure of a slot before the %s: %+v; want it recorded, counted neither way, the job still active", lift, res)
+			}
+			if n := f.count(`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1 AND result = 'timeout'`, j.ID); n != 1 {
+				t.Fatalf("%d timeout runs recorded, want the late report in the history", n)
+			}
+			// A slot after the lift counts, as before.
+			if res := f.outcome(f.get(j.ID), time.Now().UTC().Truncate(time.Second).Add(2*time.Second), wire.ResultExitCode); !res.AutoDisabled {
+				t.Fatalf("a failure after the %s: %+v, want it counted (max_failures 1)", lift, res)
+			}
+		})
 	}
 }
 

@@ -644,7 +644,10 @@ func outcomeJobWrite(jobID string, next LastRuns, changed bool, sweep sweepMove,
 }
 
 // recountSQL reads a job's ($1) recent counted results ($2, at most $3)
-// in slot order, runs before the last enable or retry excluded, and runs
+// in slot order, runs before the last enable or retry excluded (recorded
+// before it, or of a slot before it: a run in flight at an auto-disable
+// that reports after the tenant's enable belongs to the old streak, not
+// the new one; migration 031), and runs
 // of uncounted triggers ($4, backfills) and failed attempts a retry
 // superseded (only a slot's last attempt counts): what the failure
 // counter is recomputed from.
@@ -665,10 +668,12 @@ const recountSQL = `
 			SELECT result, scheduled_at, id FROM cron_job_runs
 			WHERE cron_job_id = $1 AND result = ANY($2) AND trigger <> ALL($4) AND NOT superseded
 			  AND id > (SELECT failures_after_run FROM cron_jobs WHERE id = $1)
+			  AND scheduled_at >= (SELECT failures_from FROM cron_jobs WHERE id = $1)
 			  AND scheduled_at >= coalesce((
 			      SELECT scheduled_at FROM cron_job_runs
 			      WHERE cron_job_id = $1 AND result = 'success' AND trigger <> ALL($4) AND NOT superseded
 			        AND id > (SELECT failures_after_run FROM cron_jobs WHERE id = $1)
+			        AND scheduled_at >= (SELECT failures_from FROM cron_jobs WHERE id = $1)
 			      ORDER BY scheduled_at DESC, id DESC LIMIT 1), '-infinity')
 			ORDER BY scheduled_at DESC, id DESC LIMIT $3) recent
 		ORDER BY scheduled_at, id`

@@ -1,0 +1,11 @@
+-- The failure counter's window starts at the last enable or retry (issue
+-- text: "runs recorded since the last enable"): by run id
+-- (failures_after_run, 002) and now also by slot. A run that started
+-- before the enable (in flight when the job was auto-disabled, a run-now
+-- of the disabled job) and reports after it was recorded after the enable,
+-- and counted against the job the tenant had just enabled: with
+-- max_failures 1 its old failure disabled the job again at once. Its slot
+-- is before the enable, and now it counts neither way (recountSQL).
+-- '-infinity' for every job until its next enable or retry: the window as
+-- before.
+ALTER TABLE cron_jobs ADD COLUMN failures_from timestamptz NOT NULL DEFAULT '-infinity';
