@@ -79,7 +79,14 @@ func run(ctx context.Context, log *slog.Logger) error {
 		return fmt.Errorf("run record names no run (%s: %s), nothing to report", rec.Kind, rec.Reason)
 	}
 	client := outcome.Client{BaseURL: cfg.APIURL, Credential: cfg.Credential, HTTP: &http.Client{Timeout: deadline / 2}}
-	err = client.Post(ctx, jobID, report)
+	return deliver(ctx, client, cfg.SpoolDir, jobID, report, log)
+}
+
+// deliver posts the report, or keeps it in the spool for the node agent
+// to deliver: as a dead letter when the core refuses it for good, to be
+// retried when it cannot be reached.
+func deliver(ctx context.Context, client outcome.Client, spoolDir, jobID string, report wire.Outcome, log *slog.Logger) error {
+	err := client.Post(ctx, jobID, report)
 	switch {
 	case err == nil:
 		log.Info("outcome reported", "run_key", report.RunKey, "result", report.Result)
@@ -88,13 +95,16 @@ func run(ctx context.Context, log *slog.Logger) error {
 		// Kept, not dropped: the run happened (a node clock far ahead
 		// makes every report "in the future"); the node agent's state
 		// counts dead letters.
-		if derr := outcome.SpoolDead(cfg.SpoolDir, jobID, report, err); derr != nil {
-			return errors.Join(err, derr)
+		if derr := outcome.SpoolDead(spoolDir, jobID, report, err); derr != nil {
+			// Not lost either way: spooled, the agent's redelivery posts it
+			// again and dead-letters it as the core refuses it.
+			log.Warn("dead-letter failed, spooling the outcome instead", "run_key", report.RunKey, "err", derr)
+			return errors.Join(err, derr, outcome.Spool(spoolDir, jobID, report))
 		}
-		return fmt.Errorf("%w (dead-lettered in %s)", err, filepath.Join(cfg.SpoolDir, outcome.DeadLetterDir))
+		return fmt.Errorf("%w (dead-lettered in %s)", err, filepath.Join(spoolDir, outcome.DeadLetterDir))
 	}
 	log.Warn("core API unreachable, spooling outcome", "run_key", report.RunKey, "err", err)
-	return outcome.Spool(cfg.SpoolDir, jobID, report)
+	return outcome.Spool(spoolDir, jobID, report)
 }
 
 // cancelled applies the node agent's cancel marker for the unit, if it

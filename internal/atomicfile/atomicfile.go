@@ -6,6 +6,7 @@ package atomicfile
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -18,15 +19,11 @@ import (
 const TempPrefix = ".tmp-"
 
 // Write stores data at path with mode: a new temporary file in the same
-// directory (WriteTemp), rename over path, fsync of the directory.
+// directory renamed over path (WriteAndMove), then an fsync of the
+// directory.
 func Write(path string, data []byte, mode os.FileMode) error {
-	tmp, err := WriteTemp(path, data, mode)
-	if err != nil {
+	if err := WriteAndMove(path, data, mode, func(tmp string) error { return os.Rename(tmp, path) }); err != nil {
 		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", path, err)
 	}
 	if d, err := os.Open(filepath.Dir(path)); err == nil { // make the rename itself durable
 		_ = d.Sync()
@@ -35,10 +32,45 @@ func Write(path string, data []byte, mode os.FileMode) error {
 	return nil
 }
 
+// tempAttempts is how many temporary files WriteAndMove writes for one
+// file when each vanishes before it is moved into place.
+const tempAttempts = 3
+
+// beforeMove runs between a temporary file's write and its move; tests
+// set it to remove the file, as a cleaner of leftovers would.
+var beforeMove = func(tmp string) {}
+
+// WriteAndMove writes data with mode to a new temporary file beside path
+// (WriteTemp) and hands its name to move, which puts it in place (a
+// rename over path, a RenameNoReplace). What move leaves of it is
+// removed. A temporary file that vanished before move took it (move
+// fails with fs.ErrNotExist: a cleaner of leftovers misled by a clock
+// stepped forward, as outcome's removeStaleTemps can be) is written
+// again, up to tempAttempts files in all.
+func WriteAndMove(path string, data []byte, mode os.FileMode, move func(tmp string) error) error {
+	var err error
+	for range tempAttempts {
+		var tmp string
+		if tmp, err = WriteTemp(path, data, mode); err != nil {
+			return err
+		}
+		beforeMove(tmp)
+		err = move(tmp)
+		os.Remove(tmp) // nothing left after a move
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+	}
+	return fmt.Errorf("write %s: %w", path, err)
+}
+
 // WriteTemp writes data with mode to a new temporary file beside path
 // (TempPrefix, created exclusively, so a planted symlink is never
 // followed), fsyncs it and returns its path, for the caller to rename
-// into place (Write, RenameNoReplace) or remove. path is not touched.
+// into place (WriteAndMove) or remove. path is not touched.
 func WriteTemp(path string, data []byte, mode os.FileMode) (string, error) {
 	return writeTemp(path, data, mode, true)
 }

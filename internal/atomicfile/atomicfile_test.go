@@ -342,3 +342,72 @@ func TestRenameNoReplaceRace(t *testing.T) {
 		}
 	})
 }
+
+// A temporary file a cleaner of leftovers removed before its move (one
+// misled by a clock stepped forward) is written again: the file lands
+// whole and nothing is left beside it. A move that fails for another
+// reason is not retried, and its temporary file goes.
+func TestWriteAndMoveWritesAVanishedTempAgain(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		vanishes int // how many temporary files the cleaner takes
+		wantErr  bool
+	}{
+		{"none", 0, false},
+		{"the first", 1, false},
+		{"all but the last", tempAttempts - 1, false},
+		{"every one", tempAttempts, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "report.json")
+			taken := 0
+			beforeMove = func(tmp string) {
+				if taken < c.vanishes {
+					taken++
+					os.Remove(tmp)
+				}
+			}
+			t.Cleanup(func() { beforeMove = func(string) {} })
+			err := Write(path, []byte("whole"), 0o600)
+			if (err != nil) != c.wantErr || c.wantErr && !errors.Is(err, fs.ErrNotExist) {
+				t.Fatalf("Write: %v, want an error %v (not exist)", err, c.wantErr)
+			}
+			b, rerr := os.ReadFile(path)
+			if c.wantErr != errors.Is(rerr, fs.ErrNotExist) || !c.wantErr && string(b) != "whole" {
+				t.Fatalf("file %q (%v) after Write: %v", b, rerr, err)
+			}
+			wantLeft := 1 // the file, no temporary one beside it
+			if c.wantErr {
+				wantLeft = 0
+			}
+			if left := listDir(t, dir); len(left) != wantLeft {
+				t.Fatalf("left in the directory: %v", left)
+			}
+		})
+	}
+	t.Run("another error", func(t *testing.T) {
+		dir := t.TempDir()
+		moves := 0
+		err := WriteAndMove(filepath.Join(dir, "x"), []byte("x"), 0o600, func(string) error { moves++; return unix.EXDEV })
+		if !errors.Is(err, unix.EXDEV) || moves != 1 {
+			t.Fatalf("WriteAndMove: %v after %d moves, want EXDEV after one", err, moves)
+		}
+		if left := listDir(t, dir); len(left) != 0 {
+			t.Fatalf("left in the directory: %v", left)
+		}
+	})
+}
+
+func listDir(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}

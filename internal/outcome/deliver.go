@@ -152,7 +152,7 @@ func Spool(dir, jobID string, r wire.Outcome) error {
 // happened, and its outcome must not vanish with a log line. It is
 // written whole and durably to a temporary file in the spool, then
 // moved into the dead-letter dir, never in place of another dead letter
-// (keepDead).
+// (atomicfile.WriteAndMove, keepDead).
 func SpoolDead(dir, jobID string, r wire.Outcome, why error) error {
 	if k, err := runkey.Parse(r.RunKey); err != nil || k.JobID != jobID {
 		return fmt.Errorf("dead-letter: run key %q is not one of job %s", r.RunKey, jobID)
@@ -170,13 +170,9 @@ func SpoolDead(dir, jobID string, r wire.Outcome, why error) error {
 		return fmt.Errorf("dead-letter: %w", err)
 	}
 	name := SpoolName(jobID, r.RunKey)
-	tmp, err := atomicfile.WriteTemp(filepath.Join(dir, name), b, 0o600)
-	if err != nil {
+	keep := func(tmp string) error { return keepDead(dir, tmp, name) }
+	if err := atomicfile.WriteAndMove(filepath.Join(dir, name), b, 0o600, keep); err != nil {
 		return fmt.Errorf("dead-letter: %w", err)
-	}
-	defer os.Remove(tmp) // gone once kept
-	if err := keepDead(dir, tmp, name); err != nil {
-		return fmt.Errorf("dead-letter %s: %w", name, err)
 	}
 	return nil
 }
@@ -328,11 +324,15 @@ func lockSpool(dir string) (unlock func(), err error) {
 	return func() { d.Close() }, nil // closing the descriptor lets the flock go
 }
 
-// removeStaleTemps removes the temporary files (atomicfile.TempPrefix) a
+// removeStaleTemps clears the temporary files (atomicfile.TempPrefix) a
 // writer killed between their creation and their rename left in the spool
 // and in DeadLetterDir (atomicfile's own removal never runs on a SIGKILL):
-// a hook's, or a pass's. Those younger than TempMaxAge are kept: one may
-// be a hook writing right now, and the spool's lock does not hold hooks.
+// a hook's, or a pass's. One that holds a whole report (the writer died
+// after its fsync) is kept as the report it was meant to be (keepTemp);
+// the rest are removed. Those younger than TempMaxAge are left alone: one
+// may be a hook writing right now, and the spool's lock does not hold
+// hooks. A clock stepped forward can still make a live hook's file look
+// old; its writer then writes it again (atomicfile.WriteAndMove).
 func removeStaleTemps(dir string, now time.Time, st *Stats) []error {
 	var errs []error
 	for _, d := range []string{dir, filepath.Join(dir, DeadLetterDir)} {
@@ -351,14 +351,52 @@ func removeStaleTemps(dir string, now time.Time, st *Stats) []error {
 			if err != nil || !staleTemp(e.Name(), fi.ModTime(), now) {
 				continue // gone meanwhile, or not a leftover
 			}
-			if err := os.Remove(filepath.Join(d, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
-				errs = append(errs, fmt.Errorf("redeliver: remove a leftover: %w", err))
+			if keepTemp(dir, d, e.Name()) {
 				continue
 			}
-			st.TempsRemoved++
+			switch err := os.Remove(filepath.Join(d, e.Name())); {
+			case err == nil:
+				st.TempsRemoved++
+			case !errors.Is(err, os.ErrNotExist):
+				errs = append(errs, fmt.Errorf("redeliver: remove a leftover: %w", err))
+			}
 		}
 	}
 	return errs
+}
+
+// keepTemp moves a writer's leftover temporary file in d (the spool dir
+// or its DeadLetterDir) that holds a whole report to the name it was
+// written for, never in place of a file there (a newer report of the
+// run: the leftover goes to DeadLetterDir beside it instead), and reports
+// whether it did. A pass's own leftovers (claimed copies) are
+// recoverClaims' business, and a part of a report, or one that names no
+// run of its job, is no report.
+func keepTemp(dir, d, name string) bool {
+	base, ok := tempTarget(name)
+	if !ok || strings.HasPrefix(base, claimPrefix) {
+		return false
+	}
+	path := filepath.Join(d, name)
+	s, bad, err := readSpooled(path)
+	if k, kerr := runkey.Parse(s.Report.RunKey); err != nil || bad != nil || kerr != nil || k.JobID != s.JobID {
+		return false
+	}
+	if d == dir && atomicfile.RenameNoReplace(path, filepath.Join(dir, base)) == nil {
+		return true
+	}
+	return keepDead(dir, path, base) == nil
+}
+
+// tempTarget is the name a temporary file was written for:
+// "<TempPrefix><name>-<random>" (atomicfile), if name is a report's.
+func tempTarget(tmp string) (string, bool) {
+	rest, ok := strings.CutPrefix(tmp, atomicfile.TempPrefix)
+	i := strings.LastIndexByte(rest, '-')
+	if !ok || i < 0 || filepath.Ext(rest[:i]) != ".json" {
+		return "", false
+	}
+	return rest[:i], true
 }
 
 // staleTemp is the pure rule of removeStaleTemps: a file named as a

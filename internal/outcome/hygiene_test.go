@@ -275,3 +275,55 @@ func deadLetters(t *testing.T, dir string) map[string]string {
 	}
 	return out
 }
+
+// A writer killed after its temporary file was whole (fsynced, not yet
+// renamed) left the report it was writing: a pass keeps it as that
+// report, in the spool under the name it was meant for, or beside a
+// newer report of the run that took the name since, in the dead
+// letters; never removed with the leftovers (review s21b).
+func TestStaleTempHoldingAWholeReportIsKept(t *testing.T) {
+	dir := t.TempDir()
+	old := time.Now().Add(-TempMaxAge - time.Minute)
+	leave := func(d, name, reason string) string {
+		t.Helper()
+		key := runkey.Manual(jobA, name)
+		b, err := marshal(Spooled{JobID: jobA, Report: wire.Outcome{RunKey: key, Result: wire.ResultSuccess, FailureReason: reason}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(d, atomicfile.TempPrefix+SpoolName(jobA, key)+"-4711")
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(path, old, old); err != nil {
+			t.Fatal(err)
+		}
+		return SpoolName(jobA, key)
+	}
+	lone := leave(dir, "1", "the hook's")
+	taken := leave(dir, "2", "the killed hook's")
+	if err := Spool(dir, jobA, wire.Outcome{RunKey: runkey.Manual(jobA, "2"), Result: wire.ResultSuccess, FailureReason: "the next hook's"}); err != nil {
+		t.Fatal(err)
+	}
+	deadOne := leave(filepath.Join(dir, DeadLetterDir), "3", "a dead letter's")
+	st, _ := Redeliver(context.Background(), coreAnswering(t, http.StatusServiceUnavailable), dir, time.Now())
+	if st.TempsRemoved != 0 || st.Retrying != 2 {
+		t.Fatalf("pass %+v, want no file removed and two reports retried (the kept one and the one that took the other's name)", st)
+	}
+	if s, err := readSpool(dir, lone); err != nil || s.Report.FailureReason != "the hook's" {
+		t.Errorf("the lone leftover: %+v, %v; want it spooled under its name", s, err)
+	}
+	if s, err := readSpool(dir, taken); err != nil || s.Report.FailureReason != "the next hook's" {
+		t.Errorf("the report that took the name: %+v, %v; want it untouched", s, err)
+	}
+	got := deadLetters(t, dir)
+	if want := map[string]string{taken: "the killed hook's", deadOne: "a dead letter's"}; !maps.Equal(got, want) {
+		t.Errorf("dead letters %v, want %v", got, want)
+	}
+	if left := spoolFiles(t, dir); slices.ContainsFunc(left, func(n string) bool { return strings.HasPrefix(n, atomicfile.TempPrefix) }) {
+		t.Errorf("leftovers still in the spool: %v", left)
+	}
+}

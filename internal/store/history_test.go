@@ -461,45 +461,123 @@ func TestEnableStartsCountingAfresh(t *testing.T) {
 	}
 }
 
-// A run in flight when its job was auto-disabled (or a run-now of the
-// disabled job) that reports its failure after the tenant enabled the job
-// again belongs to the old streak: it was recorded after the enable, but
-// its slot is before it, and it counts neither way. It used to count, and
-// with max_failures 1 it disabled the job the tenant had just enabled. A
-// retry (the lift of an auto-disable) starts the window the same way.
+// A run in flight when its job was auto-disabled, or a run-now of the
+// disabled job, that reports its failure after the tenant enabled the
+// job again belongs to the old streak: it was recorded after the enable,
+// but it started before it, and it counts neither way. It used to count,
+// and with max_failures 1 it disabled the job the tenant had just enabled.
+// A retry (the lift of an auto-disable) starts the window the same way.
+// A run-now goes by its request, not its scheduled_at (the node's clock).
 func TestFailureOfARunFromBeforeTheEnableCountsNeitherWay(t *testing.T) {
-	for _, lift := range []string{"enable", "retry"} {
-		t.Run(lift, func(t *testing.T) {
+	for _, c := range []struct{ lift, run string }{
+		{"enable", "scheduled"}, {"retry", "scheduled"}, {"enable", "run-now"}, {"retry", "run-now"},
+	} {
+		t.Run(c.lift+" "+c.run, func(t *testing.T) {
 			f := newFixture(t)
 			ctx := context.Background()
 			j := f.job(1)
 			slot := time.Now().UTC().Truncate(time.Second).Add(-time.Minute)
+			// The run still under way when the job is disabled: the next
+			// slot's, or a run-now of the job (asked before the trip).
+			_, request, err := f.st.RunNow(ctx, j.ID, 0)
+			must(t, err)
 			if res := f.outcome(j, slot, wire.ResultExitCode); !res.AutoDisabled {
 				t.Fatalf("the first failure under max_failures 1: %+v, want auto-disabled", res)
 			}
-			var err error
-			if lift == "enable" {
+			if c.lift == "enable" {
 				_, err = f.st.EnableJob(ctx, j.ID, 0)
 			} else {
 				_, err = f.st.RetryJob(ctx, j.ID, 0)
 			}
 			must(t, err)
 			f.activate(j.ID)
-			// The run of the next slot was under way on another node when
-			// the job was disabled; its failure arrives now.
-			res := f.outcome(f.get(j.ID), slot.Add(30*time.Second), wire.ResultTimeout)
+			var res store.OutcomeResult
+			if c.run == "scheduled" {
+				res = f.outcome(j, slot.Add(30*time.Second), wire.ResultTimeout)
+			} else { // a node clock ahead dates it after the enable: no matter
+				res = f.manualOutcome(j, request, time.Now().UTC().Truncate(time.Second).Add(5*time.Minute), wire.ResultTimeout)
+			}
 			if res.Duplicate || res.AutoDisabled || res.Job.ConsecutiveFailures != 0 || res.Job.Status != wire.StatusActive {
-				t.Fatalf("a failure of a slot before the %s: %+v; want it recorded, counted neither way, the job still active", lift, res)
+				t.Fatalf("a failure of a run from before the %s: %+v; want it recorded, counted neither way, the job still active", c.lift, res)
 			}
 			if n := f.count(`SELECT count(*) FROM cron_job_runs WHERE cron_job_id = $1 AND result = 'timeout'`, j.ID); n != 1 {
 				t.Fatalf("%d timeout runs recorded, want the late report in the history", n)
 			}
 			// A slot after the lift counts, as before.
 			if res := f.outcome(f.get(j.ID), time.Now().UTC().Truncate(time.Second).Add(2*time.Second), wire.ResultExitCode); !res.AutoDisabled {
-				t.Fatalf("a failure after the %s: %+v, want it counted (max_failures 1)", lift, res)
+				t.Fatalf("a failure after the %s: %+v, want it counted (max_failures 1)", c.lift, res)
 			}
 		})
 	}
+}
+
+// A run-now the tenant asks for after enabling its auto-disabled job (the
+// "I fixed it, let me try" click) is of the new streak, whatever the node's
+// clock dates it: within the enable's second, or a minute before it on a
+// node whose clock is behind (review s21c).
+func TestRunNowAfterTheEnableCountsWhateverTheNodesClock(t *testing.T) {
+	for _, behind := range []time.Duration{0, time.Minute} {
+		t.Run("node behind "+behind.String(), func(t *testing.T) {
+			f := newFixture(t)
+			ctx := context.Background()
+			j := f.job(1)
+			if res := f.outcome(j, time.Now().UTC().Truncate(time.Minute).Add(-time.Hour), wire.ResultExitCode); !res.AutoDisabled {
+				t.Fatalf("first failure: %+v", res)
+			}
+			enabled, err := f.st.EnableJob(ctx, j.ID, 0)
+			must(t, err)
+			f.activate(j.ID)
+			_, request, err := f.st.RunNow(ctx, j.ID, 0)
+			must(t, err)
+			at := enabled.UpdatedAt.Add(-behind).Truncate(time.Second)
+			if res := f.manualOutcome(f.get(j.ID), request, at, wire.ResultExitCode); !res.AutoDisabled {
+				t.Errorf("the failure of a run-now asked after the enable, dated %s: %+v; want it counted (max_failures 1)", at, res)
+			}
+		})
+	}
+}
+
+// An enable of a job that was never disabled, or a retry of a pending
+// job, lifts nothing and restarts nothing: a run of the active job in
+// flight across it is a run like any other, and counts (review s21c).
+func TestInFlightRunOfAnEnabledJobCountsAcrossANoopEnable(t *testing.T) {
+	for _, change := range []string{"enable of an active job", "retry of a pending job"} {
+		t.Run(change, func(t *testing.T) {
+			f := newFixture(t)
+			ctx := context.Background()
+			j := f.job(1)
+			slot := time.Now().UTC().Truncate(time.Second).Add(-30 * time.Second) // under way
+			var err error
+			if change == "enable of an active job" {
+				_, err = f.st.EnableJob(ctx, j.ID, 0)
+			} else {
+				_, err = f.st.UpdateJob(ctx, j.ID, 0, func(x store.JobFields) (store.JobFields, error) {
+					x.Command = "php artisan x"
+					return x, nil
+				})
+				must(t, err)
+				_, err = f.st.RetryJob(ctx, j.ID, 0)
+			}
+			must(t, err)
+			f.activate(j.ID)
+			if res := f.outcome(j, slot, wire.ResultExitCode); !res.AutoDisabled {
+				t.Errorf("the failure of a run in flight across an %s: %+v; want it counted", change, res)
+			}
+		})
+	}
+}
+
+// manualOutcome records the outcome of run-now request dated at, as a
+// node dates it (its clock when the request reached it, to the second).
+func (f *fixture) manualOutcome(j store.CronJob, request string, at time.Time, r wire.Result) store.OutcomeResult {
+	f.t.Helper()
+	started, finished := at.Add(time.Second), at.Add(2*time.Second)
+	res, err := f.st.RecordOutcome(context.Background(), f.node, j.ID, store.Outcome{
+		RunKey: runkey.Manual(j.ID, request), Version: j.Version, ScheduledAt: at, StartedAt: &started,
+		FinishedAt: &finished, Result: r, Trigger: wire.TriggerManual,
+	})
+	must(f.t, err)
+	return res
 }
 
 // If-Match names the version a change applies to.

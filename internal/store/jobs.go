@@ -406,7 +406,10 @@ func (s *Store) transition(ctx context.Context, id string, ifVersion int64,
 			       failures_after_run = CASE WHEN @reset_failures
 			           THEN (SELECT coalesce(max(r.id), 0) FROM (SELECT id FROM cron_job_runs WHERE cron_job_id = @id OFFSET 0) r)
 			           ELSE failures_after_run END,
-			       failures_from = CASE WHEN @reset_failures THEN now() ELSE failures_from END,
+			       failures_from = CASE WHEN @reset_failures AND @rearm THEN now() ELSE failures_from END,
+			       failures_after_request = CASE WHEN @reset_failures AND @rearm
+			           THEN (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM cron_job_tasks_id_seq)
+			           ELSE failures_after_request END,
 			       version = version + 1, updated_at = now()
 			WHERE id = @id RETURNING `+jobColumns, fieldArgs(job.JobFields, pgx.NamedArgs{
 			"id": id, "consecutive_failures": job.ConsecutiveFailures, "status": job.Status,

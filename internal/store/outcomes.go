@@ -643,11 +643,23 @@ func outcomeJobWrite(jobID string, next LastRuns, changed bool, sweep sweepMove,
 	return "UPDATE cron_jobs SET " + strings.Join(set, ", ") + " WHERE id = $1", args
 }
 
+// inFailureWindow is recountSQL's test of a run of job $1 against the
+// window the last enable or retry started: recorded after it (by run id),
+// and started after the last one that lifted a disable (migration 031): a
+// run in flight at an auto-disable, or a run-now of the disabled job,
+// that reports after the tenant's enable belongs to the old streak. A
+// scheduled, catch-up or retry run goes by its slot; a run-now by its
+// request, since its scheduled_at is the node's clock (a node behind
+// would date a run-now made after the enable before it). A manual key
+// whose request is no task id (none the core makes) goes by its time.
+const inFailureWindow = `id > (SELECT failures_after_run FROM cron_jobs WHERE id = $1)
+			  AND CASE WHEN key_trigger = 'manual' AND key_request ~ '^[1-9][0-9]{0,17}$'
+			           THEN key_request::bigint > (SELECT failures_after_request FROM cron_jobs WHERE id = $1)
+			           ELSE scheduled_at >= (SELECT failures_from FROM cron_jobs WHERE id = $1) END`
+
 // recountSQL reads a job's ($1) recent counted results ($2, at most $3)
-// in slot order, runs before the last enable or retry excluded (recorded
-// before it, or of a slot before it: a run in flight at an auto-disable
-// that reports after the tenant's enable belongs to the old streak, not
-// the new one; migration 031), and runs
+// in slot order, runs outside the failure window excluded
+// (inFailureWindow), and runs
 // of uncounted triggers ($4, backfills) and failed attempts a retry
 // superseded (only a slot's last attempt counts): what the failure
 // counter is recomputed from.
@@ -667,13 +679,11 @@ const recountSQL = `
 		SELECT result FROM (
 			SELECT result, scheduled_at, id FROM cron_job_runs
 			WHERE cron_job_id = $1 AND result = ANY($2) AND trigger <> ALL($4) AND NOT superseded
-			  AND id > (SELECT failures_after_run FROM cron_jobs WHERE id = $1)
-			  AND scheduled_at >= (SELECT failures_from FROM cron_jobs WHERE id = $1)
+			  AND ` + inFailureWindow + `
 			  AND scheduled_at >= coalesce((
 			      SELECT scheduled_at FROM cron_job_runs
 			      WHERE cron_job_id = $1 AND result = 'success' AND trigger <> ALL($4) AND NOT superseded
-			        AND id > (SELECT failures_after_run FROM cron_jobs WHERE id = $1)
-			        AND scheduled_at >= (SELECT failures_from FROM cron_jobs WHERE id = $1)
+			        AND ` + inFailureWindow + `
 			      ORDER BY scheduled_at DESC, id DESC LIMIT 1), '-infinity')
 			ORDER BY scheduled_at DESC, id DESC LIMIT $3) recent
 		ORDER BY scheduled_at, id`
