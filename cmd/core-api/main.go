@@ -75,8 +75,8 @@ func serveCmd(dsn *string, log *slog.Logger) *cobra.Command {
 			if quotas.MaxJobs > quota.MaxJobsCeiling {
 				return fmt.Errorf("--quota-max-jobs %d: at most %d", quotas.MaxJobs, quota.MaxJobsCeiling)
 			}
-			if quotas.RunNowPerMinute < 0 {
-				return fmt.Errorf("--quota-run-now-per-minute %d: 0 (no limit) or more", quotas.RunNowPerMinute)
+			if quotas.RunNowPerMinute < 0 || quotas.RunNowPerMinute > quota.MaxValue {
+				return fmt.Errorf("--quota-run-now-per-minute %d: 0 (no limit) to %d", quotas.RunNowPerMinute, quota.MaxValue)
 			}
 			cfg.DatabaseURL, cfg.Housekeeping, cfg.Quotas = *dsn, &hk, &quotas
 			cfg.Notify.SMTP.Password = os.Getenv("HOSTCRON_SMTP_PASSWORD") // never a flag: flags show in ps

@@ -27,10 +27,6 @@ func (s *Server) getQuotas(c echo.Context) error {
 	return c.JSON(http.StatusOK, quotasResponse{o, l})
 }
 
-// maxQuotaValue bounds every limit (a year in seconds, a TiB in MiB,
-// a million jobs): anything larger is a typo, not a plan.
-const maxQuotaValue = 1 << 25
-
 func (s *Server) setQuotas(c echo.Context) error {
 	tenantID, err := pathID(c, "tenant")
 	if err != nil {
@@ -45,8 +41,8 @@ func (s *Server) setQuotas(c echo.Context) error {
 	}
 	for name, v := range map[string]*int{"max_jobs": o.MaxJobs, "min_interval_seconds": o.MinIntervalSeconds,
 		"max_timeout_seconds": o.MaxTimeoutSeconds, "max_memory_mb": o.MaxMemoryMB, "run_now_per_minute": o.RunNowPerMinute} {
-		if v != nil && (*v < 0 || *v > maxQuotaValue) {
-			return invalid(name, "want 0 (no limit) to %d, or null for the default", maxQuotaValue)
+		if v != nil && (*v < 0 || *v > quota.MaxValue) {
+			return invalid(name, "want 0 (no limit) to %d, or null for the default", quota.MaxValue)
 		}
 	}
 	l, err := s.store.SetTenantQuotas(c.Request().Context(), tenantID, o)

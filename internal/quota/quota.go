@@ -7,6 +7,7 @@ package quota
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/hostcron/hostcron/internal/schedule"
@@ -23,6 +24,11 @@ type Limits struct {
 	// to this many at once, and this many a minute after (RunNowBucket).
 	RunNowPerMinute int `json:"run_now_per_minute"`
 }
+
+// MaxValue bounds every limit (a year in seconds, a TiB in MiB, a
+// million jobs, half a million run-nows a second): anything larger is a
+// typo, not a plan.
+const MaxValue = 1 << 25
 
 // Overrides are an admin's per-tenant settings; nil keeps the default.
 type Overrides struct {
@@ -126,11 +132,6 @@ type RunNowBucket struct {
 	At     time.Time
 }
 
-// FullRunNowBucket is a tenant's bucket before its first request.
-func FullRunNowBucket(l Limits, now time.Time) RunNowBucket {
-	return RunNowBucket{Tokens: float64(l.RunNowPerMinute), At: now}
-}
-
 // Throttled refuses a run-now or backfill: the tenant used up its
 // RunNowPerMinute; one more request fits after Wait. The API answers 429.
 type Throttled struct {
@@ -139,31 +140,40 @@ type Throttled struct {
 }
 
 func (e *Throttled) Error() string {
-	return fmt.Sprintf("run-now: the tenant's limit of %d run-now and backfill requests a minute is used up; retry in %s (run_now_per_minute)",
-		e.Limit, e.Wait.Round(100*time.Millisecond))
+	return fmt.Sprintf("run-now: the tenant's run-now and backfill requests are used up (run_now_per_minute: %d at once, then %d a minute); retry in %s",
+		e.Limit, e.Limit, e.Wait.Round(100*time.Millisecond))
 }
 
-// TakeRunNow decides one run-now or backfill request against the bucket.
-// It returns the bucket as of now, the token taken, or Throttled when
-// less than one is there (and the bucket as of now, refilled, to store
-// all the same). A limit of 0 is no limit. A clock that went back (now
-// before At) refills nothing and restarts the refill from now: the
-// tenant gets at most the time the clock went back again as refill,
-// never a bucket that stays empty until the clock catches up with At.
-func TakeRunNow(l Limits, b RunNowBucket, now time.Time) (RunNowBucket, *Throttled) {
-	limit := float64(l.RunNowPerMinute)
-	if limit <= 0 {
-		return b, nil
+// tokenSlack absorbs the rounding of a refill computed in float64 seconds:
+// a request made exactly Wait after a refusal finds 0.9999999999999999
+// tokens, and is the one the refusal promised.
+const tokenSlack = 1e-9
+
+// TakeRunNow decides one run-now or backfill request against a bucket
+// with perMinute in force (0: no limit): the bucket after taking a token, or
+// Throttled when less than one is there (the bucket is then unchanged:
+// the caller stores nothing). A lowered limit caps what was left.
+// Choice: a clock that went back (now before At) gives a full bucket.
+// Otherwise the refill would wait until the clock caught up with At, and
+// a refused request stores nothing that could restart it; the tenant
+// gains at most one burst per step back of the database's clock.
+func TakeRunNow(perMinute int, b RunNowBucket, now time.Time) (RunNowBucket, *Throttled) {
+	if perMinute <= 0 {
+		return b, nil // no limit
 	}
+	limit := float64(perMinute)
 	perSecond := limit / 60
 	tokens := b.Tokens
-	if elapsed := now.Sub(b.At); elapsed > 0 {
+	switch elapsed := now.Sub(b.At); {
+	case elapsed < 0:
+		tokens = limit
+	default:
 		tokens += elapsed.Seconds() * perSecond
 	}
-	tokens = min(tokens, limit) // also where a lowered limit takes hold
-	if tokens < 1 {
-		wait := time.Duration((1 - tokens) / perSecond * float64(time.Second))
-		return RunNowBucket{Tokens: tokens, At: now}, &Throttled{Limit: l.RunNowPerMinute, Wait: wait}
+	tokens = min(tokens, limit)
+	if tokens < 1-tokenSlack {
+		wait := time.Duration(math.Ceil((1 - tokens) / perSecond * float64(time.Second)))
+		return b, &Throttled{Limit: perMinute, Wait: wait}
 	}
-	return RunNowBucket{Tokens: tokens - 1, At: now}, nil
+	return RunNowBucket{Tokens: max(tokens-1, 0), At: now}, nil
 }

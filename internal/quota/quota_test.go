@@ -79,65 +79,80 @@ func TestJobCountAndOverrides(t *testing.T) {
 
 func TestTakeRunNow(t *testing.T) {
 	t0 := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
-	l := Limits{RunNowPerMinute: 60} // a token a second
+	full := RunNowBucket{60, t0}
 	for _, c := range []struct {
 		name       string
-		l          Limits
+		perMinute  int
 		b          RunNowBucket
 		now        time.Time
-		wantTokens float64 // after the take
-		wantAt     time.Time
-		wantWait   time.Duration // > 0: throttled
+		wantTokens float64       // after the take
+		wantWait   time.Duration // > 0: refused, the bucket unchanged
 	}{
-		{"full bucket", l, FullRunNowBucket(l, t0), t0, 59, t0, 0},
-		{"last token", l, RunNowBucket{1, t0}, t0, 0, t0, 0},
-		{"empty: a token in a second", l, RunNowBucket{0, t0}, t0, 0, t0, time.Second},
-		{"half refilled", l, RunNowBucket{0.25, t0}, t0.Add(250 * time.Millisecond), 0.5, t0.Add(250 * time.Millisecond), 500 * time.Millisecond},
-		{"refilled by the time passed", l, RunNowBucket{0, t0}, t0.Add(3 * time.Second), 2, t0.Add(3 * time.Second), 0},
-		{"refill stops at the limit", l, RunNowBucket{0, t0}, t0.Add(time.Hour), 59, t0.Add(time.Hour), 0},
-		{"a lowered limit caps what was left", Limits{RunNowPerMinute: 6}, RunNowBucket{60, t0}, t0, 5, t0, 0},
-		{"slow limit: 6 a minute waits 10 s", Limits{RunNowPerMinute: 6}, RunNowBucket{0, t0}, t0, 0, t0, 10 * time.Second},
-		// The clock went back an hour: nothing refills, and the refill
-		// restarts from the new now instead of waiting an hour for At.
-		{"clock went back", l, RunNowBucket{2, t0}, t0.Add(-time.Hour), 1, t0.Add(-time.Hour), 0},
-		{"clock went back, empty", l, RunNowBucket{0, t0}, t0.Add(-time.Hour), 0, t0.Add(-time.Hour), time.Second},
-		{"no limit", Limits{}, RunNowBucket{0, t0}, t0, 0, t0, 0},
+		{"full bucket", 60, full, t0, 59, 0},
+		{"last token", 60, RunNowBucket{1, t0}, t0, 0, 0},
+		{"empty: a token in a second", 60, RunNowBucket{0, t0}, t0, 0, time.Second},
+		{"half refilled", 60, RunNowBucket{0.25, t0}, t0.Add(250 * time.Millisecond), 0, 500 * time.Millisecond},
+		{"refilled by the time passed", 60, RunNowBucket{0, t0}, t0.Add(3 * time.Second), 2, 0},
+		{"refill stops at the limit", 60, RunNowBucket{0, t0}, t0.Add(time.Hour), 59, 0},
+		{"a lowered limit caps what was left", 6, full, t0, 5, 0},
+		{"slow limit: 6 a minute waits 10 s", 6, RunNowBucket{0, t0}, t0, 0, 10 * time.Second},
+		// Retrying exactly Wait after a refusal is taken, whatever the
+		// float rounding of the refill (review s21a: 0.1 left at 9 a
+		// minute came back as 0.99999999999999989 and was refused again).
+		{"retry after exactly the wait, 9 a minute", 9, RunNowBucket{0.1, t0}, t0.Add(6 * time.Second), 0, 0},
+		{"retry after exactly the wait, 18 a minute", 18, RunNowBucket{0.1, t0}, t0.Add(3 * time.Second), 0, 0},
+		// The clock went back an hour: a full bucket, not one that stays
+		// empty until the clock catches up with the last take.
+		{"clock went back", 60, RunNowBucket{0, t0}, t0.Add(-time.Hour), 59, 0},
+		{"no limit", 0, RunNowBucket{0, t0}, t0, 0, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got, th := TakeRunNow(c.l, c.b, c.now)
+			got, th := TakeRunNow(c.perMinute, c.b, c.now)
 			if (th != nil) != (c.wantWait > 0) {
 				t.Fatalf("throttled %v, want a wait of %s (0: a token taken)", th, c.wantWait)
 			}
 			if th != nil {
-				if d := th.Wait - c.wantWait; d < -time.Millisecond || d > time.Millisecond {
-					t.Errorf("wait %s, want %s", th.Wait, c.wantWait)
+				if d := th.Wait - c.wantWait; d < 0 || d > time.Millisecond {
+					t.Errorf("wait %s, want %s (rounded up, never short)", th.Wait, c.wantWait)
 				}
+				if got != c.b {
+					t.Errorf("a refusal changed the bucket: %+v -> %+v", c.b, got)
+				}
+				return
 			}
-			if d := got.Tokens - c.wantTokens; d < -1e-9 || d > 1e-9 || !got.At.Equal(c.wantAt) {
-				t.Errorf("bucket %+v, want %v tokens at %s", got, c.wantTokens, c.wantAt)
+			want := RunNowBucket{c.wantTokens, c.now}
+			if c.perMinute == 0 {
+				want = c.b
+			}
+			if d := got.Tokens - want.Tokens; d < -1e-6 || d > 1e-6 || !got.At.Equal(want.At) {
+				t.Errorf("bucket %+v, want %+v", got, want)
 			}
 		})
 	}
 }
 
-// A burst takes exactly the limit and then one a refill's worth: what a
-// tenant's script gets in a minute is the limit twice at most.
+// A burst takes the limit at once, and then a refill's worth: in a
+// minute a tenant's script gets the limit twice at most. A request made
+// exactly when a refusal said to come back is taken.
 func TestTakeRunNowBurstThenRefill(t *testing.T) {
 	t0 := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
-	l := Limits{RunNowPerMinute: 30}
-	b := FullRunNowBucket(l, t0)
-	taken := 0
-	for now := t0; now.Before(t0.Add(time.Minute)); now = now.Add(100 * time.Millisecond) {
-		for {
-			next, th := TakeRunNow(l, b, now)
+	for _, perMinute := range []int{9, 18, 30, 60} {
+		b := RunNowBucket{float64(perMinute), t0}
+		taken := 0
+		for now := t0; now.Before(t0.Add(time.Minute)); {
+			next, th := TakeRunNow(perMinute, b, now)
 			if th != nil {
-				break
+				now = now.Add(th.Wait)
+				if _, again := TakeRunNow(perMinute, b, now); again != nil {
+					t.Fatalf("%d a minute: refused again (%v) exactly when told to come back", perMinute, again)
+				}
+				continue
 			}
 			b = next
 			taken++
 		}
-	}
-	if taken < 59 || taken > 60 {
-		t.Fatalf("%d requests in a minute under a limit of 30, want the 30 of the burst and about 30 refilled", taken)
+		if taken < 2*perMinute-1 || taken > 2*perMinute {
+			t.Errorf("%d requests in a minute under a limit of %d, want the burst and about the limit refilled", taken, perMinute)
+		}
 	}
 }

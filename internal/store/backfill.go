@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/hostcron/hostcron/internal/quota"
 	"github.com/hostcron/hostcron/internal/runkey"
 	"github.com/hostcron/hostcron/internal/schedule"
 	"github.com/hostcron/hostcron/internal/wire"
@@ -50,26 +49,25 @@ func backfillSlotError(slot time.Time, sched *schedule.Schedule, created, now ti
 func (s *Store) Backfill(ctx context.Context, id string, ifVersion int64, slot time.Time) (CronJob, string, error) {
 	var job CronJob
 	var key string
-	var throttled *quota.Throttled
 	ctx, woke := s.wakeAfterCommit(ctx)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var err error
+		// As RunNow: the tenant's token before the job's lock, and what
+		// the job could never take (a slot it has not) answered first.
+		pre, err := peekRunnableJob(ctx, tx, id, ifVersion)
+		if err != nil {
+			return err
+		}
+		if err := checkBackfillSlot(ctx, tx, pre, slot); err != nil {
+			return err
+		}
+		if err := s.takeRunNow(ctx, tx, pre.TenantID); err != nil {
+			return err
+		}
 		if job, err = runnableJob(ctx, tx, id, ifVersion); err != nil {
 			return err
 		}
-		sched, err := schedule.Parse(job.Schedule, job.Timezone)
-		if err != nil {
-			return fmt.Errorf("backfill: the job's schedule: %w", err)
-		}
-		var now time.Time
-		if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
-			return fmt.Errorf("backfill: %w", err)
-		}
-		if err := backfillSlotError(slot, sched, job.CreatedAt, now); err != nil {
+		if err := checkBackfillSlot(ctx, tx, job, slot); err != nil { // the schedule may have changed
 			return err
-		}
-		if throttled, err = s.takeRunNow(ctx, tx, job.TenantID); err != nil || throttled != nil {
-			return err // throttled: commit the bucket, queue nothing
 		}
 		request, err := queueTaskID(ctx, tx, id, wire.ActionRunNow, job.Version)
 		if err != nil {
@@ -83,13 +81,24 @@ func (s *Store) Backfill(ctx context.Context, id string, ifVersion int64, slot t
 			map[string]any{"request": strconv.FormatInt(request, 10), "slot": slot.UTC().Format(time.RFC3339)})
 	})
 	woke(err)
-	if err == nil && throttled != nil {
-		err = throttled
-	}
 	if err != nil {
 		return job, "", err
 	}
 	return job, key, nil
+}
+
+// checkBackfillSlot refuses a slot the job cannot backfill
+// (backfillSlotError), by the database's clock.
+func checkBackfillSlot(ctx context.Context, tx pgx.Tx, job CronJob, slot time.Time) error {
+	sched, err := schedule.Parse(job.Schedule, job.Timezone)
+	if err != nil {
+		return fmt.Errorf("backfill: the job's schedule: %w", err)
+	}
+	var now time.Time
+	if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return fmt.Errorf("backfill: %w", err)
+	}
+	return backfillSlotError(slot, sched, job.CreatedAt, now)
 }
 
 // uncountedTriggers are runs that never count towards consecutive

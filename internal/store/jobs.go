@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/hostcron/hostcron/internal/quota"
 	"github.com/hostcron/hostcron/internal/runkey"
 	"github.com/hostcron/hostcron/internal/wire"
 )
@@ -547,15 +546,17 @@ func (s *Store) RetryJob(ctx context.Context, id string, ifVersion int64) (CronJ
 func (s *Store) RunNow(ctx context.Context, id string, ifVersion int64) (CronJob, string, error) {
 	var job CronJob
 	var request int64
-	var throttled *quota.Throttled
 	ctx, woke := s.wakeAfterCommit(ctx)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var err error
-		if job, err = runnableJob(ctx, tx, id, ifVersion); err != nil {
+		pre, err := peekRunnableJob(ctx, tx, id, ifVersion)
+		if err != nil {
 			return err
 		}
-		if throttled, err = s.takeRunNow(ctx, tx, job.TenantID); err != nil || throttled != nil {
-			return err // throttled: commit the bucket, queue nothing
+		if err := s.takeRunNow(ctx, tx, pre.TenantID); err != nil {
+			return err
+		}
+		if job, err = runnableJob(ctx, tx, id, ifVersion); err != nil {
+			return err
 		}
 		if request, err = queueTaskID(ctx, tx, id, wire.ActionRunNow, job.Version); err != nil {
 			return err
@@ -566,13 +567,25 @@ func (s *Store) RunNow(ctx context.Context, id string, ifVersion int64) (CronJob
 		return recordEvent(ctx, tx, job, actorOf(ctx), string(wire.ActionRunNow), map[string]any{"request": strconv.FormatInt(request, 10)})
 	})
 	woke(err)
-	if err == nil && throttled != nil {
-		err = throttled
-	}
 	if err != nil {
 		return job, "", err
 	}
 	return job, strconv.FormatInt(request, 10), nil
+}
+
+// peekRunnableJob is runnableJob without the lock: what a run-now or
+// backfill checks before it takes its tenant's token (takeRunNow), so
+// that a request the job could never take answers 404, 412 or 409
+// rather than 429, and a request that waits for the tenant's bucket, or
+// is refused, holds no lock on the job's row, which its outcomes, edits
+// and the sweeper write (review s21a: a tenant's flood of refused
+// run-nows held it share-locked back to back, starving them all).
+func peekRunnableJob(ctx context.Context, tx pgx.Tx, id string, ifVersion int64) (CronJob, error) {
+	job, err := scanJob(tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM cron_jobs WHERE id = $1`, id))
+	if err != nil {
+		return job, notFound(err, "cron job")
+	}
+	return job, checkRunnable(job, ifVersion)
 }
 
 // runnableJob reads a job a run-now or backfill may run, holding it (FOR
@@ -583,13 +596,18 @@ func runnableJob(ctx context.Context, tx pgx.Tx, id string, ifVersion int64) (Cr
 	if err != nil {
 		return job, notFound(err, "cron job")
 	}
+	return job, checkRunnable(job, ifVersion)
+}
+
+// checkRunnable is runnableJob's verdict on the job it read.
+func checkRunnable(job CronJob, ifVersion int64) error {
 	if ifVersion != 0 && job.Version != ifVersion {
-		return job, fmt.Errorf("cron job is at version %d, not %d: %w", job.Version, ifVersion, ErrPreconditionFailed)
+		return fmt.Errorf("cron job is at version %d, not %d: %w", job.Version, ifVersion, ErrPreconditionFailed)
 	}
 	if job.Status != wire.StatusActive && job.Status != wire.StatusDisabled {
-		return job, conflict("cron job is %s; it can run now once it is provisioned (active or disabled)", job.Status)
+		return conflict("cron job is %s; it can run now once it is provisioned (active or disabled)", job.Status)
 	}
-	return job, nil
+	return nil
 }
 
 // RunNowRequested returns when a job's run-now, backfill or retry request

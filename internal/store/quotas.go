@@ -94,40 +94,52 @@ func (s *Store) checkJobQuota(ctx context.Context, tx pgx.Tx, tenantID string) e
 }
 
 // takeRunNow takes a token of the tenant's run-now quota for a run-now or
-// backfill about to be queued in tx, or returns why not (quota.Throttled):
-// then the caller commits tx without queueing anything, so that the
-// bucket's refill as of now is kept (after the database's clock went back,
-// quota.TakeRunNow restarts the refill; a rollback would undo that on
-// every request). The bucket row is locked first, so concurrent requests
-// of one tenant, on any core-api replica, take tokens one at a time, and
-// the clock is the database's at that moment, one for every replica. A
-// taken token goes with the request if its transaction rolls back.
-func (s *Store) takeRunNow(ctx context.Context, tx pgx.Tx, tenantID string) (*quota.Throttled, error) {
-	o, err := tenantOverrides(ctx, tx, tenantID, false)
-	if err != nil {
-		return nil, err
-	}
-	l := o.Apply(s.defaults())
-	if l.RunNowPerMinute <= 0 {
-		return nil, nil
+// backfill about to be queued in tx, or refuses it (quota.Throttled; the
+// caller rolls back, so a refusal writes nothing). Its caller holds no
+// lock on the job yet (peekRunnableJob). The bucket row is locked first,
+// so concurrent requests of one tenant, on any core-api replica, take
+// tokens one at a time; the limit is read again once the lock is held (a
+// request that waited decides by the limit in force, not one an admin
+// lowered meanwhile), and the clock is the database's at that moment,
+// one for every replica. A taken token goes back with the request's
+// rollback.
+func (s *Store) takeRunNow(ctx context.Context, tx pgx.Tx, tenantID string) error {
+	limit, err := s.runNowLimit(ctx, tx, tenantID)
+	if err != nil || limit <= 0 {
+		return err
 	}
 	// The first request finds no row: a full bucket. Its own statement,
 	// so the locking read below (a new snapshot) sees a row another
 	// request inserted and committed meanwhile.
 	if _, err := tx.Exec(ctx, `INSERT INTO tenant_run_now_buckets (tenant_id, tokens, taken_at)
-		VALUES ($1, $2, clock_timestamp()) ON CONFLICT (tenant_id) DO NOTHING`, tenantID, float64(l.RunNowPerMinute)); err != nil {
-		return nil, fmt.Errorf("run-now quota: %w", err)
+		VALUES ($1, $2, clock_timestamp()) ON CONFLICT (tenant_id) DO NOTHING`, tenantID, float64(limit)); err != nil {
+		return fmt.Errorf("run-now quota: %w", err)
 	}
 	var b quota.RunNowBucket
 	var now time.Time
 	if err := tx.QueryRow(ctx, `SELECT tokens, taken_at, clock_timestamp() FROM tenant_run_now_buckets
 		WHERE tenant_id = $1 FOR UPDATE`, tenantID).Scan(&b.Tokens, &b.At, &now); err != nil {
-		return nil, fmt.Errorf("run-now quota: %w", err)
+		return fmt.Errorf("run-now quota: %w", err)
 	}
-	next, throttled := quota.TakeRunNow(l, b, now)
+	if limit, err = s.runNowLimit(ctx, tx, tenantID); err != nil || limit <= 0 {
+		return err
+	}
+	next, throttled := quota.TakeRunNow(limit, b, now)
+	if throttled != nil {
+		return throttled
+	}
 	if _, err := tx.Exec(ctx, `UPDATE tenant_run_now_buckets SET tokens = $2, taken_at = $3 WHERE tenant_id = $1`,
 		tenantID, next.Tokens, next.At); err != nil {
-		return nil, fmt.Errorf("run-now quota: %w", err)
+		return fmt.Errorf("run-now quota: %w", err)
 	}
-	return throttled, nil
+	return nil
+}
+
+// runNowLimit is the tenant's run_now_per_minute in force (0: no limit).
+func (s *Store) runNowLimit(ctx context.Context, tx pgx.Tx, tenantID string) (int, error) {
+	o, err := tenantOverrides(ctx, tx, tenantID, false)
+	if err != nil {
+		return 0, err
+	}
+	return o.Apply(s.defaults()).RunNowPerMinute, nil
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/hostcron/hostcron/internal/quota"
 	"github.com/hostcron/hostcron/internal/store"
 )
@@ -142,5 +144,88 @@ func TestRunNowQuotaSharedByReplicas(t *testing.T) {
 	}
 	if n := f.count(`SELECT count(*) FROM cron_job_tasks WHERE cron_job_id = $1 AND action = 'run_now'`, j.ID); n != 3 {
 		t.Fatalf("%d run-now tasks queued, want 3", n)
+	}
+}
+
+// holdBucket locks the tenant's run-now bucket in a transaction left
+// open, as a slow request of the tenant does, and starts n run-nows of
+// job id that wait behind it; release lets them go and returns their
+// errors.
+func (f *fixture) holdBucket(id string, n int) (release func() []error) {
+	f.t.Helper()
+	ctx := context.Background()
+	tx, err := f.st.Pool().Begin(ctx)
+	must(f.t, err)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM tenant_run_now_buckets WHERE tenant_id = $1 FOR UPDATE`, f.tenant); err != nil {
+		f.t.Fatal(err)
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() { defer wg.Done(); _, _, errs[i] = f.st.RunNow(ctx, id, 0) }()
+	}
+	f.waitForLockWaiters("%tenant_run_now_buckets%FOR UPDATE%", n)
+	return func() []error {
+		must(f.t, tx.Rollback(ctx))
+		wg.Wait()
+		return errs
+	}
+}
+
+// Run-nows waiting for their tenant's bucket, or refused, hold no lock on
+// the job: its outcomes, edits (an admin's disable of the abusing job
+// among them) and the sweeper write it. They held it FOR SHARE while they
+// queued on the bucket, back to back, and a tenant's flood of refused
+// run-nows stalled outcome batches other tenants' outcomes shared
+// (review s21a).
+func TestRunNowsWaitingForTheBucketHoldNoLockOnTheJob(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	setRunNowQuota(t, f, f.tenant, 1)
+	j := f.job(5)
+	if _, _, err := f.st.RunNow(ctx, j.ID, 0); err != nil { // the bucket exists, empty
+		t.Fatal(err)
+	}
+	release := f.holdBucket(j.ID, 4)
+	err := pgx.BeginFunc(ctx, f.st.Pool(), func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '1s'`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `SELECT 1 FROM cron_jobs WHERE id = $1 FOR UPDATE`, j.ID)
+		return err
+	})
+	if err != nil {
+		t.Errorf("a writer of the job behind run-nows waiting for the bucket: %v", err)
+	}
+	for _, err := range release() {
+		var th *quota.Throttled
+		if !errors.As(err, &th) {
+			t.Errorf("run-now past the limit: %v, want throttled", err)
+		}
+	}
+}
+
+// A request that waited for the bucket decides by the limit in force
+// when it gets it, not the one it read before: an admin's lowering
+// holds the requests already waiting (review s21a).
+func TestALoweredLimitHoldsTheRequestsWaiting(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	setRunNowQuota(t, f, f.tenant, 100)
+	j := f.job(5)
+	if _, _, err := f.st.RunNow(ctx, j.ID, 0); err != nil { // the bucket exists: 99 left
+		t.Fatal(err)
+	}
+	release := f.holdBucket(j.ID, 10)
+	setRunNowQuota(t, f, f.tenant, 1) // the admin throttles the tenant hard
+	taken := 0
+	for _, err := range release() {
+		if err == nil {
+			taken++
+		}
+	}
+	if taken > 1 {
+		t.Errorf("%d of 10 run-nows waiting when the limit went down to 1 were queued, want at most 1", taken)
 	}
 }

@@ -5,6 +5,8 @@
 -- replicas share one limit and a restart does not refill it; the request's
 -- transaction takes its token under the row's lock (store.takeRunNow), and
 -- the decision is quota.TakeRunNow's.
+SET LOCAL lock_timeout = '5s';
+
 ALTER TABLE tenant_quotas ADD COLUMN run_now_per_minute integer CHECK (run_now_per_minute >= 0);
 
 CREATE TABLE tenant_run_now_buckets (
