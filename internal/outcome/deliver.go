@@ -269,8 +269,10 @@ func Redeliver(ctx context.Context, c Client, dir string, now time.Time) (Stats,
 		return st, err
 	}
 	defer unlock()
-	errs := removeStaleTemps(dir, now, &st)
-	errs = append(errs, recoverClaims(dir)...)
+	// Claims first: a leftover kept as a report must never take the name
+	// a claimed report goes back to (putBack would take it for newer).
+	errs := recoverClaims(dir)
+	errs = append(errs, removeStaleTemps(dir, now, &st)...)
 	items, lerrs := loadSpool(dir, now, &st)
 	errs = append(errs, lerrs...)
 	due, waiting := splitDue(items, now)
@@ -327,12 +329,14 @@ func lockSpool(dir string) (unlock func(), err error) {
 // removeStaleTemps clears the temporary files (atomicfile.TempPrefix) a
 // writer killed between their creation and their rename left in the spool
 // and in DeadLetterDir (atomicfile's own removal never runs on a SIGKILL):
-// a hook's, or a pass's. One that holds a whole report (the writer died
-// after its fsync) is kept as the report it was meant to be (keepTemp);
-// the rest are removed. Those younger than TempMaxAge are left alone: one
-// may be a hook writing right now, and the spool's lock does not hold
-// hooks. A clock stepped forward can still make a live hook's file look
-// old; its writer then writes it again (atomicfile.WriteAndMove).
+// a hook's, or a pass's. One that holds a whole report of its job (the
+// writer died after its fsync) is kept as that report (keepTemp); one
+// that holds no report (a part, or no spool file's) is removed; one that
+// cannot be read or kept now is left for the next pass. Those younger
+// than TempMaxAge are left alone: one may be a hook writing right now, and
+// the spool's lock does not hold hooks. A clock stepped forward can still
+// make a live hook's file look old; its writer then writes it again
+// (atomicfile.WriteAndMove).
 func removeStaleTemps(dir string, now time.Time, st *Stats) []error {
 	var errs []error
 	for _, d := range []string{dir, filepath.Join(dir, DeadLetterDir)} {
@@ -351,41 +355,46 @@ func removeStaleTemps(dir string, now time.Time, st *Stats) []error {
 			if err != nil || !staleTemp(e.Name(), fi.ModTime(), now) {
 				continue // gone meanwhile, or not a leftover
 			}
-			if keepTemp(dir, d, e.Name()) {
-				continue
-			}
-			switch err := os.Remove(filepath.Join(d, e.Name())); {
-			case err == nil:
-				st.TempsRemoved++
-			case !errors.Is(err, os.ErrNotExist):
-				errs = append(errs, fmt.Errorf("redeliver: remove a leftover: %w", err))
+			switch err := keepTemp(d, e.Name()); {
+			case errors.Is(err, errNoReport):
+				if err := os.Remove(filepath.Join(d, e.Name())); err == nil {
+					st.TempsRemoved++
+				} else if !errors.Is(err, os.ErrNotExist) {
+					errs = append(errs, fmt.Errorf("redeliver: remove a leftover: %w", err))
+				}
+			case err != nil:
+				errs = append(errs, fmt.Errorf("redeliver: a leftover report stays for the next pass: %w", err))
 			}
 		}
 	}
 	return errs
 }
 
-// keepTemp moves a writer's leftover temporary file in d (the spool dir
-// or its DeadLetterDir) that holds a whole report to the name it was
-// written for, never in place of a file there (a newer report of the
-// run: the leftover goes to DeadLetterDir beside it instead), and reports
-// whether it did. A pass's own leftovers (claimed copies) are
-// recoverClaims' business, and a part of a report, or one that names no
-// run of its job, is no report.
-func keepTemp(dir, d, name string) bool {
+// errNoReport: a temporary file holds no report (a part of one, or no
+// spool file's), and can go.
+var errNoReport = errors.New("no report")
+
+// keepTemp keeps a writer's leftover temporary file name in d (the spool
+// dir or its DeadLetterDir) that holds a whole report of its job as that
+// report, in d, under the name it was written for or the next free one
+// (keepUnder): in the spool a second report of the run beside one that
+// took the name since (either may be the newer; the core keeps what each
+// says, in either order), in DeadLetterDir a dead letter. A pass's own
+// leftovers (claimed copies) are recoverClaims' business.
+func keepTemp(d, name string) error {
 	base, ok := tempTarget(name)
 	if !ok || strings.HasPrefix(base, claimPrefix) {
-		return false
+		return errNoReport
 	}
 	path := filepath.Join(d, name)
 	s, bad, err := readSpooled(path)
-	if k, kerr := runkey.Parse(s.Report.RunKey); err != nil || bad != nil || kerr != nil || k.JobID != s.JobID {
-		return false
+	if err != nil {
+		return err
 	}
-	if d == dir && atomicfile.RenameNoReplace(path, filepath.Join(dir, base)) == nil {
-		return true
+	if k, kerr := runkey.Parse(s.Report.RunKey); bad != nil || kerr != nil || k.JobID != s.JobID {
+		return errNoReport
 	}
-	return keepDead(dir, path, base) == nil
+	return keepUnder(d, path, base)
 }
 
 // tempTarget is the name a temporary file was written for:
@@ -630,36 +639,42 @@ func deadLetter(dir, from, name string, why error, st *Stats) error {
 	return fmt.Errorf("outcome %s dead-lettered: %w", name, why)
 }
 
-// keepDead moves the file at from into dir's DeadLetterDir under the
-// first free one of name, <base>.2.json, <base>.3.json, ... (all end in
-// .json: SpoolCounts counts them), never in place of a dead letter there:
-// two reports of one run can both be given up on (a hook's refused with a
-// 4xx, a later one of the run after MaxSpoolAge), and each is evidence.
-// The move never replaces (atomicfile.RenameNoReplace), so a pass and
-// hooks racing for one name never both get it.
-//
-// Where the filesystem makes that move a link then a removal, a crash or
-// an error between the two leaves the report both where it was (spooled,
-// claimed, or a hook's temporary file) and in DeadLetterDir: duplicate
-// evidence, and the core keeps one record per run key if both are
-// delivered. Never none. Past maxDeadLetters names (something gives one
-// run up over and over) it fails, and the report stays where it was.
+// keepDead moves the file at from into dir's DeadLetterDir (keepUnder),
+// never in place of a dead letter there: two reports of one run can both
+// be given up on (a hook's refused with a 4xx, a later one of the run
+// after MaxSpoolAge), and each is evidence.
 func keepDead(dir, from, name string) error {
 	dead := filepath.Join(dir, DeadLetterDir)
 	if err := os.MkdirAll(dead, 0o700); err != nil {
 		return err
 	}
+	return keepUnder(dead, from, name)
+}
+
+// keepUnder moves the file at from into d under the first free one of
+// name, <base>.2.json, <base>.3.json, ... (all end in .json: SpoolCounts
+// counts them, loadSpool reads them), never in place of a file there.
+// The move never replaces (atomicfile.RenameNoReplace), so writers racing
+// for one name never both get it.
+//
+// Where the filesystem makes that move a link then a removal, a crash or
+// an error between the two leaves the report both where it was (spooled,
+// claimed, or a temporary file) and in d: duplicate evidence, and the
+// core keeps one record per run key if both are delivered. Never none.
+// Past maxDeadLetters names (something gives one run up over and over) it
+// fails, and the report stays where it was.
+func keepUnder(d, from, name string) error {
 	base := strings.TrimSuffix(name, ".json")
 	for n := 1; n <= maxDeadLetters; n++ {
 		to := name
 		if n > 1 {
 			to = fmt.Sprintf("%s.%d.json", base, n)
 		}
-		if err := atomicfile.RenameNoReplace(from, filepath.Join(dead, to)); !errors.Is(err, fs.ErrExist) {
+		if err := atomicfile.RenameNoReplace(from, filepath.Join(d, to)); !errors.Is(err, fs.ErrExist) {
 			return err
 		}
 	}
-	return fmt.Errorf("%s already has %d dead letters in %s; kept where it is", name, maxDeadLetters, dead)
+	return fmt.Errorf("%s already has %d copies in %s; kept where it is", name, maxDeadLetters, d)
 }
 
 // SpoolCounts returns how many reports wait in the spool and how many were

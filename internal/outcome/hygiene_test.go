@@ -2,6 +2,7 @@ package outcome
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -279,51 +280,165 @@ func deadLetters(t *testing.T, dir string) map[string]string {
 // A writer killed after its temporary file was whole (fsynced, not yet
 // renamed) left the report it was writing: a pass keeps it as that
 // report, in the spool under the name it was meant for, or beside a
-// newer report of the run that took the name since, in the dead
-// letters; never removed with the leftovers (review s21b).
+// report of the run that took the name since (either may be the newer),
+// and a dead letter's in the dead letters; never removed with the
+// leftovers (reviews s21b, s21d).
 func TestStaleTempHoldingAWholeReportIsKept(t *testing.T) {
 	dir := t.TempDir()
-	old := time.Now().Add(-TempMaxAge - time.Minute)
-	leave := func(d, name, reason string) string {
-		t.Helper()
-		key := runkey.Manual(jobA, name)
-		b, err := marshal(Spooled{JobID: jobA, Report: wire.Outcome{RunKey: key, Result: wire.ResultSuccess, FailureReason: reason}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		path := filepath.Join(d, atomicfile.TempPrefix+SpoolName(jobA, key)+"-4711")
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chtimes(path, old, old); err != nil {
-			t.Fatal(err)
-		}
-		return SpoolName(jobA, key)
-	}
-	lone := leave(dir, "1", "the hook's")
-	taken := leave(dir, "2", "the killed hook's")
-	if err := Spool(dir, jobA, wire.Outcome{RunKey: runkey.Manual(jobA, "2"), Result: wire.ResultSuccess, FailureReason: "the next hook's"}); err != nil {
+	lone := runkey.Manual(jobA, "1")
+	leaveStaleTemp(t, dir, wire.Outcome{RunKey: lone, Result: wire.ResultSuccess, FailureReason: "the hook's"})
+	taken := runkey.Manual(jobA, "2")
+	leaveStaleTemp(t, dir, wire.Outcome{RunKey: taken, Result: wire.ResultSuccess, FailureReason: "the killed hook's"})
+	if err := Spool(dir, jobA, wire.Outcome{RunKey: taken, Result: wire.ResultSuccess, FailureReason: "the other hook's"}); err != nil {
 		t.Fatal(err)
 	}
-	deadOne := leave(filepath.Join(dir, DeadLetterDir), "3", "a dead letter's")
+	dead := runkey.Manual(jobA, "3")
+	if err := os.MkdirAll(filepath.Join(dir, DeadLetterDir), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	leaveStaleTemp(t, filepath.Join(dir, DeadLetterDir), wire.Outcome{RunKey: dead, Result: wire.ResultSuccess, FailureReason: "a dead letter's"})
 	st, _ := Redeliver(context.Background(), coreAnswering(t, http.StatusServiceUnavailable), dir, time.Now())
-	if st.TempsRemoved != 0 || st.Retrying != 2 {
-		t.Fatalf("pass %+v, want no file removed and two reports retried (the kept one and the one that took the other's name)", st)
+	if st.TempsRemoved != 0 || st.Retrying != 3 {
+		t.Fatalf("pass %+v, want no file removed and three reports retried (both of run 2)", st)
 	}
-	if s, err := readSpool(dir, lone); err != nil || s.Report.FailureReason != "the hook's" {
-		t.Errorf("the lone leftover: %+v, %v; want it spooled under its name", s, err)
+	for name, want := range map[string]string{
+		SpoolName(jobA, lone):  "the hook's",
+		SpoolName(jobA, taken): "the other hook's",
+		strings.TrimSuffix(SpoolName(jobA, taken), ".json") + ".2.json": "the killed hook's",
+	} {
+		if s, err := readSpool(dir, name); err != nil || s.Report.FailureReason != want {
+			t.Errorf("spooled %s: %+v, %v; want %s report", name, s, err, want)
+		}
 	}
-	if s, err := readSpool(dir, taken); err != nil || s.Report.FailureReason != "the next hook's" {
-		t.Errorf("the report that took the name: %+v, %v; want it untouched", s, err)
-	}
-	got := deadLetters(t, dir)
-	if want := map[string]string{taken: "the killed hook's", deadOne: "a dead letter's"}; !maps.Equal(got, want) {
+	if got, want := deadLetters(t, dir), map[string]string{SpoolName(jobA, dead): "a dead letter's"}; !maps.Equal(got, want) {
 		t.Errorf("dead letters %v, want %v", got, want)
 	}
 	if left := spoolFiles(t, dir); slices.ContainsFunc(left, func(n string) bool { return strings.HasPrefix(n, atomicfile.TempPrefix) }) {
 		t.Errorf("leftovers still in the spool: %v", left)
+	}
+}
+
+// leaveStaleTemp leaves a whole report as a killed hook's temporary file
+// in d, old enough for a pass to look at.
+func leaveStaleTemp(t *testing.T, d string, r wire.Outcome) string {
+	t.Helper()
+	b, err := marshal(Spooled{JobID: jobA, Report: r, SpooledAt: time.Now().UTC(), NextAttempt: time.Now().UTC()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(d, atomicfile.TempPrefix+SpoolName(jobA, r.RunKey)+"-4711")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-TempMaxAge - time.Minute)
+	if err := os.Chtimes(path, old, old); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// A whole report a killed hook left that a pass cannot keep now (here
+// its name's dead letters are at the bound) stays for the next pass: it
+// was removed with the leftovers, the only copy of that report (review
+// s21d).
+func TestWholeLeftoverThatCannotBeKeptStays(t *testing.T) {
+	dir := t.TempDir()
+	dead := filepath.Join(dir, DeadLetterDir)
+	key := runkey.Manual(jobA, "7")
+	name := SpoolName(jobA, key)
+	if err := os.MkdirAll(dead, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for n := 1; n <= maxDeadLetters; n++ {
+		to := name
+		if n > 1 {
+			to = fmt.Sprintf("%s.%d.json", strings.TrimSuffix(name, ".json"), n)
+		}
+		if err := os.WriteFile(filepath.Join(dead, to), []byte("{}"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tmp := leaveStaleTemp(t, dead, wire.Outcome{RunKey: key, Result: wire.ResultExitCode, FailureReason: "the real result"})
+	st, err := Redeliver(context.Background(), coreAnswering(t, http.StatusServiceUnavailable), dir, time.Now())
+	if _, serr := os.Stat(tmp); serr != nil || st.TempsRemoved != 0 || err == nil {
+		t.Errorf("a whole report that could not be kept: %v (pass %+v, %v); want it left, and the pass to say why", serr, st, err)
+	}
+}
+
+// The killed hook's temporary file may be the run's newer report (it was
+// replacing the first start's platform_error under the name): it is
+// delivered beside the older one, not dead-lettered (review s21d).
+func TestNewerLeftoverIsDeliveredNotDeadLettered(t *testing.T) {
+	dir := t.TempDir()
+	key := runkey.Manual(jobA, "8")
+	if err := Spool(dir, jobA, wire.Outcome{RunKey: key, Result: wire.ResultPlatformError, FailureReason: "first start"}); err != nil {
+		t.Fatal(err)
+	}
+	code := 1
+	leaveStaleTemp(t, dir, wire.Outcome{RunKey: key, Result: wire.ResultExitCode, ExitCode: &code, FailureReason: "the real result"})
+	var mu sync.Mutex
+	var posted []wire.Result
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var o wire.Outcome
+		_ = json.NewDecoder(r.Body).Decode(&o)
+		mu.Lock()
+		posted = append(posted, o.Result)
+		mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	c := Client{BaseURL: srv.URL}
+	for i := 0; i < 3; i++ {
+		if _, err := Redeliver(context.Background(), c, dir, time.Now()); err != nil {
+			t.Logf("pass %d: %v", i, err)
+		}
+	}
+	got := false
+	for _, r := range posted {
+		got = got || r == wire.ResultExitCode
+	}
+	if !got {
+		pending, dead := SpoolCounts(dir)
+		t.Errorf("posted %v: the run's real result was never delivered (%d pending, %d dead letters)", posted, pending, dead)
+	}
+}
+
+// A leftover kept as a report never takes the name a claimed report goes
+// back to: putBack would drop the claimed one as older, and that was the
+// run's real result, claimed by a pass that died mid-post (the first
+// start's hook killed after its fsync left platform_error; review s21d).
+func TestKeptLeftoverNeverTakesAClaimedReportsName(t *testing.T) {
+	dir := t.TempDir()
+	key := runkey.Manual(jobA, "9")
+	name := SpoolName(jobA, key)
+	leaveStaleTemp(t, dir, wire.Outcome{RunKey: key, Result: wire.ResultPlatformError, FailureReason: "first start"})
+	code := 3
+	if err := Spool(dir, jobA, wire.Outcome{RunKey: key, Result: wire.ResultExitCode, ExitCode: &code}); err != nil {
+		t.Fatal(err)
+	}
+	if err := claim(dir, name); err != nil { // the pass that died mid-post
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var posted []wire.Result
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var o wire.Outcome
+		_ = json.NewDecoder(r.Body).Decode(&o)
+		mu.Lock()
+		posted = append(posted, o.Result)
+		mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	for i := 0; i < 3; i++ {
+		_, _ = Redeliver(context.Background(), Client{BaseURL: srv.URL}, dir, time.Now())
+	}
+	got := false
+	for _, r := range posted {
+		got = got || r == wire.ResultExitCode
+	}
+	if !got {
+		pending, dead := SpoolCounts(dir)
+		t.Errorf("posted %v: the claimed real result (exit 3) was dropped (%d pending, %d dead)", posted, pending, dead)
 	}
 }

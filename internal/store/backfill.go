@@ -47,22 +47,24 @@ func backfillSlotError(slot time.Time, sched *schedule.Schedule, created, now ti
 // run_key carries the slot to the nodes), so a slot can be backfilled
 // again by another request; it never counts as the slot's scheduled run.
 func (s *Store) Backfill(ctx context.Context, id string, ifVersion int64, slot time.Time) (CronJob, string, error) {
+	// As RunNow: what the job could never take (a slot it has not)
+	// answered first, the tenant's token in a transaction of its own.
+	pre, err := peekRunnableJob(ctx, s.pool, id, ifVersion)
+	if err != nil {
+		return pre, "", err
+	}
+	if err := checkBackfillSlot(ctx, s.pool, pre, slot); err != nil {
+		return pre, "", err
+	}
+	refund, err := s.takeRunNow(ctx, pre.TenantID)
+	if err != nil {
+		return pre, "", err
+	}
 	var job CronJob
 	var key string
 	ctx, woke := s.wakeAfterCommit(ctx)
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// As RunNow: the tenant's token before the job's lock, and what
-		// the job could never take (a slot it has not) answered first.
-		pre, err := peekRunnableJob(ctx, tx, id, ifVersion)
-		if err != nil {
-			return err
-		}
-		if err := checkBackfillSlot(ctx, tx, pre, slot); err != nil {
-			return err
-		}
-		if err := s.takeRunNow(ctx, tx, pre.TenantID); err != nil {
-			return err
-		}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
 		if job, err = runnableJob(ctx, tx, id, ifVersion); err != nil {
 			return err
 		}
@@ -82,6 +84,7 @@ func (s *Store) Backfill(ctx context.Context, id string, ifVersion int64, slot t
 	})
 	woke(err)
 	if err != nil {
+		refund()
 		return job, "", err
 	}
 	return job, key, nil
@@ -89,13 +92,13 @@ func (s *Store) Backfill(ctx context.Context, id string, ifVersion int64, slot t
 
 // checkBackfillSlot refuses a slot the job cannot backfill
 // (backfillSlotError), by the database's clock.
-func checkBackfillSlot(ctx context.Context, tx pgx.Tx, job CronJob, slot time.Time) error {
+func checkBackfillSlot(ctx context.Context, q dbtx, job CronJob, slot time.Time) error {
 	sched, err := schedule.Parse(job.Schedule, job.Timezone)
 	if err != nil {
 		return fmt.Errorf("backfill: the job's schedule: %w", err)
 	}
 	var now time.Time
-	if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+	if err := q.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
 		return fmt.Errorf("backfill: %w", err)
 	}
 	return backfillSlotError(slot, sched, job.CreatedAt, now)

@@ -544,17 +544,19 @@ func (s *Store) RetryJob(ctx context.Context, id string, ifVersion int64) (CronJ
 // (the outbox task id; the run's key is runkey.Manual(job, request)). The
 // job keeps its version: the run is keyed by the request.
 func (s *Store) RunNow(ctx context.Context, id string, ifVersion int64) (CronJob, string, error) {
+	pre, err := peekRunnableJob(ctx, s.pool, id, ifVersion)
+	if err != nil {
+		return pre, "", err
+	}
+	refund, err := s.takeRunNow(ctx, pre.TenantID)
+	if err != nil {
+		return pre, "", err
+	}
 	var job CronJob
 	var request int64
 	ctx, woke := s.wakeAfterCommit(ctx)
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		pre, err := peekRunnableJob(ctx, tx, id, ifVersion)
-		if err != nil {
-			return err
-		}
-		if err := s.takeRunNow(ctx, tx, pre.TenantID); err != nil {
-			return err
-		}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
 		if job, err = runnableJob(ctx, tx, id, ifVersion); err != nil {
 			return err
 		}
@@ -568,6 +570,7 @@ func (s *Store) RunNow(ctx context.Context, id string, ifVersion int64) (CronJob
 	})
 	woke(err)
 	if err != nil {
+		refund()
 		return job, "", err
 	}
 	return job, strconv.FormatInt(request, 10), nil
@@ -575,13 +578,10 @@ func (s *Store) RunNow(ctx context.Context, id string, ifVersion int64) (CronJob
 
 // peekRunnableJob is runnableJob without the lock: what a run-now or
 // backfill checks before it takes its tenant's token (takeRunNow), so
-// that a request the job could never take answers 404, 412 or 409
-// rather than 429, and a request that waits for the tenant's bucket, or
-// is refused, holds no lock on the job's row, which its outcomes, edits
-// and the sweeper write (review s21a: a tenant's flood of refused
-// run-nows held it share-locked back to back, starving them all).
-func peekRunnableJob(ctx context.Context, tx pgx.Tx, id string, ifVersion int64) (CronJob, error) {
-	job, err := scanJob(tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM cron_jobs WHERE id = $1`, id))
+// that a request the job could never take answers 404, 412 or 409 rather
+// than 429 and takes no token.
+func peekRunnableJob(ctx context.Context, q dbtx, id string, ifVersion int64) (CronJob, error) {
+	job, err := scanJob(q.QueryRow(ctx, `SELECT `+jobColumns+` FROM cron_jobs WHERE id = $1`, id))
 	if err != nil {
 		return job, notFound(err, "cron job")
 	}

@@ -42,6 +42,8 @@ var released = []struct{ name, sha string }{
 	{"027_partition_runs.sql", "2ff9ff9a1fb500b2"},
 	{"028_cron_jobs_trigger_when.sql", "5e7b08f1ce947bff"},
 	{"029_run_identity_columns.sql", "a0c652777d5ef95e"},
+	{"030_run_now_quota.sql", "9adc45fe999f3054"},
+	{"031_failures_from.sql", "cb67f417375d2873"},
 }
 
 func TestReleasedMigrationsNeverChange(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -94,50 +95,72 @@ func (s *Store) checkJobQuota(ctx context.Context, tx pgx.Tx, tenantID string) e
 }
 
 // takeRunNow takes a token of the tenant's run-now quota for a run-now or
-// backfill about to be queued in tx, or refuses it (quota.Throttled; the
-// caller rolls back, so a refusal writes nothing). Its caller holds no
-// lock on the job yet (peekRunnableJob). The bucket row is locked first,
-// so concurrent requests of one tenant, on any core-api replica, take
-// tokens one at a time; the limit is read again once the lock is held (a
-// request that waited decides by the limit in force, not one an admin
-// lowered meanwhile), and the clock is the database's at that moment,
-// one for every replica. A taken token goes back with the request's
-// rollback.
-func (s *Store) takeRunNow(ctx context.Context, tx pgx.Tx, tenantID string) error {
-	limit, err := s.runNowLimit(ctx, tx, tenantID)
+// backfill, or refuses it (quota.Throttled; nothing is written), in a
+// transaction of its own before the request's, which locks the job: a
+// request waiting for the tenant's bucket holds no lock on the job's row
+// (which its outcomes, edits and the sweeper write; review s21a: a flood
+// of refused run-nows held it share-locked back to back), and a request
+// holding the bucket never waits for a job's lock (review s21d: one job's
+// writer stalled the tenant's run-nows of every job). refund gives the
+// token back when the request then queues nothing (a 404, 409, 412, a
+// failed commit); a crash between the two loses the token, which refills.
+//
+// The bucket row is locked first, so concurrent requests of one tenant,
+// on any core-api replica, take tokens one at a time; the limit is read
+// again once the lock is held (a request that waited decides by the limit
+// in force, not one an admin lowered meanwhile), and the clock is the
+// database's at that moment, one for every replica.
+func (s *Store) takeRunNow(ctx context.Context, tenantID string) (refund func(), err error) {
+	var limit int
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		if limit, err = s.runNowLimit(ctx, tx, tenantID); err != nil || limit <= 0 {
+			return err
+		}
+		// The first request finds no row: a full bucket. Its own
+		// statement, so the locking read below (a new snapshot) sees a
+		// row another request inserted and committed meanwhile.
+		if _, err := tx.Exec(ctx, `INSERT INTO tenant_run_now_buckets (tenant_id, tokens, taken_at)
+			VALUES ($1, $2, clock_timestamp()) ON CONFLICT (tenant_id) DO NOTHING`, tenantID, float64(limit)); err != nil {
+			return fmt.Errorf("run-now quota: %w", err)
+		}
+		var b quota.RunNowBucket
+		var now time.Time
+		if err := tx.QueryRow(ctx, `SELECT tokens, taken_at, clock_timestamp() FROM tenant_run_now_buckets
+			WHERE tenant_id = $1 FOR UPDATE`, tenantID).Scan(&b.Tokens, &b.At, &now); err != nil {
+			return fmt.Errorf("run-now quota: %w", err)
+		}
+		if limit, err = s.runNowLimit(ctx, tx, tenantID); err != nil || limit <= 0 {
+			return err
+		}
+		next, throttled := quota.TakeRunNow(limit, b, now)
+		if throttled != nil {
+			return throttled
+		}
+		_, err = tx.Exec(ctx, `UPDATE tenant_run_now_buckets SET tokens = $2, taken_at = $3 WHERE tenant_id = $1`,
+			tenantID, next.Tokens, next.At)
+		return err
+	})
 	if err != nil || limit <= 0 {
-		return err
+		return func() {}, err
 	}
-	// The first request finds no row: a full bucket. Its own statement,
-	// so the locking read below (a new snapshot) sees a row another
-	// request inserted and committed meanwhile.
-	if _, err := tx.Exec(ctx, `INSERT INTO tenant_run_now_buckets (tenant_id, tokens, taken_at)
-		VALUES ($1, $2, clock_timestamp()) ON CONFLICT (tenant_id) DO NOTHING`, tenantID, float64(limit)); err != nil {
-		return fmt.Errorf("run-now quota: %w", err)
+	return func() { s.refundRunNow(ctx, tenantID, limit) }, nil
+}
+
+// refundRunNow gives a token back to the tenant's bucket, up to limit.
+// A failure is logged only: the tenant waits for a refill instead.
+func (s *Store) refundRunNow(ctx context.Context, tenantID string, limit int) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := s.pool.Exec(ctx, `UPDATE tenant_run_now_buckets SET tokens = least(tokens + 1, $2) WHERE tenant_id = $1`,
+		tenantID, float64(limit)); err != nil {
+		slog.Warn("give a run-now token back (the tenant waits for a refill instead)", "tenant_id", tenantID, "err", err)
 	}
-	var b quota.RunNowBucket
-	var now time.Time
-	if err := tx.QueryRow(ctx, `SELECT tokens, taken_at, clock_timestamp() FROM tenant_run_now_buckets
-		WHERE tenant_id = $1 FOR UPDATE`, tenantID).Scan(&b.Tokens, &b.At, &now); err != nil {
-		return fmt.Errorf("run-now quota: %w", err)
-	}
-	if limit, err = s.runNowLimit(ctx, tx, tenantID); err != nil || limit <= 0 {
-		return err
-	}
-	next, throttled := quota.TakeRunNow(limit, b, now)
-	if throttled != nil {
-		return throttled
-	}
-	if _, err := tx.Exec(ctx, `UPDATE tenant_run_now_buckets SET tokens = $2, taken_at = $3 WHERE tenant_id = $1`,
-		tenantID, next.Tokens, next.At); err != nil {
-		return fmt.Errorf("run-now quota: %w", err)
-	}
-	return nil
 }
 
 // runNowLimit is the tenant's run_now_per_minute in force (0: no limit).
-func (s *Store) runNowLimit(ctx context.Context, tx pgx.Tx, tenantID string) (int, error) {
-	o, err := tenantOverrides(ctx, tx, tenantID, false)
+func (s *Store) runNowLimit(ctx context.Context, q dbtx, tenantID string) (int, error) {
+	o, err := tenantOverrides(ctx, q, tenantID, false)
 	if err != nil {
 		return 0, err
 	}

@@ -229,3 +229,62 @@ func TestALoweredLimitHoldsTheRequestsWaiting(t *testing.T) {
 		t.Errorf("%d of 10 run-nows waiting when the limit went down to 1 were queued, want at most 1", taken)
 	}
 }
+
+// A run-now that waits for its job's lock (a sweep batch, an outcome
+// batch, an edit holds the job) holds nothing of its tenant's: another
+// job's run-now of the tenant is queued at once. The token is taken in a
+// transaction of its own; in the job's, one job's writer stalled the
+// tenant's run-nows of every job behind the bucket (review s21d).
+func TestRunNowWaitingForItsJobHoldsNothingOfTheTenants(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	setRunNowQuota(t, f, f.tenant, 100)
+	j1, j2 := f.job(5), f.job(5)
+	tx, err := f.st.Pool().Begin(ctx)
+	must(t, err)
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM cron_jobs WHERE id = $1 FOR UPDATE`, j1.ID); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, _, err := f.st.RunNow(ctx, j1.ID, 0); done <- err }()
+	f.waitForLockWaiters("%FOR SHARE%", 1)
+	ctx2, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if _, _, err := f.st.RunNow(ctx2, j2.ID, 0); err != nil {
+		t.Errorf("run-now of job 2 while job 1's run-now waits for job 1: %v, want it queued at once", err)
+	}
+	must(t, tx.Rollback(ctx))
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A request that took its token and then found the job moved on (412,
+// 409 under the lock) queues nothing and gives the token back: the
+// tenant's next request is not refused for it.
+func TestRunNowThatQueuesNothingGivesItsTokenBack(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	setRunNowQuota(t, f, f.tenant, 1)
+	j := f.job(5)
+	tx, err := f.st.Pool().Begin(ctx)
+	must(t, err)
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM cron_jobs WHERE id = $1 FOR UPDATE`, j.ID); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, _, err := f.st.RunNow(ctx, j.ID, j.Version); done <- err }()
+	f.waitForLockWaiters("%FOR SHARE%", 1) // past its peek and its token
+	if _, err := tx.Exec(ctx, `UPDATE cron_jobs SET version = version + 1 WHERE id = $1`, j.ID); err != nil {
+		t.Fatal(err)
+	}
+	must(t, tx.Commit(ctx))
+	if err := <-done; !errors.Is(err, store.ErrPreconditionFailed) {
+		t.Fatalf("run-now of a version the job left while it waited: %v, want precondition failed", err)
+	}
+	if _, _, err := f.st.RunNow(ctx, j.ID, 0); err != nil {
+		t.Fatalf("the next run-now under a limit of 1: %v, want the refunded token taken", err)
+	}
+}
