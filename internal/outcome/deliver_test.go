@@ -484,21 +484,32 @@ func spoolFiles(t *testing.T, dir string) []string {
 // returns what was posted; the spool must be empty after it.
 func deliverAll(t *testing.T, dir string) []wire.Result {
 	t.Helper()
-	var mu sync.Mutex
-	var posted []wire.Result
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var rep wire.Outcome
-		_ = json.NewDecoder(r.Body).Decode(&rep)
-		mu.Lock()
-		posted = append(posted, rep.Result)
-		mu.Unlock()
-	}))
-	defer srv.Close()
-	if _, err := Redeliver(context.Background(), Client{BaseURL: srv.URL}, dir, time.Now()); err != nil {
+	c, posted := postingCore(t)
+	if _, err := Redeliver(context.Background(), c, dir, time.Now()); err != nil {
 		t.Errorf("delivering the spool: %v", err)
 	}
 	if left := spoolFiles(t, dir); len(left) != 0 {
 		t.Errorf("spool holds %v after a pass the core took everything in", left)
 	}
-	return posted
+	return posted()
+}
+
+// postingCore is a core that takes every report; posted returns the
+// results posted to it so far, in order.
+func postingCore(t *testing.T) (c Client, posted func() []wire.Result) {
+	var mu sync.Mutex
+	var results []wire.Result
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var rep wire.Outcome
+		_ = json.NewDecoder(r.Body).Decode(&rep)
+		mu.Lock()
+		results = append(results, rep.Result)
+		mu.Unlock()
+	}))
+	t.Cleanup(srv.Close)
+	return Client{BaseURL: srv.URL}, func() []wire.Result {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(results)
+	}
 }

@@ -2,7 +2,6 @@ package outcome
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -376,28 +375,7 @@ func TestNewerLeftoverIsDeliveredNotDeadLettered(t *testing.T) {
 	}
 	code := 1
 	leaveStaleTemp(t, dir, wire.Outcome{RunKey: key, Result: wire.ResultExitCode, ExitCode: &code, FailureReason: "the real result"})
-	var mu sync.Mutex
-	var posted []wire.Result
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var o wire.Outcome
-		_ = json.NewDecoder(r.Body).Decode(&o)
-		mu.Lock()
-		posted = append(posted, o.Result)
-		mu.Unlock()
-		w.WriteHeader(http.StatusOK)
-	}))
-	defer srv.Close()
-	c := Client{BaseURL: srv.URL}
-	for i := 0; i < 3; i++ {
-		if _, err := Redeliver(context.Background(), c, dir, time.Now()); err != nil {
-			t.Logf("pass %d: %v", i, err)
-		}
-	}
-	got := false
-	for _, r := range posted {
-		got = got || r == wire.ResultExitCode
-	}
-	if !got {
+	if posted := passesPosting(t, dir, 3); !slices.Contains(posted, wire.ResultExitCode) {
 		pending, dead := SpoolCounts(dir)
 		t.Errorf("posted %v: the run's real result was never delivered (%d pending, %d dead letters)", posted, pending, dead)
 	}
@@ -410,35 +388,27 @@ func TestNewerLeftoverIsDeliveredNotDeadLettered(t *testing.T) {
 func TestKeptLeftoverNeverTakesAClaimedReportsName(t *testing.T) {
 	dir := t.TempDir()
 	key := runkey.Manual(jobA, "9")
-	name := SpoolName(jobA, key)
 	leaveStaleTemp(t, dir, wire.Outcome{RunKey: key, Result: wire.ResultPlatformError, FailureReason: "first start"})
 	code := 3
 	if err := Spool(dir, jobA, wire.Outcome{RunKey: key, Result: wire.ResultExitCode, ExitCode: &code}); err != nil {
 		t.Fatal(err)
 	}
-	if err := claim(dir, name); err != nil { // the pass that died mid-post
+	if err := claim(dir, SpoolName(jobA, key)); err != nil { // the pass that died mid-post
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	var posted []wire.Result
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var o wire.Outcome
-		_ = json.NewDecoder(r.Body).Decode(&o)
-		mu.Lock()
-		posted = append(posted, o.Result)
-		mu.Unlock()
-		w.WriteHeader(http.StatusOK)
-	}))
-	defer srv.Close()
-	for i := 0; i < 3; i++ {
-		_, _ = Redeliver(context.Background(), Client{BaseURL: srv.URL}, dir, time.Now())
-	}
-	got := false
-	for _, r := range posted {
-		got = got || r == wire.ResultExitCode
-	}
-	if !got {
+	if posted := passesPosting(t, dir, 3); !slices.Contains(posted, wire.ResultExitCode) {
 		pending, dead := SpoolCounts(dir)
 		t.Errorf("posted %v: the claimed real result (exit 3) was dropped (%d pending, %d dead)", posted, pending, dead)
 	}
+}
+
+// passesPosting runs n passes over dir against a core that takes every
+// report, and returns the results posted, in order.
+func passesPosting(t *testing.T, dir string, n int) []wire.Result {
+	t.Helper()
+	c, posted := postingCore(t)
+	for range n {
+		_, _ = Redeliver(context.Background(), c, dir, time.Now())
+	}
+	return posted()
 }
