@@ -270,9 +270,12 @@ func Redeliver(ctx context.Context, c Client, dir string, now time.Time) (Stats,
 	}
 	defer unlock()
 	// Claims first: a leftover kept as a report must never take the name
-	// a claimed report goes back to (putBack would take it for newer).
+	// a claimed report goes back to (putBack would take it for newer), so
+	// leftovers wait for a pass that put every claim back.
 	errs := recoverClaims(dir)
-	errs = append(errs, removeStaleTemps(dir, now, &st)...)
+	if len(errs) == 0 {
+		errs = removeStaleTemps(dir, now, &st)
+	}
 	items, lerrs := loadSpool(dir, now, &st)
 	errs = append(errs, lerrs...)
 	due, waiting := splitDue(items, now)
@@ -355,7 +358,8 @@ func removeStaleTemps(dir string, now time.Time, st *Stats) []error {
 			if err != nil || !staleTemp(e.Name(), fi.ModTime(), now) {
 				continue // gone meanwhile, or not a leftover
 			}
-			switch err := keepTemp(d, e.Name()); {
+			switch err := keepTemp(dir, d, e.Name()); {
+			case errors.Is(err, fs.ErrNotExist): // its writer renamed it after all
 			case errors.Is(err, errNoReport):
 				if err := os.Remove(filepath.Join(d, e.Name())); err == nil {
 					st.TempsRemoved++
@@ -379,9 +383,11 @@ var errNoReport = errors.New("no report")
 // report, in d, under the name it was written for or the next free one
 // (keepUnder): in the spool a second report of the run beside one that
 // took the name since (either may be the newer; the core keeps what each
-// says, in either order), in DeadLetterDir a dead letter. A pass's own
-// leftovers (claimed copies) are recoverClaims' business.
-func keepTemp(d, name string) error {
+// says, in either order), in DeadLetterDir a dead letter. One whose name
+// is not its report's (no writer names it so: a damaged or planted file)
+// is kept as evidence only, a dead letter under its report's name. A
+// pass's own leftovers (claimed copies) are recoverClaims' business.
+func keepTemp(dir, d, name string) error {
 	base, ok := tempTarget(name)
 	if !ok || strings.HasPrefix(base, claimPrefix) {
 		return errNoReport
@@ -393,6 +399,9 @@ func keepTemp(d, name string) error {
 	}
 	if k, kerr := runkey.Parse(s.Report.RunKey); bad != nil || kerr != nil || k.JobID != s.JobID {
 		return errNoReport
+	}
+	if own := SpoolName(s.JobID, s.Report.RunKey); base != own {
+		return keepDead(dir, path, own)
 	}
 	return keepUnder(d, path, base)
 }

@@ -412,3 +412,32 @@ func passesPosting(t *testing.T, dir string, n int) []wire.Result {
 	}
 	return posted()
 }
+
+// A leftover whose name is not its report's (no writer names one so: a
+// damaged or planted file) is kept as evidence, a dead letter under its
+// report's name, and never spooled as another run's report, where that
+// run's hook or put-back would replace or drop it (review s21e).
+func TestLeftoverNamedForAnotherRunIsOnlyEvidence(t *testing.T) {
+	dir := t.TempDir()
+	keyA := runkey.Manual(jobA, "1")
+	nameB := SpoolName(jobB, runkey.Manual(jobB, "1"))
+	b, err := marshal(Spooled{JobID: jobA, Report: wire.Outcome{RunKey: keyA, Result: wire.ResultSuccess, FailureReason: "A's"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(dir, atomicfile.TempPrefix+nameB+"-1")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-TempMaxAge - time.Minute)
+	if err := os.Chtimes(tmp, old, old); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := Redeliver(context.Background(), coreAnswering(t, http.StatusServiceUnavailable), dir, time.Now())
+	if pending, _ := SpoolCounts(dir); pending != 0 || st.Retrying != 0 {
+		t.Errorf("%d pending after the pass (%+v), want the misnamed report not spooled", pending, st)
+	}
+	if got, want := deadLetters(t, dir), map[string]string{SpoolName(jobA, keyA): "A's"}; !maps.Equal(got, want) {
+		t.Errorf("dead letters %v, want %v", got, want)
+	}
+}

@@ -63,7 +63,7 @@ func (s *Store) Backfill(ctx context.Context, id string, ifVersion int64, slot t
 	var job CronJob
 	var key string
 	ctx, woke := s.wakeAfterCommit(ctx)
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = s.inTokenTx(ctx, refund, func(tx pgx.Tx) error {
 		var err error
 		if job, err = runnableJob(ctx, tx, id, ifVersion); err != nil {
 			return err
@@ -84,7 +84,6 @@ func (s *Store) Backfill(ctx context.Context, id string, ifVersion int64, slot t
 	})
 	woke(err)
 	if err != nil {
-		refund()
 		return job, "", err
 	}
 	return job, key, nil

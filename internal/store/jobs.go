@@ -555,7 +555,7 @@ func (s *Store) RunNow(ctx context.Context, id string, ifVersion int64) (CronJob
 	var job CronJob
 	var request int64
 	ctx, woke := s.wakeAfterCommit(ctx)
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = s.inTokenTx(ctx, refund, func(tx pgx.Tx) error {
 		var err error
 		if job, err = runnableJob(ctx, tx, id, ifVersion); err != nil {
 			return err
@@ -570,7 +570,6 @@ func (s *Store) RunNow(ctx context.Context, id string, ifVersion int64) (CronJob
 	})
 	woke(err)
 	if err != nil {
-		refund()
 		return job, "", err
 	}
 	return job, strconv.FormatInt(request, 10), nil

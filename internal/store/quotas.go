@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/hostcron/hostcron/internal/quota"
 )
@@ -145,6 +146,41 @@ func (s *Store) takeRunNow(ctx context.Context, tenantID string) (refund func(),
 		return func() {}, err
 	}
 	return func() { s.refundRunNow(ctx, tenantID, limit) }, nil
+}
+
+// inTokenTx runs the transaction of a run-now or backfill whose token
+// takeRunNow took, and gives the token back (refund) only when nothing
+// can have been queued (refundable).
+func (s *Store) inTokenTx(ctx context.Context, refund func(), fn func(pgx.Tx) error) error {
+	committing := false // fn returned nil: BeginFunc sends the COMMIT
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := fn(tx); err != nil {
+			return err
+		}
+		committing = true
+		return nil
+	})
+	switch {
+	case err == nil:
+	case refundable(err, committing):
+		refund()
+	default:
+		slog.Warn("a run-now's commit has no known outcome: its token is not given back", "err", err)
+	}
+	return err
+}
+
+// refundable tells whether a failed transaction surely queued nothing:
+// it failed before its COMMIT (rolled back), or the server answered the
+// COMMIT with an ERROR (a rollback). A COMMIT whose answer was lost (the
+// client's context cancelled mid-commit, the connection broken, a FATAL
+// after the local commit) may have committed, and a refund would then
+// give a tenant who disconnects at the right moment a free run (review
+// s21e); the token refills instead.
+func refundable(err error, committing bool) bool {
+	var pgErr *pgconn.PgError
+	return !committing || errors.Is(err, pgx.ErrTxCommitRollback) ||
+		errors.As(err, &pgErr) && pgErr.Severity == "ERROR"
 }
 
 // refundRunNow gives a token back to the tenant's bucket, up to limit.
