@@ -49,12 +49,13 @@ const (
 	BackoffCap  = 10 * time.Minute
 	// DeadLetterDir is the spool's subdirectory of reports given up on;
 	// no report in it is ever deleted, an operator decides (only a
-	// killed writer's temporary file is: TempMaxAge).
+	// killed writer's temporary file that holds none is: TempMaxAge).
 	DeadLetterDir = "dead"
 	// TempMaxAge is the age from which a temporary file in the spool or
 	// in DeadLetterDir is a leftover of a writer killed mid-write, and a
-	// pass removes it: a hook writes a report in milliseconds, so a
-	// younger one may be a hook writing right now.
+	// pass keeps the report it holds or removes it (removeStaleTemps): a
+	// hook writes a report in milliseconds, so a younger one may be a hook
+	// writing right now.
 	TempMaxAge = 10 * time.Minute
 	// maxDeadLetters bounds the dead letters of one spool name (keepDead).
 	maxDeadLetters = 1000
@@ -257,7 +258,7 @@ type Stats struct {
 // claimed copy is removed, dead-lettered or put back, never the name a
 // hook writes (see claim). One pass at a time holds the spool (an flock
 // on its directory), so a claim found when a pass starts is one a crash
-// left, and it is put back and delivered. A pass also removes the
+// left, and it is put back and delivered. A pass also clears the
 // temporary files killed writers left (removeStaleTemps).
 func Redeliver(ctx context.Context, c Client, dir string, now time.Time) (Stats, error) {
 	var st Stats

@@ -103,8 +103,8 @@ func (s *Store) checkJobQuota(ctx context.Context, tx pgx.Tx, tenantID string) e
 // of refused run-nows held it share-locked back to back), and a request
 // holding the bucket never waits for a job's lock (review s21d: one job's
 // writer stalled the tenant's run-nows of every job). refund gives the
-// token back when the request then queues nothing (a 404, 409, 412, a
-// failed commit); a crash between the two loses the token, which refills.
+// token back when the request then surely queued nothing (inTokenTx); a
+// crash between the two loses the token, which refills.
 //
 // The bucket row is locked first, so concurrent requests of one tenant,
 // on any core-api replica, take tokens one at a time; the limit is read
@@ -138,9 +138,11 @@ func (s *Store) takeRunNow(ctx context.Context, tenantID string) (refund func(),
 		if throttled != nil {
 			return throttled
 		}
-		_, err = tx.Exec(ctx, `UPDATE tenant_run_now_buckets SET tokens = $2, taken_at = $3 WHERE tenant_id = $1`,
-			tenantID, next.Tokens, next.At)
-		return err
+		if _, err := tx.Exec(ctx, `UPDATE tenant_run_now_buckets SET tokens = $2, taken_at = $3 WHERE tenant_id = $1`,
+			tenantID, next.Tokens, next.At); err != nil {
+			return fmt.Errorf("run-now quota: %w", err)
+		}
+		return nil
 	})
 	if err != nil || limit <= 0 {
 		return func() {}, err
